@@ -1,0 +1,195 @@
+"""Build the tiny model shipped in ``src/grouprl/assets/tiny-arith``.
+
+    python scripts/make_tiny_model.py [--out DIR] [--steps N]
+
+Three seeded stages, all on CPU in a few minutes:
+
+1. a byte-level BPE tokenizer (digits split one per token, as in Qwen2) trained
+   on the built-in arithmetic task, with a ChatML chat template;
+2. a Qwen2-architecture causal LM initialised from a fixed seed;
+3. a short supervised warm-up on worked solutions of the train split, stopped
+   early on purpose: the model learns the answer format but is often wrong,
+   which leaves GRPO something to fix.
+
+The result loads with ``AutoModelForCausalLM.from_pretrained(DIR)`` and
+``AutoTokenizer.from_pretrained(DIR)`` like any Hugging Face model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import re
+import time
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from grouprl.data.arith import arith_split
+
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "src/grouprl/assets/tiny-arith"
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+SEED = 0
+
+
+def build_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=SPECIAL[1:],
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.padding_side = "left"
+    return fast
+
+
+def encode_pair(tok: PreTrainedTokenizerFast, question: str, answer: str) -> tuple[list[int], int]:
+    """Prompt + answer token ids and the index where the answer starts."""
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=False
+    )
+    prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    answer_ids = tok(answer + "<|im_end|>", add_special_tokens=False)["input_ids"]
+    return prompt_ids + answer_ids, len(prompt_ids)
+
+
+def sft_batches(examples: list[tuple[list[int], int]], *, batch_size: int, pad_id: int, rng):
+    while True:
+        order = list(range(len(examples)))
+        rng.shuffle(order)
+        for start in range(0, len(order) - batch_size + 1, batch_size):
+            rows = [examples[i] for i in order[start : start + batch_size]]
+            width = max(len(ids) for ids, _ in rows)
+            input_ids = torch.full((batch_size, width), pad_id)
+            labels = torch.full((batch_size, width), -100)
+            attention = torch.zeros((batch_size, width), dtype=torch.long)
+            for b, (ids, answer_start) in enumerate(rows):
+                input_ids[b, : len(ids)] = torch.tensor(ids)
+                labels[b, answer_start : len(ids)] = torch.tensor(ids[answer_start:])
+                attention[b, : len(ids)] = 1
+            yield input_ids, attention, labels
+
+
+def greedy_accuracy(model, tok, problems, *, max_new_tokens: int = 48) -> float:
+    model.eval()
+    prompts = [
+        tok.apply_chat_template(
+            [{"role": "user", "content": p.question}], add_generation_prompt=True, tokenize=False
+        )
+        for p in problems
+    ]
+    correct = 0
+    with torch.no_grad():
+        for start in range(0, len(prompts), 100):
+            enc = tok(prompts[start : start + 100], return_tensors="pt", padding=True,
+                      add_special_tokens=False)  # fmt: skip
+            out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
+                                 pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)  # fmt: skip
+            texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+            for text, problem in zip(texts, problems[start : start + 100]):
+                found = re.search(r"####\s*(-?\d+)", text)
+                correct += bool(found and int(found.group(1)) == problem.target)
+    model.train()
+    return correct / len(problems)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--eval-every", type=int, default=100)
+    args = parser.parse_args()
+
+    torch.manual_seed(SEED)
+    torch.set_num_threads(2)
+    rng = random.Random(SEED)
+    train = arith_split("train")
+    test = arith_split("test")[:200]
+
+    corpus = [p.question + "\n" + p.answer for p in train[:5000]]
+    tok = build_tokenizer(corpus, vocab_size=512)
+    config = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=args.hidden,
+        intermediate_size=args.hidden * 3,
+        num_hidden_layers=args.layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    model = Qwen2ForCausalLM(config)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"tokenizer: {len(tok)} tokens; model: {n_params / 1e6:.2f}M parameters")
+
+    examples = [encode_pair(tok, p.question, p.answer) for p in train]
+    batches = sft_batches(examples, batch_size=args.batch_size, pad_id=tok.pad_token_id, rng=rng)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    warmup = max(1, args.steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * s / args.steps))
+    )
+    model.train()
+    start = time.time()
+    for step in range(1, args.steps + 1):
+        input_ids, attention, labels = next(batches)
+        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        if step % args.eval_every == 0 or step == args.steps:
+            acc = greedy_accuracy(model, tok, test)
+            print(f"step {step}: loss {loss.item():.3f}  held-out greedy accuracy {acc:.3f}  "
+                  f"({time.time() - start:.0f}s)", flush=True)  # fmt: skip
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(args.out, safe_serialization=True)
+    tok.save_pretrained(args.out)
+    (args.out / "TRAINING.json").write_text(
+        json.dumps({"script": "scripts/make_tiny_model.py", "args": vars(args) | {"out": None},
+                    "seed": SEED, "params": n_params, "held_out_greedy_accuracy": acc}, indent=2)
+    )  # fmt: skip
+    print(f"saved to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

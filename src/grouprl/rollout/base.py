@@ -1,0 +1,45 @@
+"""The rollout engine seam: generate groups of samples, take new weights in place."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from torch import Tensor
+
+from grouprl.types import Completion
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_tokens: int = 256
+    seed: int | None = None
+    """Base seed; prompt i of a call samples with seed + i, so results do not
+    depend on how prompts are batched."""
+
+
+class RolloutEngine(Protocol):
+    """Generates completions with the current policy weights.
+
+    ``generate`` returns, for each prompt, ``settings.n`` completions with the
+    sampled-token logprobs under the engine's weights. ``update_weights``
+    replaces the weights in place (no reload, no disk round trip visible to
+    the caller) and records ``version``; ``weight_version`` says which
+    weights the next ``generate`` uses.
+    """
+
+    @property
+    def weight_version(self) -> int: ...
+
+    def generate(
+        self, prompts: list[list[int]], settings: SamplingSettings
+    ) -> list[list[Completion]]: ...
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,73 @@
+"""Records that cross a boundary: engine -> episode -> scoring -> training.
+
+Suffixes: B batch (samples), T tokens, P prompts, G group (samples per prompt).
+
+Tokens in these records are the ones the engine produced and saw; nothing is
+ever re-tokenised from decoded text.
+
+A single-turn sample is ``prompt_ids + completion_ids``; its loss mask is 0 on
+the prompt and 1 on every generated token::
+
+    tokens     <|im_start|>user ... <|im_start|>assistant\\n | 7 + 5 = 12 ... <|im_end|>
+    loss_mask  0 ........................................ 0 | 1 .................... 1
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class Completion:
+    """One sampled continuation, as the engine produced it."""
+
+    token_ids: list[int]
+    logprobs: list[float]  # engine logprob of each sampled token
+    finish_reason: str  # "stop" (end-of-sequence token) or "length"
+    text: str = ""
+
+
+@dataclass
+class Trajectory:
+    """One episode: a prompt, the model's completion, its score.
+
+    ``reward`` is the weighted sum of the reward functions; ``reward_parts``
+    keeps each function's score (for metrics); ``weight_version`` is the
+    policy version that sampled it.
+    """
+
+    prompt_index: int  # index of the dataset row
+    prompt_ids: list[int]
+    completion: Completion
+    weight_version: int
+    reward: float = 0.0
+    reward_parts: dict[str, float] = field(default_factory=dict)
+    correct: bool = False
+    row: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TrainingBatch:
+    """Right-padded tensors for a forward/backward pass over B samples."""
+
+    input_ids_BT: Tensor
+    attention_mask_BT: Tensor
+    loss_mask_BT: Tensor  # 1 on tokens the policy generated
+    advantages_BT: Tensor
+    old_logprobs_BT: Tensor  # engine's sampled-token logprobs, aligned to input_ids
+    ref_logprobs_BT: Tensor | None = None
+
+    def __len__(self) -> int:
+        return self.input_ids_BT.shape[0]
+
+    def select(self, index: slice | Tensor) -> TrainingBatch:
+        pick = lambda t: None if t is None else t[index]  # noqa: E731
+        return TrainingBatch(**{name: pick(t) for name, t in vars(self).items()})
+
+    def to(self, device: torch.device) -> TrainingBatch:
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return TrainingBatch(**{name: move(t) for name, t in vars(self).items()})
