@@ -108,12 +108,21 @@ def greedy_accuracy(model, tok, problems, *, max_new_tokens: int = 48) -> float:
     correct = 0
     with torch.no_grad():
         for start in range(0, len(prompts), 100):
-            enc = tok(prompts[start : start + 100], return_tensors="pt", padding=True,
-                      add_special_tokens=False)  # fmt: skip
-            out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
-                                 pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)  # fmt: skip
+            enc = tok(
+                prompts[start : start + 100],
+                return_tensors="pt",
+                padding=True,
+                add_special_tokens=False,
+            )
+            out = model.generate(
+                **enc,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+            )
             texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-            for text, problem in zip(texts, problems[start : start + 100]):
+            for text, problem in zip(texts, problems[start : start + 100], strict=True):
                 found = re.search(r"####\s*(-?\d+)", text)
                 correct += bool(found and int(found.group(1)) == problem.target)
     model.train()
@@ -176,8 +185,11 @@ def main() -> None:
         opt.zero_grad(set_to_none=True)
         if step % args.eval_every == 0 or step == args.steps:
             acc = greedy_accuracy(model, tok, test)
-            print(f"step {step}: loss {loss.item():.3f}  held-out greedy accuracy {acc:.3f}  "
-                  f"({time.time() - start:.0f}s)", flush=True)  # fmt: skip
+            print(
+                f"step {step}: loss {loss.item():.3f}  held-out greedy accuracy {acc:.3f}  "
+                f"({time.time() - start:.0f}s)",
+                flush=True,
+            )
 
     args.out.mkdir(parents=True, exist_ok=True)
     model.generation_config.eos_token_id = tok.eos_token_id
@@ -185,9 +197,17 @@ def main() -> None:
     model.save_pretrained(args.out, safe_serialization=True)
     tok.save_pretrained(args.out)
     (args.out / "TRAINING.json").write_text(
-        json.dumps({"script": "scripts/make_tiny_model.py", "args": vars(args) | {"out": None},
-                    "seed": SEED, "params": n_params, "held_out_greedy_accuracy": acc}, indent=2)
-    )  # fmt: skip
+        json.dumps(
+            {
+                "script": "scripts/make_tiny_model.py",
+                "args": vars(args) | {"out": None},
+                "seed": SEED,
+                "params": n_params,
+                "held_out_greedy_accuracy": acc,
+            },
+            indent=2,
+        )
+    )
     print(f"saved to {args.out}")
 
 

@@ -52,14 +52,19 @@ class Trajectory:
 
 @dataclass
 class TrainingBatch:
-    """Right-padded tensors for a forward/backward pass over B samples."""
+    """Right-padded tensors for a forward/backward pass over B samples.
+
+    Logprob tensors are aligned to ``input_ids``: entry ``[b, t]`` is the
+    logprob of token ``input_ids[b, t]`` given the tokens before it.
+    """
 
     input_ids_BT: Tensor
     attention_mask_BT: Tensor
     loss_mask_BT: Tensor  # 1 on tokens the policy generated
     advantages_BT: Tensor
-    old_logprobs_BT: Tensor  # engine's sampled-token logprobs, aligned to input_ids
-    ref_logprobs_BT: Tensor | None = None
+    engine_logprobs_BT: Tensor  # the engine's sampled-token logprobs, aligned to input_ids
+    old_logprobs_BT: Tensor | None = None  # trainer logprobs of the sampling policy
+    ref_logprobs_BT: Tensor | None = None  # frozen reference, when algo.beta > 0
 
     def __len__(self) -> int:
         return self.input_ids_BT.shape[0]

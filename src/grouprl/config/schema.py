@@ -13,7 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, validate_assignment=True
+    )
 
 
 class ModelConfig(Section):
@@ -161,6 +163,9 @@ class TrainerConfig(Section):
     eval_every: int | None = Field(default=None, ge=1)
     """Validate every N steps; null validates only before and after training."""
     eval_before_train: bool = True
+    stop_after: int | None = Field(default=None, ge=1)
+    """Stop (with a checkpoint) after this many steps in this session, as a preemption
+    would; a later `trainer.resume=auto` run continues to `train.steps`."""
     log_samples: int = Field(default=4, ge=0)
     """Completions per step written to samples.jsonl."""
 

@@ -22,9 +22,19 @@ from dataclasses import dataclass
 NAMES = ("Mia", "Leo", "Ava", "Sam", "Zoe", "Max", "Ivy", "Ben", "Eli", "Ada", "Tom", "Kim")
 ITEMS = ("apples", "shells", "stickers", "marbles", "coins", "pens", "cards", "books", "stamps")
 PRONOUN = {
-    "Mia": "She", "Ava": "She", "Zoe": "She", "Ivy": "She", "Ada": "She", "Kim": "She",
-    "Leo": "He", "Sam": "He", "Max": "He", "Ben": "He", "Eli": "He", "Tom": "He",
-}  # fmt: skip
+    "Mia": "She",
+    "Ava": "She",
+    "Zoe": "She",
+    "Ivy": "She",
+    "Ada": "She",
+    "Kim": "She",
+    "Leo": "He",
+    "Sam": "He",
+    "Max": "He",
+    "Ben": "He",
+    "Eli": "He",
+    "Tom": "He",
+}
 
 SPLIT_SEEDS = {"train": 1_000, "test": 2_000}
 SPLIT_SIZES = {"train": 20_000, "test": 500}
@@ -47,9 +57,7 @@ def _step(rng: random.Random, value: int, who: str, other: str, item: str) -> tu
         return f"{she} {word} the number of {item}.", f"{value} * {k} = {value * k}", value * k
     if kind == "sub" and value >= 2:
         k = rng.randint(1, min(value - 1, 9))
-        text = rng.choice(
-            (f"{she} gives {k} {item} to {other}.", f"{she} loses {k} {item}.")
-        )
+        text = rng.choice((f"{she} gives {k} {item} to {other}.", f"{she} loses {k} {item}."))
         return text, f"{value} - {k} = {value - k}", value - k
     k = rng.randint(2, 9)
     text = rng.choice((f"{she} finds {k} more {item}.", f"{other} gives {who} {k} more {item}."))
@@ -65,7 +73,9 @@ def make_problem(rng: random.Random) -> ArithProblem:
     for i in range(rng.randint(2, 3)):
         text, equation, value = _step(rng, value, who, other, item)
         if i:
-            text = "Then " + (text[0].lower() + text[1:] if text.startswith(("She", "He")) else text)
+            text = "Then " + (
+                text[0].lower() + text[1:] if text.startswith(("She", "He")) else text
+            )
         sentences.append(text)
         equations.append(equation)
     sentences.append(f"How many {item} does {who} have now?")

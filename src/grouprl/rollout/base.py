@@ -19,8 +19,14 @@ class SamplingSettings:
     top_k: int = -1
     max_tokens: int = 256
     seed: int | None = None
-    """Base seed; prompt i of a call samples with seed + i, so results do not
-    depend on how prompts are batched."""
+    """Base seed; sample j of prompt i draws from seed + i * n + j (as vLLM seeds a
+    request's children), so results do not depend on how prompts are batched."""
+
+    @property
+    def is_greedy(self) -> bool:
+        """Temperature below 1e-5 means argmax decoding (vLLM's threshold); engines then
+        decode once per prompt and return ``n`` copies."""
+        return self.temperature < 1e-5
 
 
 class RolloutEngine(Protocol):
@@ -40,6 +46,8 @@ class RolloutEngine(Protocol):
         self, prompts: list[list[int]], settings: SamplingSettings
     ) -> list[list[Completion]]: ...
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None: ...
+    def update_weights(
+        self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int
+    ) -> None: ...
 
     def close(self) -> None: ...

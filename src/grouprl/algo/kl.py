@@ -1,0 +1,34 @@
+"""Per-token KL estimators between the policy and a frozen reference.
+
+Signature: ``fn(logprobs_BT, ref_logprobs_BT) -> kl_BT`` with samples drawn
+from the policy (Schulman, "Approximating KL Divergence", 2020). With
+``r = ref / policy`` probability ratio of the sampled token:
+
+- k1 = -log r              (unbiased, high variance, can be negative)
+- k2 = (log r)^2 / 2       (biased, low variance)
+- k3 = r - 1 - log r       (unbiased, non-negative; GRPO's choice)
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from grouprl.algo.registry import Registry
+
+KL_ESTIMATORS: Registry = Registry("KL estimator")
+
+
+@KL_ESTIMATORS.register("k1")
+def k1(logprobs_BT: Tensor, ref_logprobs_BT: Tensor) -> Tensor:
+    return logprobs_BT - ref_logprobs_BT
+
+
+@KL_ESTIMATORS.register("k2")
+def k2(logprobs_BT: Tensor, ref_logprobs_BT: Tensor) -> Tensor:
+    return 0.5 * (ref_logprobs_BT - logprobs_BT) ** 2
+
+
+@KL_ESTIMATORS.register("k3")
+def k3(logprobs_BT: Tensor, ref_logprobs_BT: Tensor) -> Tensor:
+    log_ratio_BT = ref_logprobs_BT - logprobs_BT
+    return log_ratio_BT.exp() - 1 - log_ratio_BT

@@ -1,0 +1,284 @@
+"""Cross-field checks and the quantities derived from a config.
+
+One training step, in samples::
+
+    data.batch_size prompts x rollout.n samples = samples_per_step
+    samples_per_step / train.mini_batch_size    = optimizer updates per pass
+    train.mini_batch_size / train.micro_batch_size = gradient accumulation
+    x algo.num_iterations passes                = optimizer steps per training step
+
+``check_config`` fails fast, before any model loads, with the arithmetic and
+valid choices. ``derive`` returns the numbers that ``grouprl plan`` prints and
+the trainer uses, so the two never disagree. No torch here.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import string
+from dataclasses import dataclass
+from pathlib import Path
+
+from grouprl.config.errors import ConfigError, choices, show
+from grouprl.config.schema import DataSource, RunConfig
+
+BUILTIN_DATASETS = ("builtin:arith",)
+
+
+@dataclass(frozen=True)
+class Derived:
+    """Numbers that follow from a valid config. Sizes count samples (completions)."""
+
+    prompts_per_step: int
+    samples_per_step: int  # prompts_per_step x rollout.n
+    mini_batch_size: int  # samples per optimizer step
+    micro_batch_size: int  # samples per forward/backward pass
+    mini_batches_per_step: int  # samples_per_step / mini_batch_size
+    grad_accum: int  # micro-batches per optimizer step
+    optimizer_steps_per_step: int  # algo.num_iterations x mini_batches_per_step
+    train_rows: int | None  # None until a file or hub dataset loads
+    eval_rows: int | None  # None if unknown before loading, or no eval split
+    steps_per_epoch: float | None  # train_rows / prompts_per_step (batches cross epochs)
+    total_steps: int | None  # None: set from train.epochs once the dataset loads
+    epochs: float | None  # total_steps x prompts_per_step / train_rows, when both are known
+    total_optimizer_steps: int | None
+    reference_model: bool  # algo.beta > 0 loads a frozen reference copy
+    device_text: str  # for display only; the trainer resolves `auto` with torch
+    max_tokens_per_sample: int  # data.max_prompt_tokens + rollout.max_tokens
+    max_tokens_per_micro_batch: int
+    max_tokens_per_step: int
+    run_dir: str  # trainer.run_dir with {name} filled in
+
+
+def check_config(cfg: RunConfig) -> None:
+    """Raise ``ConfigError`` listing every cross-field problem (batch arithmetic first)."""
+    problems = [
+        *_check_batch(cfg),
+        *_check_length(cfg),
+        *_check_data(cfg),
+        *_check_reward(cfg),
+        *_check_trainer(cfg),
+    ]
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    if problems:
+        listed = "\n".join(f"{i}. {p}" for i, p in enumerate(problems, start=1))
+        raise ConfigError(f"{len(problems)} problems in the run configuration:\n{listed}")
+
+
+def derive(cfg: RunConfig) -> Derived:
+    """Check ``cfg`` (raising ``ConfigError``) and compute the derived quantities."""
+    check_config(cfg)
+    prompts = cfg.data.batch_size
+    samples = prompts * cfg.rollout.n
+    mini = cfg.train.mini_batch_size or samples
+    micro = cfg.train.micro_batch_size
+    per_step = cfg.algo.num_iterations * (samples // mini)
+    train_rows = split_rows(cfg.data.train)
+    eval_rows = split_rows(cfg.data.eval) if cfg.data.eval is not None else None
+    steps_per_epoch = train_rows / prompts if train_rows is not None else None
+    total_steps = cfg.train.steps
+    if total_steps is None and train_rows is not None:
+        total_steps = steps_for_epochs(epochs=cfg.train.epochs, rows=train_rows, batch_size=prompts)
+    epochs = None
+    if total_steps is not None and train_rows:
+        epochs = cfg.train.epochs or total_steps * prompts / train_rows
+    sample_tokens = cfg.data.max_prompt_tokens + cfg.rollout.max_tokens
+    return Derived(
+        prompts_per_step=prompts,
+        samples_per_step=samples,
+        mini_batch_size=mini,
+        micro_batch_size=micro,
+        mini_batches_per_step=samples // mini,
+        grad_accum=mini // micro,
+        optimizer_steps_per_step=per_step,
+        train_rows=train_rows,
+        eval_rows=eval_rows,
+        steps_per_epoch=steps_per_epoch,
+        total_steps=total_steps,
+        epochs=epochs,
+        total_optimizer_steps=total_steps * per_step if total_steps is not None else None,
+        reference_model=cfg.algo.beta > 0,
+        device_text=_device_text(cfg.train.device),
+        max_tokens_per_sample=sample_tokens,
+        max_tokens_per_micro_batch=micro * sample_tokens,
+        max_tokens_per_step=samples * sample_tokens,
+        run_dir=cfg.trainer.run_dir.replace("{name}", cfg.name),
+    )
+
+
+def steps_for_epochs(*, epochs: float, rows: int, batch_size: int) -> int:
+    """Training steps for ``epochs`` passes over ``rows`` prompts, rounded up.
+
+    Matches ``data.sampler.PromptSampler``: batches run across epoch boundaries, so no
+    row is dropped and an epoch is ``rows / batch_size`` steps.
+    """
+    return max(1, math.ceil(epochs * rows / batch_size))
+
+
+def split_rows(source: DataSource) -> int | None:
+    """Rows in a split when known without loading it (built-in datasets), else None."""
+    if source.source != "builtin:arith":
+        return None
+    from grouprl.data.arith import SPLIT_SIZES  # stdlib-only module: keeps plan torch-free
+
+    rows = SPLIT_SIZES[source.split]
+    return min(rows, source.limit) if source.limit is not None else rows
+
+
+# --- the individual checks; each returns messages ---------------------------
+
+
+def _multiples(step: int, *, start: int = 1, count: int = 4) -> list[int]:
+    first = max(step, math.ceil(start / step) * step)
+    return [first + i * step for i in range(count)]
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _check_batch(cfg: RunConfig) -> list[str]:
+    batch, n = cfg.data.batch_size, cfg.rollout.n
+    mini, micro = cfg.train.mini_batch_size, cfg.train.micro_batch_size
+    samples = batch * n
+    if n < 2:
+        return [
+            f"rollout.n={n}: GRPO scores each sample against the other samples of its prompt; "
+            "a group of one has zero advantage, so nothing is learned. "
+            "Set rollout.n to 2 or more (8 is typical)."
+        ]
+    if mini is not None and samples % mini:
+        n_step = mini // math.gcd(mini, batch)
+        b_step = mini // math.gcd(mini, n)
+        fits = [d for d in _divisors(samples) if d % micro == 0]
+        mini_fix = (
+            f"train.mini_batch_size in {choices(fits, more=False)}"
+            if fits
+            else f"train.mini_batch_size among the divisors of {samples} "
+            f"{choices(_divisors(samples), more=False)} with train.micro_batch_size dividing it"
+        )
+        return [
+            f"samples per step = data.batch_size={batch} x rollout.n={n} = {samples}, "
+            f"which train.mini_batch_size={mini} does not divide ({samples} / {mini} = "
+            f"{samples / mini:.3g}); every optimizer step needs a whole mini-batch. Choose "
+            f"rollout.n in {choices(_multiples(n_step, start=2), more=True)}, or data.batch_size "
+            f"in {choices(_multiples(b_step), more=True)}, or {mini_fix}, or "
+            f"train.mini_batch_size=null (one update with all {samples} samples)."
+        ]
+    mini_size = mini if mini is not None else samples
+    if mini_size % micro:
+        named = (
+            f"train.mini_batch_size={mini}"
+            if mini is not None
+            else f"the mini-batch of {samples} samples (train.mini_batch_size=null: a whole step)"
+        )
+        return [
+            f"train.micro_batch_size={micro} does not divide {named}: "
+            f"{mini_size} / {micro} = {mini_size / micro:.3g}; gradient accumulation needs a "
+            f"whole number of micro-batches. Choose train.micro_batch_size in "
+            f"{choices(_divisors(mini_size), more=False)}."
+        ]
+    return []
+
+
+def _check_length(cfg: RunConfig) -> list[str]:
+    steps, epochs = cfg.train.steps, cfg.train.epochs
+    problems = []
+    if steps is None and epochs is None:
+        problems.append(
+            "the run length is not set: set train.steps=N (training steps) or "
+            "train.epochs=E (passes over the training prompts)."
+        )
+    if steps is not None and epochs is not None:
+        problems.append(
+            f"train.steps={steps} and train.epochs={show(epochs)} are both set; keep one "
+            "(override train.epochs=null or train.steps=null)."
+        )
+    needed = cfg.data.max_prompt_tokens + cfg.rollout.max_tokens
+    if needed > cfg.rollout.max_model_len:
+        problems.append(
+            f"data.max_prompt_tokens={cfg.data.max_prompt_tokens} + rollout.max_tokens="
+            f"{cfg.rollout.max_tokens} = {needed} exceeds rollout.max_model_len="
+            f"{cfg.rollout.max_model_len}; set rollout.max_model_len={needed} or more, or "
+            "lower one of the other two."
+        )
+    return problems
+
+
+def _check_data(cfg: RunConfig) -> list[str]:
+    from grouprl.data.arith import SPLIT_SIZES
+
+    problems = []
+    sources = [("data.train", cfg.data.train), ("data.eval", cfg.data.eval)]
+    for key, source in sources:
+        if source is None or not source.source.startswith("builtin:"):
+            continue
+        if source.source not in BUILTIN_DATASETS:
+            problems.append(
+                f"{key}.source={show(source.source)} is not a built-in dataset; choose one of "
+                f"{', '.join(BUILTIN_DATASETS)}, a .jsonl/.json/.parquet file, or a hub name."
+            )
+        elif source.split not in SPLIT_SIZES:
+            problems.append(
+                f"{key}.split={show(source.split)}: builtin:arith has the splits "
+                f"{', '.join(SPLIT_SIZES)}; set {key}.split to one of them."
+            )
+    train, held = cfg.data.train, cfg.data.eval
+    if held is not None and (held.source, held.split, held.subset) == (
+        train.source,
+        train.split,
+        train.subset,
+    ):
+        problems.append(
+            f"data.eval reads the same rows as data.train ({train.source}, split "
+            f"{show(train.split)}), so validation would measure memorisation; set "
+            "data.eval.split (e.g. test), another data.eval.source, or data.eval=null."
+        )
+    return problems
+
+
+def _check_reward(cfg: RunConfig) -> list[str]:
+    names = [f.name for f in cfg.reward.functions]
+    if not names:
+        return [
+            "reward.functions is empty, so every reward is 0; add one, e.g. "
+            "reward.functions=[{name: math_answer}]."
+        ]
+    correct = cfg.reward.correct_function
+    if correct is not None and correct not in names:
+        return [
+            f"reward.correct_function={show(correct)} is not one of the reward.functions "
+            f"names ({', '.join(names)}); set it to one of them or to null."
+        ]
+    return []
+
+
+def _check_trainer(cfg: RunConfig) -> list[str]:
+    problems = []
+    resume = cfg.trainer.resume
+    if resume not in ("never", "auto") and not Path(resume).expanduser().exists():
+        problems.append(
+            f"trainer.resume={show(resume)} is neither `never`, `auto` nor an existing "
+            "checkpoint path; fix the path or use trainer.resume=auto (latest checkpoint in "
+            "the run directory)."
+        )
+    try:
+        parsed = list(string.Formatter().parse(cfg.trainer.run_dir))
+    except ValueError:  # an unmatched brace
+        parsed = [("", "?", "", None)]
+    unknown = [f for _, f, _, _ in parsed if f is not None and f != "name"]
+    if unknown:
+        problems.append(
+            f"trainer.run_dir={show(cfg.trainer.run_dir)} has a placeholder other than "
+            "{name} (the run name), the only one filled in; fix the braces."
+        )
+    return problems
+
+
+def _device_text(device: str) -> str:
+    if device != "auto":
+        return device
+    found = "nvidia-smi found" if shutil.which("nvidia-smi") else "no nvidia-smi found"
+    return f"cuda if available, else cpu ({found})"

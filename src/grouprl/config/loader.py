@@ -1,0 +1,287 @@
+"""Load a run: a YAML recipe plus dotted overrides, validated into ``RunConfig``.
+
+    recipe (packaged name or path) ──► dict ──► key check ──► overrides ──► RunConfig
+                                                (suggests)   (key.sub=YAML)   (pydantic)
+
+Every failure is a ``ConfigError`` that names the key path, the value and the
+fix. Overrides follow Hydra's ``key.sub=value`` form; values are parsed as YAML
+(``algo.beta=0.04``, ``data.eval=null``, ``reward.functions=[{name: format}]``)
+and a list entry is addressed by its index (``reward.functions.0.weight=0.5``).
+Cross-field checks (batch arithmetic) are ``config.checks.check_config``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import typing
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from grouprl.config.errors import ConfigError, show
+from grouprl.config.schema import RunConfig
+
+RECIPE_SUFFIXES = (".yaml", ".yml")
+
+
+def list_recipes() -> list[tuple[str, str]]:
+    """Packaged recipes as ``(name, description)``, sorted by name."""
+    found = []
+    for entry in _recipes_dir().iterdir():
+        if entry.name.endswith(RECIPE_SUFFIXES):
+            data = yaml.safe_load(entry.read_text()) or {}
+            found.append((entry.name.rsplit(".", 1)[0], str(data.get("description", ""))))
+    return sorted(found)
+
+
+def load_config(recipe: str, overrides: list[str]) -> RunConfig:
+    """Read ``recipe`` (a packaged name or a YAML path), apply ``overrides``, validate.
+
+    A recipe without a ``name`` takes its file name. Raises ``ConfigError``.
+    """
+    origin, text, stem = _read_recipe(recipe)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"recipe {origin} is not valid YAML:\n{err}") from None
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"recipe {origin} must be a YAML mapping of sections (model:, data:, ...), "
+            f"not a {type(data).__name__}"
+        )
+    data.setdefault("name", stem)
+    _check_keys(data, model=RunConfig, prefix="", origin=f"recipe {origin}")
+    set_by: dict[str, str] = {}
+    for override in overrides:
+        parts, value = _parse_override(override)
+        _check_path(parts, origin=f"override {override!r}")
+        _set_path(data, parts=parts, value=value, override=override)
+        set_by[".".join(parts)] = override
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as err:
+        raise _explain(err, origin=origin, set_by=set_by) from None
+
+
+# --- recipes -----------------------------------------------------------------
+
+
+def _recipes_dir() -> Any:
+    return resources.files("grouprl") / "recipes"
+
+
+def _read_recipe(recipe: str) -> tuple[str, str, str]:
+    """``(origin shown in errors, YAML text, default run name)``."""
+    path = Path(recipe).expanduser()
+    if path.suffix in RECIPE_SUFFIXES or "/" in recipe or path.is_file():
+        if not path.is_file():
+            raise ConfigError(
+                f"recipe file {recipe} does not exist; give a path to a YAML file or one of "
+                f"the packaged recipes: {', '.join(n for n, _ in list_recipes())}"
+            )
+        return str(path), path.read_text(), path.stem
+    for suffix in RECIPE_SUFFIXES:
+        entry = _recipes_dir() / f"{recipe}{suffix}"
+        if entry.is_file():
+            return f"{recipe} (packaged)", entry.read_text(), recipe
+    names = [name for name, _ in list_recipes()]
+    close = difflib.get_close_matches(recipe, names, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise ConfigError(
+        f"unknown recipe {recipe!r}.{hint} Packaged recipes: {', '.join(names)} "
+        "(`grouprl recipes` describes them); or give a path to a YAML file."
+    )
+
+
+# --- overrides ---------------------------------------------------------------
+
+
+def _parse_override(override: str) -> tuple[list[str], Any]:
+    key, sep, raw = override.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(
+            f"override {override!r} is not of the form key.sub=value "
+            "(e.g. rollout.n=8, algo.beta=0.04, data.eval=null)"
+        )
+    if key[0] in "+~":
+        raise ConfigError(
+            f"override {override!r}: grouprl does not use Hydra's '+'/'~' prefixes; every key "
+            f"already exists in the schema, so write {key.lstrip('+~')}=value "
+            "(use =null to unset a value)"
+        )
+    parts = key.split(".")
+    if any(not part for part in parts):
+        raise ConfigError(f"override {override!r}: key {key!r} has an empty part between dots")
+    if raw == "":
+        return parts, ""  # Hydra: `key=` is the empty string; write `key=null` for null
+    try:
+        return parts, yaml.safe_load(raw)
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(
+            f"override {override!r}: the value is not valid YAML ({problem}); "
+            f"quote text that contains YAML syntax, e.g. '{key}=\"...\"'"
+        ) from None
+
+
+def _set_path(data: dict, *, parts: list[str], value: Any, override: str) -> None:
+    """Put ``value`` at ``parts`` in the nested recipe dict, creating sections as needed."""
+    node: Any = data
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        where = ".".join(parts[:depth])
+        if isinstance(node, list):
+            index = int(part)
+            if index >= len(node):
+                raise ConfigError(
+                    f"override {override!r}: {where} has no entry {index} (it has {len(node)}, "
+                    f"numbered from 0); set the whole list instead, e.g. {where}=[...]"
+                )
+            if last:
+                node[index] = value
+            else:
+                node = node[index]
+            continue
+        if last:
+            node[part] = value
+        elif isinstance(node.get(part), dict | list):
+            node = node[part]
+        elif parts[depth + 1].isdigit():
+            raise ConfigError(
+                f"override {override!r}: {'.'.join(parts[: depth + 1])} is not set in the "
+                "recipe, so it has no entries to index; set the whole list instead, e.g. "
+                f"{'.'.join(parts[: depth + 1])}=[...]"
+            )
+        else:
+            node[part] = {}
+            node = node[part]
+
+
+# --- key checks against the schema -------------------------------------------
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The section class inside an annotation such as ``X``, ``X | None`` or ``list[X]``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _is_list(annotation: Any) -> bool:
+    if typing.get_origin(annotation) is list:
+        return True
+    return any(_is_list(arg) for arg in typing.get_args(annotation))
+
+
+def _all_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
+    paths = []
+    for name, field in model.model_fields.items():
+        path = prefix + name
+        paths.append(path)
+        inner = _model_in(field.annotation)
+        if inner is not None and not _is_list(field.annotation):
+            paths.extend(_all_paths(inner, prefix=path + "."))
+    return paths
+
+
+def _unknown_key(*, path: str, bad: str, model: type[BaseModel], origin: str) -> ConfigError:
+    fields = list(model.model_fields)
+    near = difflib.get_close_matches(bad, fields, n=3, cutoff=0.6)
+    section = path.rpartition(".")[0]
+    suggestions = [f"{section}.{f}" if section else f for f in near]
+    elsewhere = {p.rpartition(".")[2]: p for p in _all_paths(RunConfig)}
+    for leaf in difflib.get_close_matches(bad, list(elsewhere), n=3, cutoff=0.8):
+        if elsewhere[leaf] not in suggestions:
+            suggestions.append(elsewhere[leaf])
+    hint = f" Did you mean {' or '.join(suggestions[:3])}?" if suggestions else ""
+    owner = section or "the top level"
+    return ConfigError(
+        f"unknown key {path!r} in {origin}.{hint}\n  Keys allowed in {owner}: {', '.join(fields)}"
+    )
+
+
+def _check_keys(data: dict, *, model: type[BaseModel], prefix: str, origin: str) -> None:
+    """Reject keys the schema does not have, suggesting close ones (recurses into sections)."""
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if key not in model.model_fields:
+            raise _unknown_key(path=path, bad=str(key), model=model, origin=origin)
+        annotation = model.model_fields[key].annotation
+        inner = _model_in(annotation)
+        if inner is None:
+            continue
+        if isinstance(value, dict):
+            _check_keys(value, model=inner, prefix=path + ".", origin=origin)
+        elif isinstance(value, list) and _is_list(annotation):
+            for i, item in enumerate(value):
+                if isinstance(item, dict):
+                    _check_keys(item, model=inner, prefix=f"{path}.{i}.", origin=origin)
+
+
+def _check_path(parts: list[str], *, origin: str) -> None:
+    """Check an override's dotted key against the schema before it touches the recipe."""
+    model: type[BaseModel] | None = RunConfig
+    i = 0
+    while i < len(parts):
+        part, path = parts[i], ".".join(parts[: i + 1])
+        if model is None:
+            parent = ".".join(parts[:i])
+            raise ConfigError(
+                f"{origin}: {parent} is a value, not a section, so {path} does not exist; "
+                f"write {parent}=VALUE"
+            )
+        if part not in model.model_fields:
+            raise _unknown_key(path=path, bad=part, model=model, origin=origin)
+        annotation = model.model_fields[part].annotation
+        model = _model_in(annotation)
+        i += 1
+        if _is_list(annotation) and i < len(parts):
+            if not parts[i].isdigit():
+                raise ConfigError(
+                    f"{origin}: {path} is a list; address an entry by its index "
+                    f"({path}.0.{parts[i]}) or set the whole list ({path}=[...])"
+                )
+            i += 1  # the list index; the entry has the fields of `model`
+
+
+# --- pydantic errors in plain words ------------------------------------------
+
+
+def _explain(err: ValidationError, *, origin: str, set_by: dict[str, str]) -> ConfigError:
+    lines = []
+    for problem in err.errors():
+        path = ".".join(str(part) for part in problem["loc"])
+        reason = problem["msg"].replace("Input should be", "should be")
+        source = next(
+            (
+                f"override {o!r}"
+                for key, o in reversed(set_by.items())
+                if path == key or path.startswith(key + ".")
+            ),
+            f"recipe {origin}",
+        )
+        if problem["type"] == "missing":
+            lines.append(f"  {path} is required (missing in {source})")
+            continue
+        line = f"  {path} = {show(problem['input'])}: {reason} (from {source})"
+        if problem["type"] == "string_type" and source.startswith("override"):
+            line += (
+                "\n    override values are parsed as YAML; quote text containing ': ' or "
+                f"braces, e.g. '{path}=\"...\"'"
+            )
+        lines.append(line)
+    count = "1 invalid value" if len(lines) == 1 else f"{len(lines)} invalid values"
+    return ConfigError(
+        f"{count} in the run configuration:\n"
+        + "\n".join(lines)
+        + "\n  Fix the value in the recipe or pass an override key.sub=value."
+    )

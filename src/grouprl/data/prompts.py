@@ -1,0 +1,114 @@
+"""Turn a data row into prompt token ids with the tokenizer's chat template.
+
+The user message is ``data.prompt_template`` with ``{question}`` replaced by
+the row's prompt column (plain text replacement, so other braces in the
+template, such as ``\\boxed{}``, are left alone). ``data.system_prompt``, when
+set, comes first as a system message. The template's generation prompt (the
+assistant header) ends the ids, so the engine starts the answer right away.
+
+A tokenizer without a chat template (a base model) gets the system prompt and
+the user message as plain text, encoded with the tokenizer's usual special
+tokens; this warns once.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any
+
+from grouprl.config.schema import DataConfig
+from grouprl.data.sources import DataError, get_field
+
+logger = logging.getLogger(__name__)
+
+PLACEHOLDER = "{question}"
+
+
+def render_prompt(
+    tokenizer: Any,
+    row: dict[str, Any],
+    *,
+    prompt_key: str,
+    system_prompt: str | None,
+    prompt_template: str,
+) -> list[int]:
+    """Prompt token ids for one row, ending with the assistant's generation prompt."""
+    if PLACEHOLDER not in prompt_template:
+        raise DataError(
+            f"data.prompt_template={prompt_template!r} has no {PLACEHOLDER} placeholder, "
+            f"so the question would never reach the model; add {PLACEHOLDER} where it belongs"
+        )
+    user = prompt_template.replace(PLACEHOLDER, str(get_field(row, prompt_key)))
+    if getattr(tokenizer, "chat_template", None) is None:
+        name = getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
+        warnings.warn(
+            f"tokenizer {name!r} has no chat template; prompts are the plain text of the "
+            "system prompt and the question",
+            stacklevel=2,
+        )
+        text = user if not system_prompt else f"{system_prompt}\n\n{user}"
+        return _as_ids(tokenizer.encode(text))
+    messages = [{"role": "user", "content": user}]
+    if system_prompt:
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    return _as_ids(out)
+
+
+def render_prompts(
+    tokenizer: Any, rows: list[dict[str, Any]], *, data_cfg: DataConfig
+) -> tuple[list[list[int]], list[dict[str, Any]]]:
+    """Prompt ids and the rows they came from, without rows over ``data.max_prompt_tokens``.
+
+    Dropped rows are logged (count and their ``_index``); if every row is too
+    long, this raises with the shortest length seen.
+    """
+    kept_ids: list[list[int]] = []
+    kept_rows: list[dict[str, Any]] = []
+    too_long: list[tuple[int, int]] = []  # (row index, prompt length)
+    for position, row in enumerate(rows):
+        ids = render_prompt(
+            tokenizer,
+            row,
+            prompt_key=data_cfg.prompt_key,
+            system_prompt=data_cfg.system_prompt,
+            prompt_template=data_cfg.prompt_template,
+        )
+        if len(ids) > data_cfg.max_prompt_tokens:
+            too_long.append((row.get("_index", position), len(ids)))
+            continue
+        kept_ids.append(ids)
+        kept_rows.append(row)
+    if too_long and not kept_ids:
+        shortest = min(n for _, n in too_long)
+        raise DataError(
+            f"all {len(rows)} prompts are longer than data.max_prompt_tokens="
+            f"{data_cfg.max_prompt_tokens} (shortest: {shortest} tokens); raise "
+            f"data.max_prompt_tokens to at least {shortest} (and rollout.max_model_len with it)"
+        )
+    if too_long:
+        shown = ", ".join(f"row {i} ({n} tokens)" for i, n in too_long[:5])
+        more = f", ... {len(too_long) - 5} more" if len(too_long) > 5 else ""
+        logger.warning(
+            "skipped %d of %d prompts longer than data.max_prompt_tokens=%d: %s%s",
+            len(too_long),
+            len(rows),
+            data_cfg.max_prompt_tokens,
+            shown,
+            more,
+        )
+    return kept_ids, kept_rows
+
+
+def _as_ids(out: Any) -> list[int]:
+    """Plain ``list[int]`` from what a tokenizer returns (list, dict/BatchEncoding, nested)."""
+    if not isinstance(out, list | tuple) and "input_ids" in out:
+        out = out["input_ids"]
+    if hasattr(out, "tolist"):
+        out = out.tolist()
+    out = list(out)
+    if out and isinstance(out[0], list | tuple):
+        assert len(out) == 1, "one conversation renders to one sequence"
+        out = list(out[0])
+    return [int(t) for t in out]

@@ -1,0 +1,316 @@
+"""Load prompt rows from a data source: the built-in task, local files, or a dataset.
+
+Sources (``DataSource.source``)::
+
+    builtin:arith            generated arithmetic problems (grouprl.data.arith)
+    path/to/rows.jsonl       one JSON object per line
+    path/to/rows.json        a JSON list of objects
+    path/to/rows.parquet     a parquet table
+    path/to/dir              a directory saved by `datasets` (save_to_disk), or
+                             a dataset folder `datasets.load_dataset` can read
+    owner/name               a Hugging Face hub dataset (needs the network)
+
+Every returned row is the source's row as a dict plus ``row["_index"]``, its
+position in the source, so a skipped row or a failing reward can be traced
+back. A key with dots (``answer.value``) reads into nested dicts; see
+``get_field``. A broken row (prompt missing, not a string or empty; answer
+missing; a line that is not a JSON object) is skipped and reported, never
+silently dropped; if every row is broken the load fails.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grouprl.config.schema import DataSource
+
+logger = logging.getLogger(__name__)
+
+BUILTINS = ("builtin:arith",)
+FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
+MISSING = object()
+"""Returned by ``get_field`` when a key does not resolve."""
+
+
+class DataError(ValueError):
+    """A data source that cannot be used as configured; the message says how to fix it."""
+
+    user_error = True
+
+
+@dataclass
+class SkippedRow:
+    index: int
+    reason: str
+
+
+@dataclass
+class LoadReport:
+    """What a load kept and what it skipped (with reasons), for logs and errors."""
+
+    source: str
+    total: int = 0
+    """Rows read from the source (before `limit`)."""
+    kept: int = 0
+    limit: int | None = None
+    skipped: list[SkippedRow] = field(default_factory=list)
+
+    def summary(self, *, show: int = 5) -> str:
+        head = f"{self.source}: kept {self.kept} of {self.total} rows"
+        if self.limit is not None:
+            head += f" (limit {self.limit})"
+        if not self.skipped:
+            return head
+        shown = "; ".join(f"row {s.index}: {s.reason}" for s in self.skipped[:show])
+        more = f"; ... {len(self.skipped) - show} more" if len(self.skipped) > show else ""
+        return f"{head}, skipped {len(self.skipped)} broken rows ({shown}{more})"
+
+
+def get_field(row: dict[str, Any], key: str) -> Any:
+    """``row[key]``, or for a dotted key the nested value (``answer.value``); else ``MISSING``.
+
+    A literal key that contains dots wins over the nested reading.
+    """
+    if key in row:
+        return row[key]
+    value: Any = row
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return MISSING
+        value = value[part]
+    return value
+
+
+def load_rows(
+    source: DataSource,
+    *,
+    prompt_key: str,
+    answer_key: str,
+    config_key: str = "data.train",
+) -> list[dict[str, Any]]:
+    """Valid rows of ``source`` (first ``source.limit`` of them); skipped rows are logged.
+
+    ``config_key`` is where ``source`` sits in the run config (``data.train`` or
+    ``data.eval``); error messages name it.
+    """
+    rows, report = read_rows(
+        source, prompt_key=prompt_key, answer_key=answer_key, config_key=config_key
+    )
+    if report.skipped:
+        logger.warning("%s", report.summary())
+    else:
+        logger.info("%s", report.summary())
+    return rows
+
+
+def read_rows(
+    source: DataSource,
+    *,
+    prompt_key: str,
+    answer_key: str,
+    config_key: str = "data.train",
+) -> tuple[list[dict[str, Any]], LoadReport]:
+    """Like ``load_rows`` but returns the report instead of logging it.
+
+    ``limit`` keeps the first ``limit`` valid rows, so a few broken rows do not
+    shrink an eval set below the size asked for.
+    """
+    raw, columns = _read_source(source, config_key=config_key)
+    report = LoadReport(source=source.source, total=len(raw), limit=source.limit)
+    if not raw:
+        raise DataError(f"{config_key}.source={source.source!r} has no rows")
+    for key, name in ((prompt_key, "data.prompt_key"), (answer_key, "data.answer_key")):
+        _check_column(key, columns=columns, raw=raw, config_name=name, source=source.source)
+    rows: list[dict[str, Any]] = []
+    for index, item in enumerate(raw):
+        if source.limit is not None and len(rows) >= source.limit:
+            break
+        reason = _row_problem(item, prompt_key=prompt_key, answer_key=answer_key)
+        if reason is not None:
+            report.skipped.append(SkippedRow(index=index, reason=reason))
+            continue
+        rows.append({**item, "_index": index})
+    report.kept = len(rows)
+    if not rows:
+        raise DataError(
+            f"every row of {config_key}.source={source.source!r} is broken: {report.summary()}. "
+            f"Check data.prompt_key={prompt_key!r} and data.answer_key={answer_key!r}"
+        )
+    return rows, report
+
+
+class _BadLine:
+    """A jsonl line that did not parse into an object; kept in place so indices stay true."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _row_problem(item: Any, *, prompt_key: str, answer_key: str) -> str | None:
+    if isinstance(item, _BadLine):
+        return item.reason
+    if not isinstance(item, dict):
+        return f"not an object but {type(item).__name__}"
+    prompt = get_field(item, prompt_key)
+    if prompt is MISSING:
+        return f"no prompt ({prompt_key!r} missing)"
+    if prompt is None:
+        return f"no prompt ({prompt_key!r} is null)"
+    if not isinstance(prompt, str):
+        return f"prompt {prompt_key!r} is {type(prompt).__name__}, not text"
+    if not prompt.strip():
+        return f"prompt {prompt_key!r} is empty"
+    answer = get_field(item, answer_key)
+    if answer is MISSING:
+        return f"no answer ({answer_key!r} missing)"
+    if answer is None:
+        return f"no answer ({answer_key!r} is null)"
+    return None
+
+
+def _check_column(
+    key: str, *, columns: list[str], raw: list[Any], config_name: str, source: str
+) -> None:
+    """Fail when no row has ``key``: that is a config mistake, not a broken row."""
+    if any(isinstance(r, dict) and get_field(r, key) is not MISSING for r in raw):
+        return
+    if key in columns or key.split(".")[0] in columns:
+        return  # present as a column but null everywhere: reported row by row
+    raise DataError(
+        f"{source!r} has no column {key!r}; its columns are {sorted(columns)}. "
+        f"Set {config_name} to one of them (e.g. {config_name}={sorted(columns)[0]!r})"
+        if columns
+        else f"{source!r} has no column {key!r} (no rows parsed into objects)"
+    )
+
+
+def _read_source(source: DataSource, *, config_key: str) -> tuple[list[Any], list[str]]:
+    """Raw rows and their column names (the union of keys for file rows)."""
+    name = source.source
+    if name.startswith("builtin:"):
+        return _read_builtin(name, split=source.split, size=source.limit, config_key=config_key)
+    path = Path(name).expanduser()
+    if path.suffix in FILE_SUFFIXES:
+        if not path.is_file():
+            raise DataError(
+                f"{config_key}.source={name!r}: file not found (looked in {path.resolve()}). "
+                "Check the path; relative paths start at the directory you run from"
+            )
+        raw = _read_file(path, config_key=config_key)
+        return raw, _columns_of(raw)
+    if path.is_dir():
+        return _read_local_dataset(path, source=source, config_key=config_key)
+    if name.startswith((".", "/", "~")):
+        raise DataError(f"{config_key}.source={name!r}: no such file or directory")
+    return _read_hub(source, config_key=config_key)
+
+
+def _read_builtin(
+    name: str, *, split: str, size: int | None, config_key: str
+) -> tuple[list[Any], list[str]]:
+    if name not in BUILTINS:
+        raise DataError(
+            f"{config_key}.source={name!r} is not a built-in dataset; "
+            f"choose one of {list(BUILTINS)}"
+        )
+    from grouprl.data.arith import SPLIT_SEEDS, SPLIT_SIZES, arith_split
+
+    if split not in SPLIT_SEEDS:
+        raise DataError(
+            f"{config_key}.split={split!r} does not exist for {name}; "
+            f"choose one of {list(SPLIT_SEEDS)}"
+        )
+    # Generated rows are never broken, so `limit` can cut generation short.
+    wanted = SPLIT_SIZES[split] if size is None else min(size, SPLIT_SIZES[split])
+    rows = [{"question": p.question, "answer": p.answer} for p in arith_split(split, size=wanted)]
+    return rows, ["answer", "question"]
+
+
+def _read_file(path: Path, *, config_key: str) -> list[Any]:
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.read_table(path).to_pylist()
+        except Exception as err:  # pyarrow raises several types for a bad file
+            raise DataError(
+                f"{config_key}.source={str(path)!r} is not a readable parquet file: {err}"
+            ) from err
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{config_key}.source={str(path)!r} is not valid JSON: {err}") from err
+        if not isinstance(data, list):
+            raise DataError(
+                f"{config_key}.source={str(path)!r} holds a JSON {type(data).__name__}; "
+                "expected a list of objects (or use one object per line in a .jsonl file)"
+            )
+        return data
+    return [
+        _parse_line(line, number=n) for n, line in enumerate(text.splitlines(), 1) if line.strip()
+    ]
+
+
+def _parse_line(line: str, *, number: int) -> Any:
+    try:
+        item = json.loads(line)
+    except json.JSONDecodeError as err:
+        return _BadLine(f"line {number} is not valid JSON ({err.msg})")
+    if not isinstance(item, dict):
+        return _BadLine(f"line {number} is a JSON {type(item).__name__}, not an object")
+    return item
+
+
+def _columns_of(raw: list[Any]) -> list[str]:
+    columns: dict[str, None] = {}
+    for item in raw:
+        if isinstance(item, dict):
+            columns.update(dict.fromkeys(item))
+    return list(columns)
+
+
+def _read_local_dataset(
+    path: Path, *, source: DataSource, config_key: str
+) -> tuple[list[Any], list[str]]:
+    import datasets
+
+    saved = (path / "dataset_dict.json").is_file() or (path / "state.json").is_file()
+    try:
+        if saved:
+            loaded = datasets.load_from_disk(str(path))
+        else:
+            loaded = datasets.load_dataset(str(path), source.subset, split=source.split)
+    except Exception as err:  # datasets raises many types; all mean "cannot read this"
+        raise DataError(
+            f"{config_key}.source={source.source!r} is a directory `datasets` cannot read: {err}"
+        ) from err
+    if isinstance(loaded, datasets.DatasetDict):
+        if source.split not in loaded:
+            raise DataError(
+                f"{config_key}.split={source.split!r} is not in {source.source!r}; "
+                f"its splits are {list(loaded)}"
+            )
+        loaded = loaded[source.split]
+    return loaded.to_list(), list(loaded.column_names)
+
+
+def _read_hub(source: DataSource, *, config_key: str) -> tuple[list[Any], list[str]]:
+    import datasets
+
+    try:
+        loaded = datasets.load_dataset(source.source, source.subset, split=source.split)
+    except Exception as err:  # network, auth, unknown name/subset/split
+        raise DataError(
+            f"could not load {config_key}.source={source.source!r} "
+            f"(subset={source.subset!r}, split={source.split!r}) from the Hugging Face hub: "
+            f"{type(err).__name__}: {err}. Check the name, {config_key}.subset and "
+            f"{config_key}.split, or point {config_key}.source at a local "
+            ".jsonl/.json/.parquet file or a directory saved with `save_to_disk`"
+        ) from err
+    return loaded.to_list(), list(loaded.column_names)

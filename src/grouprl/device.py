@@ -1,0 +1,53 @@
+"""Device and dtype resolution: the one place that decides where tensors live.
+
+``auto`` means CUDA when a GPU is visible, else CPU; the ``auto`` dtype is
+float32 on CPU (bf16 matmuls are slow or emulated there) and bfloat16 on CUDA.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+DeviceName = Literal["auto", "cpu", "cuda"]
+DtypeName = Literal["auto", "float32", "bfloat16", "float16"]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class DeviceError(ValueError):
+    """A device or dtype the user asked for that this machine cannot give."""
+
+    user_error = True
+
+
+def resolve_device(name: DeviceName = "auto") -> torch.device:
+    """``auto`` -> ``cuda`` if available else ``cpu``; ``cuda`` without a GPU is a user error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(
+            "train.device='cuda' but torch sees no CUDA GPU (torch "
+            f"{torch.__version__}); use train.device=cpu or train.device=auto, "
+            "or install a CUDA build of torch (the `gpu` extra)"
+        )
+    if name not in ("cpu", "cuda"):
+        raise DeviceError(f"train.device={name!r} is not one of 'auto', 'cpu', 'cuda'")
+    return torch.device(name)
+
+
+def resolve_dtype(name: DtypeName, device: torch.device) -> torch.dtype:
+    """``auto`` -> float32 on CPU, bfloat16 on CUDA; otherwise the named dtype."""
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if name not in _DTYPES:
+        raise DeviceError(
+            f"model.dtype={name!r} is not one of 'auto', {', '.join(map(repr, _DTYPES))}"
+        )
+    return _DTYPES[name]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"`` (the spelling vLLM and the config use)."""
+    return str(dtype).removeprefix("torch.")

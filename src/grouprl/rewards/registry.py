@@ -1,0 +1,130 @@
+"""Reward functions by name: the built-ins, or your own by import path or file path.
+
+Every reward function has one signature. It is called once per completion as::
+
+    fn(completion_text, reference=row_answer, row=row_dict)
+
+``completion_text`` is the decoded completion, ``reference`` the row's
+``data.answer_key`` value and ``row`` the whole data row (with ``_index``, its
+position in the source). It returns a number (a bool counts as 0/1); raising,
+returning a non-number or NaN, or running past ``reward.timeout_s`` counts as
+an error (see ``reward.on_error``). Accept ``**kwargs`` so new keywords do not
+break it. An example user function in ``my_rewards.py``::
+
+    def short_and_right(completion: str, *, reference: str, **kwargs) -> float:
+        right = completion.strip().endswith(f"#### {reference.split('####')[-1].strip()}")
+        return float(right) - 0.001 * len(completion.split())
+
+used from a recipe as ``reward.functions: [{name: my_rewards.py:short_and_right}]``
+(a file, relative to where you run) or ``{name: my_pkg.rewards:short_and_right}``
+(an importable module).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from grouprl.rewards.format import format_reward
+from grouprl.rewards.math import math_answer
+
+RewardFn = Callable[..., Any]
+
+
+class RewardError(ValueError):
+    """A reward function that cannot be found, loaded or run; the message says which and why."""
+
+    user_error = True
+
+
+REWARD_FUNCTIONS: dict[str, RewardFn] = {}
+
+
+def register_reward(name: str, fn: RewardFn) -> RewardFn:
+    """Add ``fn`` to ``REWARD_FUNCTIONS`` as ``name``; a name is registered only once."""
+    if name in REWARD_FUNCTIONS:
+        raise ValueError(f"reward function {name!r} is already registered")
+    REWARD_FUNCTIONS[name] = fn
+    return fn
+
+
+register_reward("math_answer", math_answer)
+register_reward("format", format_reward)
+
+
+def resolve_reward(name: str, *, index: int | None = None) -> RewardFn:
+    """The function ``name`` refers to: registered, ``package.module:fn`` or ``file.py:fn``.
+
+    ``index`` is the position in ``reward.functions``, used in error messages.
+    """
+    key = f"reward.functions[{'i' if index is None else index}].name"
+    if name in REWARD_FUNCTIONS:
+        return REWARD_FUNCTIONS[name]
+    if ":" not in name:
+        raise RewardError(
+            f"{key}={name!r} is not a registered reward function; choose one of "
+            f"{sorted(REWARD_FUNCTIONS)}, or give your own as `package.module:function` "
+            "or `path/to/file.py:function`"
+        )
+    target, _, attr = name.rpartition(":")
+    if target.endswith(".py"):
+        module = _load_file(target, key=key, name=name)
+    else:
+        module = _import_module(target, key=key, name=name)
+    fn = getattr(module, attr, None)
+    if fn is None:
+        public = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
+        raise RewardError(f"{key}={name!r}: {target} has no {attr!r}; its functions are {public}")
+    if not callable(fn):
+        raise RewardError(f"{key}={name!r}: {attr!r} is a {type(fn).__name__}, not a function")
+    return fn
+
+
+def resolve_rewards(functions: list[Any]) -> list[tuple[str, RewardFn, float]]:
+    """``(name, fn, weight)`` for each ``reward.functions`` entry (``RewardFunction`` records)."""
+    names = [f.name for f in functions]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise RewardError(
+                f"reward.functions[{i}].name={name!r} is listed twice; list it once and "
+                "set its weight"
+            )
+    return [(f.name, resolve_reward(f.name, index=i), f.weight) for i, f in enumerate(functions)]
+
+
+def _import_module(target: str, *, key: str, name: str) -> Any:
+    try:
+        return importlib.import_module(target)
+    except Exception as err:  # ImportError or an error while running the module
+        raise RewardError(
+            f"{key}={name!r}: cannot import module {target!r} ({type(err).__name__}: {err}). "
+            "Install it or add its directory to PYTHONPATH, or use `path/to/file.py:function`"
+        ) from err
+
+
+def _load_file(target: str, *, key: str, name: str) -> Any:
+    path = Path(target).expanduser().resolve()
+    if not path.is_file():
+        raise RewardError(f"{key}={name!r}: file {str(path)!r} does not exist")
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
+    module_name = f"grouprl_user_reward_{path.stem}_{digest}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise RewardError(f"{key}={name!r}: {str(path)!r} cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # so pickling and dataclasses in the file work
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:
+        del sys.modules[module_name]
+        raise RewardError(
+            f"{key}={name!r}: running {str(path)!r} failed ({type(err).__name__}: {err})"
+        ) from err
+    return module

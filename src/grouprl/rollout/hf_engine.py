@@ -1,0 +1,246 @@
+"""Rollouts with a plain transformers model: a KV-cached sampling loop, no vLLM.
+
+Suffixes: B rows (prompt x sample), T tokens, V vocab.
+
+The loop is written by hand rather than with ``model.generate`` so that every
+row draws from its own ``torch.Generator``: sample j of prompt i uses seed
+``settings.seed + i * n + j`` (the same streams vLLM gives a request seeded
+``seed + i * n``), so a completion does not depend on how prompts are batched.
+
+Logprobs are those of the raw model distribution, ``log_softmax(logits)`` in
+float32, before temperature, top-k and top-p: the same as vLLM's default
+``logprobs_mode="raw_logprobs"``. They equal the sampler's probabilities only
+at temperature 1 with top_k=-1 and top_p=1.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor
+
+from grouprl.rollout.base import SamplingSettings
+from grouprl.types import Completion
+
+
+class HFEngine:
+    """A rollout engine over its own copy of a transformers causal LM.
+
+    The constructor deep-copies ``model`` onto ``device`` (cast to ``dtype`` if
+    given); the trainer's model is never touched, and ``update_weights`` copies
+    new values into the copy's parameters in place (casting as needed).
+    ``max_batch_rows`` bounds how many rows (prompt x sample) run through one
+    forward pass.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        device: torch.device | str,
+        dtype: torch.dtype | None = None,
+        max_batch_rows: int = 256,
+    ) -> None:
+        self.device = torch.device(device)
+        self.model = copy.deepcopy(model).to(device=self.device, dtype=dtype)
+        self.model.eval().requires_grad_(False)
+        self.tokenizer = tokenizer
+        self.max_batch_rows = max_batch_rows
+        self._params = dict(self.model.named_parameters(remove_duplicate=False))
+        self._eos_ids = _eos_token_ids(self.model, tokenizer)
+        pad = tokenizer.pad_token_id
+        self._pad_id = pad if pad is not None else min(self._eos_ids)
+        self._version = 0
+
+    @property
+    def weight_version(self) -> int:
+        return self._version
+
+    @torch.no_grad()
+    def generate(
+        self, prompts: list[list[int]], settings: SamplingSettings
+    ) -> list[list[Completion]]:
+        n = settings.n
+        per_prompt = 1 if settings.is_greedy else n
+        rows = [
+            (prompt, _row_seed(settings.seed, i * n + j))
+            for i, prompt in enumerate(prompts)
+            for j in range(per_prompt)
+        ]
+        done: list[Completion] = []
+        for start in range(0, len(rows), self.max_batch_rows):
+            chunk = rows[start : start + self.max_batch_rows]
+            done += self._generate_rows([p for p, _ in chunk], [s for _, s in chunk], settings)
+        groups = [done[i * per_prompt : (i + 1) * per_prompt] for i in range(len(prompts))]
+        return [g if per_prompt == n else replicate(g[0], n) for g in groups]
+
+    @torch.no_grad()
+    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None:
+        """Copy every tensor into the parameter of the same name; every parameter must be given."""
+        named = list(named_tensors)
+        unknown = sorted(name for name, _ in named if name not in self._params)
+        if unknown:
+            raise ValueError(
+                f"weight push to the hf engine names unknown parameters {unknown[:5]}; "
+                "pass `model.named_parameters()` of the same architecture"
+            )
+        written = {id(self._params[name]) for name, _ in named}
+        missing = sorted(n for n, p in self._params.items() if id(p) not in written)
+        if missing:
+            raise ValueError(
+                f"weight push to the hf engine misses parameters {missing[:5]} "
+                f"({len(missing)}); pushes are all-or-nothing so no layer serves stale weights"
+            )
+        wrong = [n for n, t in named if t.shape != self._params[n].shape]
+        if wrong:  # checked up front: copy_ would broadcast silently, or fail half-way
+            raise ValueError(f"weight push to the hf engine has wrong shapes for {wrong[:5]}")
+        for name, tensor in named:
+            self._params[name].copy_(tensor.detach())
+        self._version = version
+
+    def close(self) -> None:
+        self.model = None
+        self._params = {}
+
+    # --- internals -------------------------------------------------------------------------
+
+    def _generate_rows(
+        self, prompts: list[list[int]], seeds: list[int | None], settings: SamplingSettings
+    ) -> list[Completion]:
+        B = len(prompts)
+        generators = [_generator(seed, self.device) for seed in seeds]
+        input_ids_BT, attention_BT = _left_pad(prompts, self._pad_id, self.device)
+        position_BT = (attention_BT.cumsum(-1) - 1).clamp(min=0)
+        eos_ids = torch.tensor(sorted(self._eos_ids), device=self.device)
+
+        tokens: list[list[int]] = [[] for _ in range(B)]
+        logprobs: list[list[float]] = [[] for _ in range(B)]
+        done_B = torch.zeros(B, dtype=torch.bool, device=self.device)
+        out = self.model(
+            input_ids=input_ids_BT,
+            attention_mask=attention_BT,
+            position_ids=position_BT,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        next_position_B = position_BT[:, -1] + 1
+        for step in range(settings.max_tokens):
+            logits_BV = out.logits[:, -1].float()
+            token_B = sample_tokens(logits_BV, settings=settings, generators=generators)
+            logprob_B = logits_BV.log_softmax(-1).gather(1, token_B[:, None])[:, 0]
+            for b in (~done_B).nonzero()[:, 0].tolist():
+                tokens[b].append(int(token_B[b]))
+                logprobs[b].append(float(logprob_B[b]))
+            done_B |= torch.isin(token_B, eos_ids)
+            if bool(done_B.all()) or step == settings.max_tokens - 1:
+                break
+            token_B = token_B.masked_fill(done_B, self._pad_id)
+            attention_BT = torch.cat([attention_BT, torch.ones_like(attention_BT[:, :1])], dim=1)
+            out = self.model(
+                input_ids=token_B[:, None],
+                attention_mask=attention_BT,
+                position_ids=next_position_B[:, None],
+                past_key_values=out.past_key_values,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            next_position_B = next_position_B + 1
+        return [self._completion(t, lp) for t, lp in zip(tokens, logprobs, strict=True)]
+
+    def _completion(self, token_ids: list[int], logprobs: list[float]) -> Completion:
+        stopped = bool(token_ids) and token_ids[-1] in self._eos_ids
+        return Completion(
+            token_ids=token_ids,
+            logprobs=logprobs,
+            finish_reason="stop" if stopped else "length",
+            text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
+        )
+
+
+def sample_tokens(
+    logits_BV: Tensor, *, settings: SamplingSettings, generators: list[torch.Generator | None]
+) -> Tensor:
+    """One token per row, as vLLM's sampler does it: temperature, then top-k, then top-p,
+    then an exponential race (argmax of p / q, q ~ Exp(1)) with each row's generator."""
+    if settings.is_greedy:
+        return logits_BV.argmax(-1)
+    scaled_BV = logits_BV / settings.temperature
+    scaled_BV = _top_k_top_p(scaled_BV, top_k=settings.top_k, top_p=settings.top_p)
+    probs_BV = scaled_BV.softmax(-1)
+    q_BV = torch.stack(
+        [torch.empty_like(probs_BV[0]).exponential_(generator=g) for g in generators]
+    )
+    return (probs_BV / q_BV).argmax(-1)
+
+
+def replicate(completion: Completion, n: int) -> list[Completion]:
+    """``n`` independent copies (greedy decoding gives every sample the same tokens)."""
+    return [
+        dataclasses.replace(
+            completion, token_ids=list(completion.token_ids), logprobs=list(completion.logprobs)
+        )
+        for _ in range(n)
+    ]
+
+
+def _top_k_top_p(logits_BV: Tensor, *, top_k: int, top_p: float) -> Tensor:
+    """Mask to -inf outside the top-k, then outside the top-p nucleus (vLLM's semantics:
+    drop the lowest tokens whose cumulative probability stays <= 1 - top_p, keep >= 1)."""
+    V = logits_BV.shape[-1]
+    use_k = 0 < top_k < V
+    if not use_k and top_p >= 1.0:
+        return logits_BV
+    sorted_BV, index_BV = logits_BV.sort(dim=-1, descending=False)
+    if use_k:
+        kth_B1 = sorted_BV[:, V - top_k : V - top_k + 1]
+        sorted_BV = sorted_BV.masked_fill(sorted_BV < kth_B1, float("-inf"))
+    if top_p < 1.0:
+        cumulative_BV = sorted_BV.softmax(-1).cumsum(-1)
+        drop_BV = cumulative_BV <= 1 - top_p
+        drop_BV[:, -1] = False
+        sorted_BV = sorted_BV.masked_fill(drop_BV, float("-inf"))
+    return torch.empty_like(logits_BV).scatter_(-1, index_BV, sorted_BV)
+
+
+def _left_pad(prompts: list[list[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("empty prompt: every prompt needs at least one token")
+    T = max(len(p) for p in prompts)
+    input_ids_BT = torch.full((len(prompts), T), pad_id, dtype=torch.long)
+    attention_BT = torch.zeros((len(prompts), T), dtype=torch.long)
+    for b, prompt in enumerate(prompts):
+        input_ids_BT[b, T - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+        attention_BT[b, T - len(prompt) :] = 1
+    return input_ids_BT.to(device), attention_BT.to(device)
+
+
+def _row_seed(base: int | None, offset: int) -> int | None:
+    return None if base is None else base + offset
+
+
+def _generator(seed: int | None, device: torch.device) -> torch.Generator:
+    g = torch.Generator(device=device)
+    if seed is None:
+        g.seed()
+    else:
+        g.manual_seed(seed)
+    return g
+
+
+def _eos_token_ids(model, tokenizer) -> set[int]:
+    """The tokenizer's EOS plus the generation config's (vLLM stops on both too)."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(config_eos, int):
+        ids.add(config_eos)
+    elif config_eos is not None:
+        ids.update(int(i) for i in config_eos)
+    if not ids:
+        raise ValueError("the tokenizer and generation config name no end-of-sequence token")
+    return ids

@@ -1,0 +1,53 @@
+"""Drives single-turn episodes: prompts -> engine groups -> scored trajectories.
+
+prompt ids (P) ─► engine.generate(n=G) ─► P x G completions
+                                  └─► reward functions ─► Trajectory (P*G, prompt-major)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from grouprl.rewards.scoring import RewardScores
+from grouprl.rollout.base import RolloutEngine, SamplingSettings
+from grouprl.types import Trajectory
+
+ScoreFn = Callable[[list[str], list[dict[str, Any]]], RewardScores]
+
+
+def collect(
+    *,
+    engine: RolloutEngine,
+    prompts: list[list[int]],
+    rows: list[dict[str, Any]],
+    settings: SamplingSettings,
+    score: ScoreFn,
+    correct_function: str | None,
+) -> tuple[list[Trajectory], RewardScores]:
+    """Generates ``settings.n`` samples per prompt and scores them.
+
+    Trajectories are prompt-major: sample g of prompt p is at ``p * n + g``.
+    """
+    groups = engine.generate(prompts, settings)
+    version = engine.weight_version
+    trajectories = [
+        Trajectory(
+            prompt_index=row["_index"],
+            prompt_ids=prompt,
+            completion=completion,
+            weight_version=version,
+            row=row,
+        )
+        for prompt, row, group in zip(prompts, rows, groups, strict=True)
+        for completion in group
+    ]
+    scores = score(
+        completions=[t.completion.text for t in trajectories], rows=[t.row for t in trajectories]
+    )
+    for i, traj in enumerate(trajectories):
+        traj.reward = scores.total[i]
+        traj.reward_parts = {name: values[i] for name, values in scores.parts.items()}
+        if correct_function is not None and correct_function in scores.parts:
+            traj.correct = scores.parts[correct_function][i] >= 1.0
+    return trajectories, scores

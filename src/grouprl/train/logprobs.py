@@ -1,0 +1,65 @@
+"""Token logprobs and entropy from a causal LM without full-vocabulary float32 logits.
+
+Suffixes: B batch, T tokens, H hidden, V vocab.
+
+The decoder runs once over the batch; the LM head, log-softmax and gather run
+over chunks of ``chunk_tokens`` positions. With gradients on, each chunk is
+recomputed in the backward pass (activation checkpointing), so at most one
+chunk of V-sized activations is alive at a time.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+
+def _chunk_logprobs(
+    hidden_NH: Tensor, targets_N: Tensor, weight_VH: Tensor, bias_V: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    logits_NV = F.linear(hidden_NH, weight_VH, bias_V).float()
+    logp_NV = torch.log_softmax(logits_NV, dim=-1)
+    picked_N = logp_NV.gather(-1, targets_N.unsqueeze(-1)).squeeze(-1)
+    with torch.no_grad():
+        entropy_N = -(logp_NV.exp() * logp_NV).sum(-1)
+    return picked_N, entropy_N
+
+
+def token_logprobs(
+    model: torch.nn.Module,
+    *,
+    input_ids_BT: Tensor,
+    attention_mask_BT: Tensor,
+    chunk_tokens: int,
+) -> tuple[Tensor, Tensor]:
+    """Logprob of each token given its prefix, and the policy's entropy there.
+
+    Entry ``[b, t]`` is about token ``input_ids[b, t]`` predicted from positions
+    ``< t``; column 0 is 0 (nothing predicts the first token). Right padding.
+    """
+    decoder = getattr(model, model.base_model_prefix)
+    hidden_BTH = decoder(input_ids=input_ids_BT, attention_mask=attention_mask_BT).last_hidden_state
+    head = model.get_output_embeddings()
+    B, T = input_ids_BT.shape
+    hidden_NH = hidden_BTH[:, :-1].reshape(-1, hidden_BTH.shape[-1])
+    targets_N = input_ids_BT[:, 1:].reshape(-1)
+    picked, entropies = [], []
+    for start in range(0, hidden_NH.shape[0], chunk_tokens):
+        args = (
+            hidden_NH[start : start + chunk_tokens],
+            targets_N[start : start + chunk_tokens],
+            head.weight,
+            head.bias,
+        )
+        if torch.is_grad_enabled():
+            p, e = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
+        else:
+            p, e = _chunk_logprobs(*args)
+        picked.append(p)
+        entropies.append(e)
+    zero_B1 = hidden_BTH.new_zeros((B, 1), dtype=torch.float32)
+    logprobs_BT = torch.cat([zero_B1, torch.cat(picked).view(B, T - 1)], dim=1)
+    entropy_BT = torch.cat([zero_B1, torch.cat(entropies).view(B, T - 1)], dim=1)
+    return logprobs_BT, entropy_BT

@@ -1,0 +1,43 @@
+"""Loading the policy (and reference) model and tokenizer exactly as transformers does."""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from grouprl.assets import resolve_model_path
+from grouprl.config.schema import ModelConfig
+
+
+class ModelLoadError(RuntimeError):
+    user_error = True
+
+
+def load_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
+    path = resolve_model_path(cfg.path)
+    try:
+        tok = AutoTokenizer.from_pretrained(
+            path, trust_remote_code=cfg.trust_remote_code, revision=cfg.revision
+        )
+    except OSError as err:
+        raise ModelLoadError(
+            f"model.path={cfg.path!r}: the tokenizer could not be loaded ({err}). Give a local "
+            "model directory, a hub name reachable from this machine, or builtin:tiny-arith."
+        ) from None
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_causal_lm(cfg: ModelConfig, *, dtype: torch.dtype, device: torch.device):
+    path = resolve_model_path(cfg.path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, trust_remote_code=cfg.trust_remote_code, revision=cfg.revision
+        )
+    except OSError as err:
+        raise ModelLoadError(
+            f"model.path={cfg.path!r}: the model could not be loaded ({err}). Give a local "
+            "model directory, a hub name reachable from this machine, or builtin:tiny-arith."
+        ) from None
+    return model.to(device)

@@ -1,0 +1,38 @@
+"""AdamW and the learning-rate schedule (warmup, then constant or cosine).
+
+The schedule counts training steps (one per batch of prompts), not optimizer
+steps, so ``warmup_steps`` means the same whatever the mini-batch size.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from grouprl.config.schema import TrainConfig
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+
+
+def lr_factor(step: int, *, cfg: TrainConfig, total_steps: int) -> float:
+    """Multiplier of ``cfg.lr`` for training step ``step`` (0-based)."""
+    if step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    if cfg.lr_schedule == "constant":
+        return 1.0
+    decay_steps = max(1, total_steps - cfg.warmup_steps - 1)
+    progress = min(1.0, (step - cfg.warmup_steps) / decay_steps)
+    cosine = 0.5 * (1 + math.cos(math.pi * progress))
+    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine
+
+
+def make_scheduler(
+    optimizer: torch.optim.Optimizer, cfg: TrainConfig, *, total_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, cfg=cfg, total_steps=total_steps)
+    )

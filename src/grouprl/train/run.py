@@ -1,0 +1,240 @@
+"""`grouprl train`: build the components, resume if asked, run the loop, report."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+
+from grouprl.assets import resolve_model_path
+from grouprl.ckpt.local import (
+    TrainerState,
+    load_checkpoint,
+    resolve_resume,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from grouprl.config.checks import derive, steps_for_epochs
+from grouprl.config.redact import redacted_dict, save_resolved
+from grouprl.config.schema import RunConfig
+from grouprl.data.sampler import PromptSampler
+from grouprl.device import resolve_device, resolve_dtype
+from grouprl.metrics.progress import TrainProgress
+from grouprl.metrics.report import write_report
+from grouprl.metrics.samples import SamplesWriter
+from grouprl.metrics.sinks import make_sinks
+from grouprl.rollout.factory import make_engine
+from grouprl.train.loop import Components, one_step, run_validation
+from grouprl.train.model import load_causal_lm, load_tokenizer
+from grouprl.train.optim import make_optimizer, make_scheduler
+from grouprl.train.setup import load_prompt_set, make_score_fn, seed_everything
+from grouprl.types import Trajectory
+
+console = Console(stderr=True)
+
+
+def run_dir_of(cfg: RunConfig) -> Path:
+    return Path(cfg.trainer.run_dir.format(name=cfg.name))
+
+
+def build(cfg: RunConfig) -> Components:
+    derived = derive(cfg)
+    seed_everything(cfg.train)
+    device = resolve_device(cfg.train.device)
+    engine_dtype = resolve_dtype(cfg.model.dtype, device)
+    console.log(f"loading tokenizer and data (model {cfg.model.path}, device {device})")
+    tokenizer = load_tokenizer(cfg.model)
+    train_set = load_prompt_set(
+        cfg.data.train, tokenizer=tokenizer, data=cfg.data, config_key="data.train"
+    )
+    eval_set = None
+    if cfg.data.eval is not None:
+        eval_set = load_prompt_set(
+            cfg.data.eval, tokenizer=tokenizer, data=cfg.data, config_key="data.eval"
+        )
+    total_steps = derived.total_steps or steps_for_epochs(
+        epochs=cfg.train.epochs, rows=len(train_set), batch_size=cfg.data.batch_size
+    )
+    console.log("loading policy" + (" and reference" if cfg.algo.beta > 0 else ""))
+    policy = load_causal_lm(cfg.model, dtype=torch.float32, device=device)
+    reference = None
+    if cfg.algo.beta > 0:
+        reference = load_causal_lm(cfg.model, dtype=engine_dtype, device=device)
+        reference.eval().requires_grad_(False)
+    optimizer = make_optimizer(policy, cfg.train)
+    autocast = functools.partial(torch.autocast, device_type=device.type, enabled=False)
+    if device.type == "cuda" and engine_dtype != torch.float32:
+        autocast = functools.partial(torch.autocast, device_type="cuda", dtype=engine_dtype)
+    console.log(f"starting the {cfg.rollout.engine} rollout engine")
+    engine = make_engine(
+        cfg,
+        model_dir=resolve_model_path(cfg.model.path),
+        tokenizer=tokenizer,
+        policy_model=policy,
+        device=device,
+        cache_dir=run_dir_of(cfg) / "cache",
+    )
+    return Components(
+        cfg=cfg,
+        tokenizer=tokenizer,
+        policy=policy,
+        reference=reference,
+        optimizer=optimizer,
+        scheduler=make_scheduler(optimizer, cfg.train, total_steps=total_steps),
+        engine=engine,
+        train_set=train_set,
+        eval_set=eval_set,
+        sampler=PromptSampler(len(train_set), seed=cfg.train.seed, shuffle=cfg.data.shuffle),
+        score=make_score_fn(cfg.reward, answer_key=cfg.data.answer_key),
+        mini_batch_size=derived.mini_batch_size,
+        total_steps=total_steps,
+        autocast=autocast,
+    )
+
+
+def save(c: Components, run_dir: Path, *, eval_before: dict[str, float]) -> Path:
+    state = TrainerState(
+        step=c.step,
+        weight_version=c.weight_version,
+        sampler=c.sampler.state_dict(),
+        scheduler=c.scheduler.state_dict(),
+        rng=rng_state(),
+        eval_before=eval_before,
+    )
+    return save_checkpoint(
+        run_dir,
+        model=c.policy,
+        tokenizer=c.tokenizer,
+        optimizer=c.optimizer,
+        state=state,
+        keep_last=c.cfg.trainer.keep_last,
+    )
+
+
+def resume(c: Components, run_dir: Path) -> dict[str, float] | None:
+    """Restores a checkpoint if ``trainer.resume`` asks for one; returns its eval_before."""
+    ckpt = resolve_resume(run_dir, c.cfg.trainer.resume)
+    if ckpt is None:
+        if c.cfg.trainer.resume == "auto":
+            console.log(f"trainer.resume=auto: no checkpoint in {run_dir}, starting fresh")
+        return None
+    state = load_checkpoint(ckpt, model=c.policy, optimizer=c.optimizer)
+    c.scheduler.load_state_dict(state.scheduler)
+    c.sampler.load_state_dict(state.sampler)
+    set_rng_state(state.rng)
+    c.step = state.step
+    c.weight_version = state.weight_version
+    c.engine.update_weights(c.policy.named_parameters(), version=c.weight_version)
+    console.log(f"resumed from {ckpt} at step {c.step}")
+    return state.eval_before
+
+
+def sample_records(trajectories: list[Trajectory], tokenizer, *, n: int, group: int) -> list[dict]:
+    """The first sample of each of the first ``n`` prompts, readable."""
+    picked = trajectories[::group][:n]
+    return [
+        {
+            "prompt": tokenizer.decode(t.prompt_ids, skip_special_tokens=False),
+            "completion": t.completion.text,
+            "reward": t.reward,
+            "reward_parts": t.reward_parts,
+            "correct": t.correct,
+            "finish_reason": t.completion.finish_reason,
+            "weight_version": t.weight_version,
+        }
+        for t in picked
+    ]
+
+
+def train(cfg: RunConfig) -> dict[str, Any]:
+    """Trains to ``train.steps`` (or ``trainer.stop_after`` steps this session).
+    Returns the summary also written to ``RUN/summary.json``."""
+    run_dir = run_dir_of(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_resolved(cfg, run_dir / "config.yaml")
+    c = build(cfg)
+    sinks = None
+    try:
+        eval_before = resume(c, run_dir)
+        sinks = make_sinks(
+            cfg.metrics,
+            run_dir=run_dir,
+            run_name=cfg.name,
+            config_dict=redacted_dict(cfg),
+            resume_step=c.step,
+        )
+        summary = _loop(c, run_dir, sinks, eval_before=eval_before)
+    finally:
+        c.engine.close()
+        if sinks is not None:
+            sinks.close()
+    write_report(run_dir, run_name=cfg.name)
+    return summary
+
+
+def _loop(c: Components, run_dir: Path, sinks, *, eval_before: dict[str, float] | None):
+    cfg = c.cfg
+    samples = SamplesWriter(run_dir)
+    samples.truncate_after(c.step)
+    with TrainProgress(
+        total_steps=c.total_steps, start_step=c.step, show_bar=cfg.metrics.progress
+    ) as progress:
+        if eval_before is None:
+            eval_before = {}
+            if cfg.trainer.eval_before_train:
+                progress.log("validating the initial model")
+                eval_before = run_validation(c)
+                sinks.log(0, eval_before)
+                progress.update(0, eval_before)
+        done_this_session, metrics = 0, {}
+        while c.step < c.total_steps:
+            trajectories, metrics = one_step(c, c.step + 1)
+            done_this_session += 1
+            last = c.step == c.total_steps
+            if last or (cfg.trainer.eval_every and c.step % cfg.trainer.eval_every == 0):
+                metrics.update(run_validation(c))
+            sinks.log(c.step, metrics)
+            samples.write(
+                c.step,
+                sample_records(
+                    trajectories, c.tokenizer, n=cfg.trainer.log_samples, group=cfg.rollout.n
+                ),
+            )
+            progress.update(c.step, metrics)
+            stopping = (
+                cfg.trainer.stop_after is not None and done_this_session >= cfg.trainer.stop_after
+            )
+            every = cfg.trainer.save_every
+            if last or stopping or (every and c.step % every == 0):
+                path = save(c, run_dir, eval_before=eval_before)
+                progress.log(f"saved checkpoint {path}")
+            if stopping and not last:
+                progress.log(
+                    f"stopped after {done_this_session} steps (trainer.stop_after); "
+                    "continue with trainer.resume=auto"
+                )
+                break
+    return _summarize(c, run_dir, eval_before=eval_before, metrics=metrics)
+
+
+def _summarize(c: Components, run_dir: Path, *, eval_before: dict[str, float], metrics) -> dict:
+    summary: dict[str, Any] = {
+        "run_dir": str(run_dir),
+        "step": c.step,
+        "total_steps": c.total_steps,
+        "finished": c.step == c.total_steps,
+    }
+    before, after = eval_before.get("eval/accuracy"), metrics.get("eval/accuracy")
+    summary["held_out_accuracy_before"] = before
+    summary["held_out_accuracy_after"] = after if summary["finished"] else None
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    if before is not None and summary["held_out_accuracy_after"] is not None:
+        line = f"held-out accuracy: {before:.2f} -> {after:.2f}"
+        (run_dir / "held_out.txt").write_text(line + "\n")
+        print(line)
+    return summary

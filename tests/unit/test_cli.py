@@ -1,0 +1,111 @@
+"""The ``grouprl`` command line: exit codes, messages, speed and lazy imports."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from grouprl.cli import app
+
+HEAVY = ("torch", "vllm", "ray", "transformers", "datasets")  # datasets alone takes ~1 s
+SCRIPT = Path(sys.executable).parent / "grouprl"
+runner = CliRunner()
+
+
+def grouprl(*args: str) -> subprocess.CompletedProcess:
+    command = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "grouprl"]
+    return subprocess.run(
+        [*command, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def test_recipes_lists_tiny_arith_with_description():
+    result = runner.invoke(app, ["recipes"])
+    assert result.exit_code == 0
+    line = next(ln for ln in result.output.splitlines() if ln.startswith("tiny-arith"))
+    assert "GRPO on built-in arithmetic word problems" in line
+
+
+def test_plan_tiny_arith_exits_0_and_shows_samples_per_step():
+    result = runner.invoke(app, ["plan", "tiny-arith"])
+    assert result.exit_code == 0, result.output
+    assert "128" in result.output
+    assert "samples per step" in result.output
+
+
+def test_user_error_exits_2_in_red_without_traceback():
+    result = runner.invoke(app, ["plan", "tiny-arith", "rollout.temprature=0.5"])
+    assert result.exit_code == 2
+    assert "Did you mean rollout.temperature" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_any_exception_marked_user_error_is_reported_like_config_error(monkeypatch):
+    class DatasetMissing(RuntimeError):
+        user_error = True
+
+    def fail(cfg):
+        raise DatasetMissing("data.train.source='x.jsonl' does not exist")
+
+    module = types.ModuleType("grouprl.train.run")
+    module.train = fail
+    monkeypatch.setitem(sys.modules, "grouprl.train.run", module)
+    result = runner.invoke(app, ["train", "tiny-arith"])
+    assert result.exit_code == 2
+    assert "x.jsonl' does not exist" in result.output
+
+
+def test_bad_batch_arithmetic_fails_fast_before_any_model_loads():
+    # Acceptance: `grouprl train tiny-arith rollout.n=3` exits 2 in < 2 s with no traceback.
+    # The best of two runs is taken so a neighbour's CPU burst does not decide the result.
+    elapsed = []
+    for _ in range(2):
+        start = time.perf_counter()
+        result = grouprl("train", "tiny-arith", "rollout.n=3")
+        elapsed.append(time.perf_counter() - start)
+        if elapsed[-1] < 2.0:
+            break
+    assert result.returncode == 2, result.stderr
+    output = result.stdout + result.stderr
+    assert "Traceback" not in output
+    for key in ("data.batch_size=16", "rollout.n=3", "train.mini_batch_size=64"):
+        assert key in result.stderr
+    assert min(elapsed) < 2.0, elapsed
+
+
+def test_plan_and_help_import_no_heavy_modules():
+    probe = (
+        "import sys\n"
+        "from grouprl.cli import main\n"
+        "for argv in (['grouprl', '--help'], ['grouprl', 'plan', 'tiny-arith']):\n"
+        "    sys.argv = argv\n"
+        "    try:\n"
+        "        main()\n"
+        "    except SystemExit as exit:\n"
+        "        assert exit.code in (0, None), exit.code\n"
+        f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert "HEAVY []" in result.stdout
+    assert "samples per step" in result.stdout
+
+
+def test_python_dash_m_runs_the_cli():
+    result = subprocess.run(
+        [sys.executable, "-m", "grouprl", "recipes"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert "tiny-arith" in result.stdout

@@ -1,0 +1,245 @@
+"""Config loading, overrides, validation messages, cross-field checks and redaction."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from grouprl.config import (
+    ConfigError,
+    check_config,
+    derive,
+    list_recipes,
+    load_config,
+    steps_for_epochs,
+)
+from grouprl.config.redact import REDACTED, is_secret_key, redacted_dict, save_resolved
+
+
+def write_recipe(tmp_path, text: str):
+    path = tmp_path / "recipe.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+# --- overrides ----------------------------------------------------------------
+
+
+def test_overrides_parse_scalars_nested_lists_and_null():
+    cfg = load_config(
+        "tiny-arith",
+        [
+            "algo.beta=0.04",
+            "rollout.temperature=0.7",
+            "reward.functions=[{name: math_answer}, {name: format, weight: 0.5}]",
+            "data.eval=null",
+            "train.betas=[0.9, 0.95]",
+            "train.lr=1e-6",  # YAML 1.1 reads 1e-6 as text; pydantic turns it into a float
+        ],
+    )
+    assert cfg.algo.beta == 0.04
+    assert cfg.rollout.temperature == 0.7
+    assert [(f.name, f.weight) for f in cfg.reward.functions] == [
+        ("math_answer", 1.0),
+        ("format", 0.5),
+    ]
+    assert cfg.data.eval is None
+    assert cfg.train.betas == (0.9, 0.95)
+    assert cfg.train.lr == 1e-6
+
+
+def test_override_into_list_entry_and_later_override_wins():
+    cfg = load_config(
+        "tiny-arith", ["reward.functions.0.weight=0.25", "rollout.n=4", "rollout.n=16"]
+    )
+    assert cfg.reward.functions[0].weight == 0.25
+    assert cfg.rollout.n == 16
+
+
+def test_override_creates_section_that_recipe_set_to_null(tmp_path):
+    recipe = write_recipe(tmp_path, "data:\n  eval: null\ntrain:\n  steps: 3\n")
+    cfg = load_config(recipe, ["data.eval.source=builtin:arith", "data.eval.split=test"])
+    assert cfg.data.eval is not None and cfg.data.eval.split == "test"
+
+
+def test_quoted_override_keeps_text_with_yaml_syntax():
+    cfg = load_config("tiny-arith", ['data.prompt_template="Q: {question}"'])
+    assert cfg.data.prompt_template == "Q: {question}"
+
+
+def test_malformed_override_names_the_expected_form():
+    with pytest.raises(ConfigError, match=r"'rollout\.n' is not of the form key\.sub=value"):
+        load_config("tiny-arith", ["rollout.n"])
+
+
+def test_unknown_key_names_full_path_and_suggests_close_match():
+    with pytest.raises(ConfigError) as err:
+        load_config("tiny-arith", ["rollout.temprature=0.5"])
+    text = str(err.value)
+    assert "'rollout.temprature'" in text
+    assert "Did you mean rollout.temperature" in text
+
+
+def test_unknown_key_in_wrong_section_suggests_the_right_section():
+    with pytest.raises(ConfigError, match=r"'rollout\.beta'.*Did you mean algo\.beta"):
+        load_config("tiny-arith", ["rollout.beta=0.1"])
+
+
+def test_unknown_key_in_recipe_file_names_file_and_path(tmp_path):
+    recipe = write_recipe(tmp_path, "train:\n  steps: 3\n  micro_batch: 4\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(recipe, [])
+    assert "'train.micro_batch'" in str(err.value)
+    assert recipe in str(err.value)
+    assert "train.micro_batch_size" in str(err.value)
+
+
+def test_key_below_a_value_is_rejected():
+    with pytest.raises(ConfigError, match=r"train\.lr is a value, not a section"):
+        load_config("tiny-arith", ["train.lr.max=1"])
+
+
+def test_validation_error_names_key_value_reason_and_source():
+    with pytest.raises(ConfigError) as err:
+        load_config("tiny-arith", ["rollout.temperature=-1", "rollout.engine=sglang"])
+    text = str(err.value)
+    assert "2 invalid values" in text
+    assert "rollout.temperature = -1: should be greater than or equal to 0" in text
+    assert "rollout.engine = 'sglang': should be 'vllm' or 'hf'" in text
+    assert "override 'rollout.engine=sglang'" in text
+
+
+def test_unknown_recipe_lists_packaged_ones():
+    with pytest.raises(ConfigError, match=r"unknown recipe 'tiny-arth'.*tiny-arith"):
+        load_config("tiny-arth", [])
+
+
+def test_packaged_recipes_have_descriptions_and_load_cleanly():
+    recipes = dict(list_recipes())
+    assert "tiny-arith" in recipes and "qwen2.5-0.5b-gsm8k" in recipes
+    for name, description in recipes.items():
+        assert description, name
+        cfg = load_config(name, [])
+        assert cfg.name == name
+        check_config(cfg)
+
+
+def test_recipe_without_name_takes_the_file_stem(tmp_path):
+    cfg = load_config(write_recipe(tmp_path, "train: {steps: 2}\n"), [])
+    assert cfg.name == "recipe"
+
+
+# --- cross-field checks -------------------------------------------------------
+
+
+def test_tiny_arith_derived_numbers():
+    d = derive(load_config("tiny-arith", []))
+    assert (d.samples_per_step, d.mini_batch_size, d.micro_batch_size) == (128, 64, 32)
+    assert (d.mini_batches_per_step, d.grad_accum, d.optimizer_steps_per_step) == (2, 2, 2)
+    assert (d.total_steps, d.total_optimizer_steps) == (60, 120)
+    assert d.max_tokens_per_step == 128 * (128 + 64)
+    assert d.reference_model is False
+    assert d.run_dir == "runs/tiny-arith"
+    assert (d.train_rows, d.eval_rows) == (20_000, 200)
+
+
+def test_group_size_not_dividing_mini_batch_fails_with_arithmetic_and_choices():
+    cfg = load_config("tiny-arith", ["rollout.n=3"])
+    with pytest.raises(ConfigError) as err:
+        check_config(cfg)
+    text = str(err.value)
+    for key in ("data.batch_size=16", "rollout.n=3", "train.mini_batch_size=64"):
+        assert key in text
+    assert "= 48" in text
+    assert "rollout.n in {4, 8, 12, 16, ...}" in text
+
+
+def test_micro_batch_must_divide_mini_batch():
+    cfg = load_config("tiny-arith", ["train.micro_batch_size=24"])
+    with pytest.raises(ConfigError) as err:
+        check_config(cfg)
+    assert "train.micro_batch_size=24 does not divide train.mini_batch_size=64" in str(err.value)
+    assert "{1, 2, 4, 8, 16, 32, 64}" in str(err.value)
+
+
+def test_null_mini_batch_means_whole_step():
+    d = derive(load_config("tiny-arith", ["train.mini_batch_size=null"]))
+    assert (d.mini_batch_size, d.mini_batches_per_step, d.grad_accum) == (128, 1, 4)
+
+
+def test_grpo_needs_a_group_of_two():
+    with pytest.raises(ConfigError, match=r"rollout\.n=1.*zero advantage"):
+        check_config(load_config("tiny-arith", ["rollout.n=1", "train.mini_batch_size=16"]))
+
+
+def test_run_length_needs_exactly_one_of_steps_and_epochs():
+    with pytest.raises(ConfigError, match=r"set train\.steps=N .* or train\.epochs=E"):
+        check_config(load_config("tiny-arith", ["train.steps=null"]))
+    with pytest.raises(ConfigError, match=r"both set"):
+        check_config(load_config("tiny-arith", ["train.epochs=1"]))
+
+
+def test_epochs_convert_to_steps_on_builtin_data_with_limit():
+    d = derive(
+        load_config("tiny-arith", ["train.steps=null", "train.epochs=2", "data.train.limit=100"])
+    )
+    assert (d.train_rows, d.steps_per_epoch, d.total_steps) == (100, 6.25, 13)  # ceil(12.5)
+
+
+def test_epochs_on_hub_data_are_computed_later():
+    d = derive(load_config("qwen2.5-0.5b-gsm8k", []))
+    assert d.total_steps is None and d.train_rows is None and d.total_optimizer_steps is None
+    assert d.reference_model is True
+    assert steps_for_epochs(epochs=1, rows=7473, batch_size=32) == 234  # ceil(233.5)
+
+
+def test_several_problems_are_reported_together(tmp_path):
+    cfg = load_config(
+        "tiny-arith", ["data.max_prompt_tokens=512", f"trainer.resume={tmp_path / 'nope'}"]
+    )
+    with pytest.raises(ConfigError) as err:
+        check_config(cfg)
+    text = str(err.value)
+    assert "2 problems" in text
+    assert "512 + rollout.max_tokens=64 = 576 exceeds rollout.max_model_len=256" in text
+    assert "trainer.resume=" in text
+
+
+def test_resume_accepts_never_auto_and_existing_path(tmp_path):
+    for value in ("never", "auto", str(tmp_path)):
+        check_config(load_config("tiny-arith", [f"trainer.resume={value}"]))
+
+
+def test_eval_split_equal_to_train_split_is_rejected():
+    with pytest.raises(ConfigError, match=r"data\.eval reads the same rows as data\.train"):
+        check_config(load_config("tiny-arith", ["data.eval.split=train"]))
+
+
+# --- redaction ----------------------------------------------------------------
+
+
+def test_secret_keys_are_recognised_by_word():
+    for key in ("api_key", "hf_token", "aws_secret_access_key", "password", "accessToken"):
+        assert is_secret_key(key), key
+    for key in ("max_tokens", "max_prompt_tokens", "logprob_chunk_tokens", "tokenizer"):
+        assert not is_secret_key(key), key
+
+
+def test_wandb_api_key_is_redacted_in_saved_config(tmp_path):
+    cfg = load_config(
+        "tiny-arith", ["metrics.wandb.api_key=sk-very-secret", "metrics.wandb.project=p"]
+    )
+    data = redacted_dict(cfg)
+    assert data["metrics"]["wandb"]["api_key"] == REDACTED
+    assert data["rollout"]["max_tokens"] == 64  # a "tokens" key is not a secret
+    path = save_resolved(cfg, tmp_path / "run" / "config.yaml")
+    text = path.read_text()
+    assert "sk-very-secret" not in text
+    assert REDACTED in text
+    assert yaml.safe_load(text)["metrics"]["wandb"]["project"] == "p"
+    # the saved file is itself a recipe
+    assert load_config(str(path), []).rollout.n == 8
+
+
+def test_unset_secret_stays_null():
+    assert redacted_dict(load_config("tiny-arith", []))["metrics"]["wandb"]["api_key"] is None
