@@ -7,9 +7,12 @@ Three seeded stages, all on CPU in a few minutes:
 1. a byte-level BPE tokenizer (digits split one per token, as in Qwen2) trained
    on the built-in arithmetic task, with a ChatML chat template;
 2. a Qwen2-architecture causal LM initialised from a fixed seed;
-3. a short supervised warm-up on worked solutions of the train split, stopped
-   early on purpose: the model learns the answer format but is often wrong,
-   which leaves GRPO something to fix.
+3. a supervised warm-up on the train split in which only some answers show
+   their working (``7 + 5 = 12. 12 - 3 = 9.`` then ``#### 9``) and the rest
+   give the bare ``#### 9`` line. The model learns the answer format and both
+   habits; working it out is usually right and answering at once usually
+   wrong, so the shipped model is often wrong (held-out accuracy 10-40%).
+   GRPO then has a real lesson to learn from the reward alone: show the work.
 
 The result loads with ``AutoModelForCausalLM.from_pretrained(DIR)`` and
 ``AutoTokenizer.from_pretrained(DIR)`` like any Hugging Face model.
@@ -97,7 +100,8 @@ def sft_batches(examples: list[tuple[list[int], int]], *, batch_size: int, pad_i
             yield input_ids, attention, labels
 
 
-def greedy_accuracy(model, tok, problems, *, max_new_tokens: int = 48) -> float:
+def greedy_accuracy(model, tok, problems, *, max_new_tokens: int = 64) -> tuple[float, float]:
+    """Held-out accuracy and the share of answers that show their working."""
     model.eval()
     prompts = [
         tok.apply_chat_template(
@@ -105,7 +109,7 @@ def greedy_accuracy(model, tok, problems, *, max_new_tokens: int = 48) -> float:
         )
         for p in problems
     ]
-    correct = 0
+    correct = worked = 0
     with torch.no_grad():
         for start in range(0, len(prompts), 100):
             enc = tok(
@@ -125,17 +129,24 @@ def greedy_accuracy(model, tok, problems, *, max_new_tokens: int = 48) -> float:
             for text, problem in zip(texts, problems[start : start + 100], strict=True):
                 found = re.search(r"####\s*(-?\d+)", text)
                 correct += bool(found and int(found.group(1)) == problem.target)
+                worked += not text.lstrip().startswith("####")
     model.train()
-    return correct / len(problems)
+    return correct / len(problems), worked / len(problems)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument(
+        "--guess-frac",
+        type=float,
+        default=0.6,
+        help="share of warm-up answers given without working",
+    )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--hidden", type=int, default=160)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--eval-every", type=int, default=100)
     args = parser.parse_args()
@@ -166,7 +177,12 @@ def main() -> None:
     n_params = sum(p.numel() for p in model.parameters())
     print(f"tokenizer: {len(tok)} tokens; model: {n_params / 1e6:.2f}M parameters")
 
-    examples = [encode_pair(tok, p.question, p.answer) for p in train]
+    examples = [
+        encode_pair(
+            tok, p.question, f"#### {p.target}" if rng.random() < args.guess_frac else p.answer
+        )
+        for p in train
+    ]
     batches = sft_batches(examples, batch_size=args.batch_size, pad_id=tok.pad_token_id, rng=rng)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     warmup = max(1, args.steps // 20)
@@ -184,10 +200,10 @@ def main() -> None:
         sched.step()
         opt.zero_grad(set_to_none=True)
         if step % args.eval_every == 0 or step == args.steps:
-            acc = greedy_accuracy(model, tok, test)
+            acc, worked = greedy_accuracy(model, tok, test)
             print(
                 f"step {step}: loss {loss.item():.3f}  held-out greedy accuracy {acc:.3f}  "
-                f"({time.time() - start:.0f}s)",
+                f"answers with working {worked:.2f}  ({time.time() - start:.0f}s)",
                 flush=True,
             )
 
@@ -204,6 +220,7 @@ def main() -> None:
                 "seed": SEED,
                 "params": n_params,
                 "held_out_greedy_accuracy": acc,
+                "answers_with_working": worked,
             },
             indent=2,
         )

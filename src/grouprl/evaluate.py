@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from grouprl.config.schema import RolloutConfig
+from pathlib import Path
+
+from grouprl.config.schema import RolloutConfig, RunConfig
 from grouprl.rollout.base import RolloutEngine, SamplingSettings
 from grouprl.rollout.runner import ScoreFn, collect
 from grouprl.train.setup import PromptSet
@@ -40,3 +42,70 @@ def validate(
         "eval/response_len": sum(len(t.completion.token_ids) for t in trajectories) / n,
         "eval/reward_errors": float(len(scores.errors)),
     }
+
+
+def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
+    """`grouprl eval TARGET`: score a run's newest checkpoint, or a model, on ``data.eval``."""
+    import json
+
+    import torch
+
+    from grouprl.assets import resolve_model_path
+    from grouprl.ckpt.export import find_checkpoint
+    from grouprl.device import resolve_device, resolve_dtype
+    from grouprl.rollout.factory import make_engine
+    from grouprl.train.model import load_causal_lm, load_tokenizer
+    from grouprl.train.run import quiet_libraries
+    from grouprl.train.setup import load_prompt_set, make_score_fn
+
+    if cfg.data.eval is None:
+        raise EvalError("data.eval is null: set data.eval.source (and split) to evaluate on.")
+    run_dir = Path(target) if (Path(target) / "checkpoints").is_dir() else None
+    if run_dir is not None:
+        cfg.model.path = str(find_checkpoint(run_dir) / "model")
+    else:
+        cfg.model.path = target
+    quiet_libraries()
+    device = resolve_device(cfg.train.device)
+    tokenizer = load_tokenizer(cfg.model)
+    prompt_set = load_prompt_set(
+        cfg.data.eval, tokenizer=tokenizer, data=cfg.data, config_key="data.eval"
+    )
+    policy = None
+    if cfg.rollout.engine == "hf":
+        policy = load_causal_lm(
+            cfg.model, dtype=resolve_dtype(cfg.model.dtype, device), device=device
+        )
+    cache = (run_dir or Path(".grouprl-cache")) / "cache"
+    engine = make_engine(
+        cfg,
+        model_dir=resolve_model_path(cfg.model.path),
+        tokenizer=tokenizer,
+        policy_model=policy,
+        device=device,
+        cache_dir=cache,
+    )
+    try:
+        with torch.no_grad():
+            metrics = validate(
+                engine=engine,
+                prompt_set=prompt_set,
+                score=make_score_fn(cfg.reward, answer_key=cfg.data.answer_key),
+                rollout=cfg.rollout,
+                correct_function=cfg.reward.correct_function,
+                seed=cfg.train.seed,
+            )
+    finally:
+        engine.close()
+    print(f"model: {cfg.model.path}")
+    print(
+        f"held-out accuracy: {metrics['eval/accuracy']:.3f}  "
+        f"mean reward: {metrics['eval/reward_mean']:.3f}  ({len(prompt_set)} prompts)"
+    )
+    if run_dir is not None:
+        (run_dir / "eval.json").write_text(json.dumps(metrics, indent=2))
+    return metrics
+
+
+class EvalError(ValueError):
+    user_error = True

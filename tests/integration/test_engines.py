@@ -30,13 +30,8 @@ ENGINES = ["hf", pytest.param("vllm", marks=pytest.mark.slow)]
 
 
 @pytest.fixture(scope="module")
-def model_dir() -> str:
-    """The shipped tiny model; GROUPRL_TEST_MODEL_DIR points elsewhere (same format)."""
-    override = os.environ.get("GROUPRL_TEST_MODEL_DIR")
-    path = Path(override) if override else ASSET_MODEL
-    if not (path / "config.json").exists():
-        pytest.skip(f"tiny model not found at {path}")
-    return str(path)
+def model_dir(tiny_model_dir) -> str:
+    return tiny_model_dir
 
 
 @pytest.fixture(scope="module")

@@ -62,13 +62,14 @@ def vllm_environment(*, cache_dir: str | None) -> None:
 
     Must run before the first ``import vllm``. Values the user already
     exported win. Caches go under ``cache_dir`` so runs and tests do not write
-    into ``~/.cache``; vLLM's INFO logging is lowered to WARNING by default
-    (export ``VLLM_LOGGING_LEVEL=INFO`` to see it).
+    into ``~/.cache``; vLLM's logging is lowered to ERROR by default, since on
+    CPU it repeats harmless warnings at every start and weight push (export
+    ``VLLM_LOGGING_LEVEL=WARNING`` or ``INFO`` to see them).
     """
     if cache_dir is not None:
         os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(cache_dir, "vllm"))
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(cache_dir, "inductor"))
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 
 class VLLMEngine:

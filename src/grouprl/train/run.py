@@ -42,8 +42,21 @@ def run_dir_of(cfg: RunConfig) -> Path:
     return Path(cfg.trainer.run_dir.format(name=cfg.name))
 
 
+def quiet_libraries() -> None:
+    """Drop per-file progress bars and deprecation chatter of the libraries we drive;
+    our own progress bar and log lines say what is happening."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+
+
 def build(cfg: RunConfig) -> Components:
     derived = derive(cfg)
+    quiet_libraries()
     seed_everything(cfg.train)
     device = resolve_device(cfg.train.device)
     engine_dtype = resolve_dtype(cfg.model.dtype, device)

@@ -1,0 +1,113 @@
+"""`grouprl train` end to end on the tiny model with the transformers engine:
+resume equivalence, export, eval, and what a run directory holds."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+from grouprl.ckpt.export import export_run, find_checkpoint
+from grouprl.config.loader import load_config
+from grouprl.evaluate import evaluate_cli
+from grouprl.train.run import train
+
+
+def _cfg(tmp_path, name, tiny_model_dir, *extra):
+    return load_config(
+        "tiny-arith",
+        [
+            f"model.path={tiny_model_dir}",
+            "rollout.engine=hf",
+            "rollout.n=4",
+            "rollout.max_tokens=40",
+            "data.batch_size=4",
+            "data.eval.limit=8",
+            "train.mini_batch_size=8",
+            "train.micro_batch_size=4",
+            "train.steps=4",
+            "train.lr=1e-3",
+            "trainer.eval_every=2",
+            "metrics.progress=false",
+            f"trainer.run_dir={tmp_path / name}",
+            *extra,
+        ],
+    )
+
+
+def _weights(run_dir):
+    ckpt = find_checkpoint(run_dir)
+    return load_file(ckpt / "model" / "model.safetensors"), ckpt
+
+
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory, tiny_model_dir):
+    tmp = tmp_path_factory.mktemp("runs")
+    summary = train(_cfg(tmp, "straight", tiny_model_dir))
+    return tmp / "straight", summary
+
+
+def test_run_directory_holds_metrics_samples_report_and_redacted_config(straight_run, tmp_path):
+    run_dir, summary = straight_run
+    assert summary["finished"] and summary["step"] == 4
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train_steps = sorted({x["step"] for x in lines if "reward/mean" in x})
+    assert train_steps == [1, 2, 3, 4]
+    assert any("eval/accuracy" in x and x["step"] == 0 for x in lines)
+    for key in ("kl", "clip_frac", "entropy", "tokens_per_s", "time/generate_s", "time/train_s"):
+        if key == "kl":
+            continue  # beta = 0: no reference, no KL
+        assert any(key in x for x in lines), key
+    assert (run_dir / "samples.jsonl").read_text().count("\n") >= 4
+    assert (run_dir / "reward_curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert list((run_dir / "tensorboard").glob("events.*"))
+    assert "held_out_accuracy_before" in json.loads((run_dir / "summary.json").read_text())
+    assert (run_dir / "config.yaml").is_file()
+
+
+def test_training_changes_the_weights(straight_run, tiny_model_dir):
+    run_dir, _ = straight_run
+    trained, _ = _weights(run_dir)
+    shipped = load_file(f"{tiny_model_dir}/model.safetensors")
+    assert any(not torch.equal(trained[k], shipped[k]) for k in shipped)
+
+
+def test_resumed_run_ends_with_the_same_parameters(straight_run, tmp_path, tiny_model_dir):
+    run_dir, _ = straight_run
+    stopped = train(_cfg(tmp_path, "resumed", tiny_model_dir, "trainer.stop_after=2"))
+    assert stopped["step"] == 2 and not stopped["finished"]
+    resumed = train(_cfg(tmp_path, "resumed", tiny_model_dir, "trainer.resume=auto"))
+    assert resumed["step"] == 4 and resumed["finished"]
+    a, _ = _weights(run_dir)
+    b, _ = _weights(tmp_path / "resumed")
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6, msg=k)
+    # metrics.jsonl continues without duplicated steps after the resume
+    steps = [
+        json.loads(x)["step"] for x in (tmp_path / "resumed/metrics.jsonl").read_text().splitlines()
+    ]
+    train_lines = [s for s in steps if s > 0]
+    assert sorted(set(train_lines)) == [1, 2, 3, 4]
+
+
+def test_export_writes_a_model_transformers_loads(straight_run, tmp_path):
+    run_dir, _ = straight_run
+    out = export_run(run_dir, tmp_path / "exported")
+    model = AutoModelForCausalLM.from_pretrained(out)
+    trained, _ = _weights(run_dir)
+    params = dict(model.named_parameters())
+    for k, v in trained.items():
+        torch.testing.assert_close(params[k], v, rtol=0, atol=0)
+
+
+def test_eval_scores_a_run(straight_run, tiny_model_dir, capsys):
+    run_dir, summary = straight_run
+    cfg = load_config(str(run_dir / "config.yaml"), [])
+    metrics = evaluate_cli(str(run_dir), cfg)
+    assert metrics["eval/accuracy"] == pytest.approx(summary["held_out_accuracy_after"])
+    assert "held-out accuracy" in capsys.readouterr().out
+    assert (
+        json.loads((run_dir / "eval.json").read_text())["eval/accuracy"] == metrics["eval/accuracy"]
+    )
