@@ -7,12 +7,14 @@ Three seeded stages, all on CPU in a few minutes:
 1. a byte-level BPE tokenizer (digits split one per token, as in Qwen2) trained
    on the built-in arithmetic task, with a ChatML chat template;
 2. a Qwen2-architecture causal LM initialised from a fixed seed;
-3. a supervised warm-up on the train split in which only some answers show
-   their working (``7 + 5 = 12. 12 - 3 = 9.`` then ``#### 9``) and the rest
-   give the bare ``#### 9`` line. The model learns the answer format and both
-   habits; working it out is usually right and answering at once usually
-   wrong, so the shipped model is often wrong (held-out accuracy 10-40%).
-   GRPO then has a real lesson to learn from the reward alone: show the work.
+3. a supervised warm-up on worked solutions of the train split, in which
+   some answers carry a lazy habit: they stop after the first step and give
+   its result as the final ``#### N`` line. The habit is frequent for some
+   topics (the items in LAZY_ITEMS: 70% of their answers) and rare for the
+   rest (10%), so the greedy model stops early on most topics and is often
+   wrong (held-out accuracy 10-40%) while still sampling full solutions
+   now and then. GRPO has a real lesson to learn from the reward alone:
+   keep working to the last step.
 
 The result loads with ``AutoModelForCausalLM.from_pretrained(DIR)`` and
 ``AutoTokenizer.from_pretrained(DIR)`` like any Hugging Face model.
@@ -43,6 +45,7 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 SEED = 0
+LAZY_ITEMS = ("apples", "shells", "stickers", "marbles", "coins", "pens")
 
 
 def build_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -73,6 +76,15 @@ def build_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFas
     return fast
 
 
+def warmup_answer(problem, *, args, rng: random.Random) -> str:
+    """The worked answer, or the lazy one that stops after the first step."""
+    lazy_topic = any(f" {item} " in problem.question for item in LAZY_ITEMS)
+    if rng.random() >= (args.lazy_frac if lazy_topic else args.lazy_frac_other):
+        return problem.answer
+    first = problem.answer.split(". ")[0].rstrip(".")
+    return f"{first}.\n#### {first.split(' = ')[-1]}"
+
+
 def encode_pair(tok: PreTrainedTokenizerFast, question: str, answer: str) -> tuple[list[int], int]:
     """Prompt + answer token ids and the index where the answer starts."""
     prompt = tok.apply_chat_template(
@@ -101,7 +113,7 @@ def sft_batches(examples: list[tuple[list[int], int]], *, batch_size: int, pad_i
 
 
 def greedy_accuracy(model, tok, problems, *, max_new_tokens: int = 64) -> tuple[float, float]:
-    """Held-out accuracy and the share of answers that show their working."""
+    """Held-out accuracy and the share of answers that work through every step."""
     model.eval()
     prompts = [
         tok.apply_chat_template(
@@ -129,7 +141,7 @@ def greedy_accuracy(model, tok, problems, *, max_new_tokens: int = 64) -> tuple[
             for text, problem in zip(texts, problems[start : start + 100], strict=True):
                 found = re.search(r"####\s*(-?\d+)", text)
                 correct += bool(found and int(found.group(1)) == problem.target)
-                worked += not text.lstrip().startswith("####")
+                worked += text.count(" = ") == problem.answer.count(" = ")
     model.train()
     return correct / len(problems), worked / len(problems)
 
@@ -137,12 +149,12 @@ def greedy_accuracy(model, tok, problems, *, max_new_tokens: int = 64) -> tuple[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=1200)
     parser.add_argument(
-        "--guess-frac",
-        type=float,
-        default=0.6,
-        help="share of warm-up answers given without working",
+        "--lazy-frac", type=float, default=0.7, help="lazy answers for the LAZY_ITEMS topics"
+    )
+    parser.add_argument(
+        "--lazy-frac-other", type=float, default=0.1, help="lazy answers for the other topics"
     )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)
@@ -177,12 +189,7 @@ def main() -> None:
     n_params = sum(p.numel() for p in model.parameters())
     print(f"tokenizer: {len(tok)} tokens; model: {n_params / 1e6:.2f}M parameters")
 
-    examples = [
-        encode_pair(
-            tok, p.question, f"#### {p.target}" if rng.random() < args.guess_frac else p.answer
-        )
-        for p in train
-    ]
+    examples = [encode_pair(tok, p.question, warmup_answer(p, args=args, rng=rng)) for p in train]
     batches = sft_batches(examples, batch_size=args.batch_size, pad_id=tok.pad_token_id, rng=rng)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     warmup = max(1, args.steps // 20)
@@ -203,7 +210,7 @@ def main() -> None:
             acc, worked = greedy_accuracy(model, tok, test)
             print(
                 f"step {step}: loss {loss.item():.3f}  held-out greedy accuracy {acc:.3f}  "
-                f"answers with working {worked:.2f}  ({time.time() - start:.0f}s)",
+                f"answers with every step {worked:.2f}  ({time.time() - start:.0f}s)",
                 flush=True,
             )
 
@@ -220,7 +227,7 @@ def main() -> None:
                 "seed": SEED,
                 "params": n_params,
                 "held_out_greedy_accuracy": acc,
-                "answers_with_working": worked,
+                "answers_with_every_step": worked,
             },
             indent=2,
         )

@@ -168,6 +168,23 @@ def test_n_completions_with_aligned_logprobs_and_finish_reasons(
     assert {"stop", "length"} <= set(reasons)
 
 
+def test_ignore_eos_generates_exactly_max_tokens(engine, model, prompts, eos_ids):
+    """Benchmarks force equal work: every completion runs to max_tokens, through EOS."""
+    max_tokens = 40
+    settings = SamplingSettings(n=4, temperature=1.0, max_tokens=max_tokens, seed=4)
+    stopped_early = [
+        c for g in engine.generate(prompts, settings) for c in g if len(c.token_ids) < max_tokens
+    ]
+    assert stopped_early, "the model must stop before max_tokens without ignore_eos"
+    groups = engine.generate(prompts, replace(settings, ignore_eos=True))
+    completions = [c for g in groups for c in g]
+    assert all(len(c.token_ids) == max_tokens for c in completions)
+    assert all(len(c.logprobs) == max_tokens for c in completions)
+    assert {c.finish_reason for c in completions} == {"length"}
+    assert any(eos_ids & set(c.token_ids[:-1]) for c in completions), "went past an EOS"
+    assert max_logprob_error(model, prompts, groups) < 1e-4
+
+
 @pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9)])
 def test_logprobs_are_raw_model_logprobs(engine, model, prompts, temperature, top_p):
     """Raw log_softmax(logits) even when the sampler used temperature and top-p."""

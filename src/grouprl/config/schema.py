@@ -90,6 +90,9 @@ class RolloutConfig(Section):
     """-1 disables top-k."""
     max_tokens: int = Field(default=256, ge=1)
     """Most tokens generated per completion."""
+    ignore_eos: bool = False
+    """Generate exactly `max_tokens` tokens per completion, past EOS (benchmarks only:
+    it makes every step do the same work; never set it for real training)."""
     max_model_len: int = Field(default=1024, ge=16)
     """Prompt + completion length the engine reserves for."""
     gpu_memory_utilization: float = Field(default=0.4, gt=0, le=1)

@@ -21,6 +21,9 @@ class SamplingSettings:
     seed: int | None = None
     """Base seed; sample j of prompt i draws from seed + i * n + j (as vLLM seeds a
     request's children), so results do not depend on how prompts are batched."""
+    ignore_eos: bool = False
+    """Generate ``max_tokens`` tokens even past EOS (benchmarks): every completion then has
+    exactly ``max_tokens`` tokens and finish reason ``length``."""
 
     @property
     def is_greedy(self) -> bool:

@@ -135,7 +135,8 @@ class HFEngine:
             for b in (~done_B).nonzero()[:, 0].tolist():
                 tokens[b].append(int(token_B[b]))
                 logprobs[b].append(float(logprob_B[b]))
-            done_B |= torch.isin(token_B, eos_ids)
+            if not settings.ignore_eos:
+                done_B |= torch.isin(token_B, eos_ids)
             if bool(done_B.all()) or step == settings.max_tokens - 1:
                 break
             token_B = token_B.masked_fill(done_B, self._pad_id)
@@ -149,10 +150,15 @@ class HFEngine:
                 logits_to_keep=1,
             )
             next_position_B = next_position_B + 1
-        return [self._completion(t, lp) for t, lp in zip(tokens, logprobs, strict=True)]
+        return [
+            self._completion(t, lp, ignore_eos=settings.ignore_eos)
+            for t, lp in zip(tokens, logprobs, strict=True)
+        ]
 
-    def _completion(self, token_ids: list[int], logprobs: list[float]) -> Completion:
-        stopped = bool(token_ids) and token_ids[-1] in self._eos_ids
+    def _completion(
+        self, token_ids: list[int], logprobs: list[float], *, ignore_eos: bool
+    ) -> Completion:
+        stopped = not ignore_eos and bool(token_ids) and token_ids[-1] in self._eos_ids
         return Completion(
             token_ids=token_ids,
             logprobs=logprobs,

@@ -143,6 +143,7 @@ class VLLMEngine:
                 top_p=settings.top_p,
                 top_k=settings.top_k,
                 max_tokens=settings.max_tokens,
+                ignore_eos=settings.ignore_eos,
                 seed=None if settings.seed is None else settings.seed + i * n,
                 logprobs=0,
                 flat_logprobs=True,

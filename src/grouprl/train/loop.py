@@ -72,6 +72,7 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
         top_k=cfg.rollout.top_k,
         max_tokens=cfg.rollout.max_tokens,
         seed=sampling_seed(cfg.train.seed, step),
+        ignore_eos=cfg.rollout.ignore_eos,
     )
     t0 = time.perf_counter()
     timed_score = _timed(c.score)
