@@ -17,7 +17,7 @@ def test_short_grpo_run_raises_held_out_accuracy(tmp_path):
         "tiny-arith",
         [
             f"trainer.run_dir={tmp_path / 'run'}",
-            "train.steps=25",
+            "train.steps=15",
             "trainer.eval_every=null",
             "data.eval.limit=100",
             "metrics.progress=false",
@@ -29,4 +29,4 @@ def test_short_grpo_run_raises_held_out_accuracy(tmp_path):
     # every step's weights reached the engine: trainer and engine agree on the sampling policy
     lines = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     gaps = [x["engine_logprob_gap"] for x in lines if "engine_logprob_gap" in x]
-    assert len(gaps) == 25 and max(gaps) < 1e-3
+    assert len(gaps) == 15 and max(gaps) < 1e-3

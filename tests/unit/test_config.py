@@ -133,7 +133,7 @@ def test_recipe_without_name_takes_the_file_stem(tmp_path):
 
 
 def test_tiny_arith_derived_numbers():
-    d = derive(load_config("tiny-arith", []))
+    d = derive(load_config("tiny-arith", ["train.steps=60"]))
     assert (d.samples_per_step, d.mini_batch_size, d.micro_batch_size) == (128, 64, 32)
     assert (d.mini_batches_per_step, d.grad_accum, d.optimizer_steps_per_step) == (2, 2, 2)
     assert (d.total_steps, d.total_optimizer_steps) == (60, 120)

@@ -16,7 +16,7 @@ def plan_text(recipe: str, overrides: list[str]) -> str:
 
 
 def test_plan_shows_batch_arithmetic_for_tiny_arith():
-    text = plan_text("tiny-arith", [])
+    text = plan_text("tiny-arith", ["train.steps=60"])
     assert "16 prompts x 8 samples (rollout.n)" in text
     assert "128" in text
     assert "64 / 32 micro-batches per update" in text
