@@ -50,13 +50,11 @@ def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
 
     import torch
 
-    from grouprl.assets import resolve_model_path
     from grouprl.ckpt.export import find_checkpoint
     from grouprl.device import resolve_device, resolve_dtype
-    from grouprl.rollout.factory import make_engine
     from grouprl.train.model import load_causal_lm, load_tokenizer
     from grouprl.train.run import quiet_libraries
-    from grouprl.train.setup import load_prompt_set, make_score_fn
+    from grouprl.train.setup import load_prompt_set, make_score_fn, start_engine
 
     if cfg.data.eval is None:
         raise EvalError("data.eval is null: set data.eval.source (and split) to evaluate on.")
@@ -77,14 +75,7 @@ def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
             cfg.model, dtype=resolve_dtype(cfg.model.dtype, device), device=device
         )
     cache = (run_dir or Path(".grouprl-cache")) / "cache"
-    engine = make_engine(
-        cfg,
-        model_dir=resolve_model_path(cfg.model.path),
-        tokenizer=tokenizer,
-        policy_model=policy,
-        device=device,
-        cache_dir=cache,
-    )
+    engine = start_engine(cfg, tokenizer=tokenizer, policy=policy, device=device, cache_dir=cache)
     try:
         with torch.no_grad():
             metrics = validate(

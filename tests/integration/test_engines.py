@@ -26,6 +26,11 @@ QUESTIONS = ["3 + 4", "12 + 5", "7 * 9 - 2", "100 - 37"]
 ENGINES = ["hf", pytest.param("vllm", marks=pytest.mark.slow)]
 
 
+LOGPROB_TOL = 5e-4
+"""Engine vs transformers forward, float32: both implementations agree to ~1e-5 on likely
+tokens and ~1e-4 on very unlikely ones (sampled past EOS); stale weights show as >= 1e-2."""
+
+
 # --- fixtures ------------------------------------------------------------------------------
 
 
@@ -182,7 +187,7 @@ def test_ignore_eos_generates_exactly_max_tokens(engine, model, prompts, eos_ids
     assert all(len(c.logprobs) == max_tokens for c in completions)
     assert {c.finish_reason for c in completions} == {"length"}
     assert any(eos_ids & set(c.token_ids[:-1]) for c in completions), "went past an EOS"
-    assert max_logprob_error(model, prompts, groups) < 1e-4
+    assert max_logprob_error(model, prompts, groups) < LOGPROB_TOL
 
 
 @pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9)])
@@ -190,7 +195,7 @@ def test_logprobs_are_raw_model_logprobs(engine, model, prompts, temperature, to
     """Raw log_softmax(logits) even when the sampler used temperature and top-p."""
     settings = SamplingSettings(n=2, temperature=temperature, top_p=top_p, max_tokens=24, seed=2)
     groups = engine.generate(prompts, settings)
-    assert max_logprob_error(model, prompts, groups) < 1e-4
+    assert max_logprob_error(model, prompts, groups) < LOGPROB_TOL
 
 
 def test_update_weights_serves_the_new_weights(engine, model, prompts):
@@ -202,11 +207,11 @@ def test_update_weights_serves_the_new_weights(engine, model, prompts):
         print(f"\n{type(engine).__name__}.update_weights: {time.perf_counter() - start:.3f} s")
         assert engine.weight_version == 7
         groups = engine.generate(prompts, settings)
-        assert max_logprob_error(new_model, prompts, groups) < 1e-4
+        assert max_logprob_error(new_model, prompts, groups) < LOGPROB_TOL
         assert max_logprob_error(model, prompts, groups) > 1e-2
     finally:
         engine.update_weights(model.named_parameters(), version=0)
-    assert max_logprob_error(model, prompts, engine.generate(prompts, settings)) < 1e-4
+    assert max_logprob_error(model, prompts, engine.generate(prompts, settings)) < LOGPROB_TOL
 
 
 def test_partial_weight_push_is_refused(engine, model):

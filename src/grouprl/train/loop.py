@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -54,7 +54,6 @@ class Components:
     autocast: Any = nullcontext
     weight_version: int = 0
     step: int = 0
-    history: dict[str, list[float]] = field(default_factory=dict)
 
 
 def sampling_seed(seed: int, step: int) -> int:

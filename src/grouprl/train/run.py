@@ -10,7 +10,6 @@ from typing import Any
 import torch
 from rich.console import Console
 
-from grouprl.assets import resolve_model_path
 from grouprl.ckpt.local import (
     TrainerState,
     load_checkpoint,
@@ -28,11 +27,10 @@ from grouprl.metrics.progress import TrainProgress
 from grouprl.metrics.report import write_report
 from grouprl.metrics.samples import SamplesWriter
 from grouprl.metrics.sinks import make_sinks
-from grouprl.rollout.factory import make_engine
 from grouprl.train.loop import Components, one_step, run_validation
 from grouprl.train.model import load_causal_lm, load_tokenizer
 from grouprl.train.optim import make_optimizer, make_scheduler
-from grouprl.train.setup import load_prompt_set, make_score_fn, seed_everything
+from grouprl.train.setup import load_prompt_set, make_score_fn, seed_everything, start_engine
 from grouprl.types import Trajectory
 
 console = Console(stderr=True)
@@ -84,13 +82,8 @@ def build(cfg: RunConfig) -> Components:
     if device.type == "cuda" and engine_dtype != torch.float32:
         autocast = functools.partial(torch.autocast, device_type="cuda", dtype=engine_dtype)
     console.log(f"starting the {cfg.rollout.engine} rollout engine")
-    engine = make_engine(
-        cfg,
-        model_dir=resolve_model_path(cfg.model.path),
-        tokenizer=tokenizer,
-        policy_model=policy,
-        device=device,
-        cache_dir=run_dir_of(cfg) / "cache",
+    engine = start_engine(
+        cfg, tokenizer=tokenizer, policy=policy, device=device, cache_dir=run_dir_of(cfg) / "cache"
     )
     return Components(
         cfg=cfg,

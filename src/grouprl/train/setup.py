@@ -6,16 +6,19 @@ import functools
 import os
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from grouprl.config.schema import DataConfig, DataSource, RewardConfig, TrainConfig
+from grouprl.assets import resolve_model_path
+from grouprl.config.schema import DataConfig, DataSource, RewardConfig, RunConfig, TrainConfig
 from grouprl.data.prompts import render_prompts
 from grouprl.data.sources import load_rows
 from grouprl.rewards.registry import resolve_rewards
 from grouprl.rewards.scoring import RewardRunner, score_completions
+from grouprl.rollout.base import RolloutEngine
 from grouprl.rollout.runner import ScoreFn
 
 
@@ -51,6 +54,20 @@ def make_score_fn(reward: RewardConfig, *, answer_key: str) -> ScoreFn:
         answer_key=answer_key,
         on_error=reward.on_error,
         timeout_s=reward.timeout_s,
+    )
+
+
+def start_engine(cfg: RunConfig, *, tokenizer, policy, device, cache_dir: Path) -> RolloutEngine:
+    """The configured rollout engine over ``model.path`` (``policy`` for the hf engine)."""
+    from grouprl.rollout.factory import make_engine
+
+    return make_engine(
+        cfg,
+        model_dir=resolve_model_path(cfg.model.path),
+        tokenizer=tokenizer,
+        policy_model=policy,
+        device=device,
+        cache_dir=cache_dir,
     )
 
 
