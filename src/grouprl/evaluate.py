@@ -74,7 +74,7 @@ def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
         policy = load_causal_lm(
             cfg.model, dtype=resolve_dtype(cfg.model.dtype, device), device=device
         )
-    cache = (run_dir or Path(".grouprl-cache")) / "cache"
+    cache = run_dir / "cache" if run_dir is not None else Path("runs") / ".cache"
     engine = start_engine(cfg, tokenizer=tokenizer, policy=policy, device=device, cache_dir=cache)
     try:
         with torch.no_grad():

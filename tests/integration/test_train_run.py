@@ -111,3 +111,21 @@ def test_eval_scores_a_run(straight_run, tiny_model_dir, capsys):
     assert (
         json.loads((run_dir / "eval.json").read_text())["eval/accuracy"] == metrics["eval/accuracy"]
     )
+
+
+def test_a_raising_reward_function_is_counted_and_the_run_goes_on(tmp_path, tiny_model_dir, caplog):
+    rewards = tmp_path / "flaky.py"
+    rewards.write_text(
+        "def flaky(completion, **_):\n"
+        "    if '1' in completion:\n"
+        "        raise RuntimeError('no ones allowed')\n"
+        "    return 0.5\n"
+    )
+    functions = f"reward.functions=[{{name: math_answer}}, {{name: '{rewards}:flaky'}}]"
+    cfg = _cfg(tmp_path, "flaky", tiny_model_dir, functions, "train.steps=1", "data.eval=null")
+    summary = train(cfg)
+    assert summary["finished"]
+    lines = [json.loads(x) for x in (tmp_path / "flaky/metrics.jsonl").read_text().splitlines()]
+    errors = [x["reward/errors"] for x in lines if "reward/errors" in x]
+    assert errors and errors[0] > 0
+    assert "no ones allowed" in caplog.text and "sample" in caplog.text
