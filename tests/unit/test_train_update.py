@@ -124,3 +124,16 @@ def test_single_update_has_ratio_one(model):
     _, metrics = _update(model, batch, micro=4, mini=8, iterations=1)
     assert batch.old_logprobs_BT is None  # no extra pass when the batch feeds one update
     assert metrics["clip_frac"] == 0.0
+
+
+def test_scoring_only_masked_positions_gives_the_same_logprobs_and_gradient(model):
+    batch = build_batch(_trajectories(4, seed=9), [0.0] * 4, pad_id=0)
+    kwargs = dict(input_ids_BT=batch.input_ids_BT, attention_mask_BT=batch.attention_mask_BT)
+    full, _ = token_logprobs(model, chunk_tokens=7, **kwargs)
+    only, _ = token_logprobs(model, chunk_tokens=7, score_mask_BT=batch.loss_mask_BT, **kwargs)
+    mask = batch.loss_mask_BT.bool()
+    torch.testing.assert_close(only[mask], full[mask])
+    assert torch.all(only[~mask] == 0)
+    g_full = torch.autograd.grad(full[mask].sum(), model.lm_head.weight)[0]
+    g_only = torch.autograd.grad(only[mask].sum(), model.lm_head.weight)[0]
+    torch.testing.assert_close(g_only, g_full)

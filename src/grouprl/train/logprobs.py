@@ -33,18 +33,26 @@ def token_logprobs(
     input_ids_BT: Tensor,
     attention_mask_BT: Tensor,
     chunk_tokens: int,
+    score_mask_BT: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Logprob of each token given its prefix, and the policy's entropy there.
 
     Entry ``[b, t]`` is about token ``input_ids[b, t]`` predicted from positions
     ``< t``; column 0 is 0 (nothing predicts the first token). Right padding.
+    With ``score_mask_BT``, only its nonzero positions are scored (the rest are
+    0): the LM head never runs over prompt tokens, which matters with a
+    150k-token vocabulary and long prompts.
     """
     decoder = getattr(model, model.base_model_prefix)
     hidden_BTH = decoder(input_ids=input_ids_BT, attention_mask=attention_mask_BT).last_hidden_state
     head = model.get_output_embeddings()
     B, T = input_ids_BT.shape
-    hidden_NH = hidden_BTH[:, :-1].reshape(-1, hidden_BTH.shape[-1])
-    targets_N = input_ids_BT[:, 1:].reshape(-1)
+    wanted_BT = attention_mask_BT.bool() if score_mask_BT is None else score_mask_BT.bool()
+    wanted_BT = wanted_BT.clone()
+    wanted_BT[:, 0] = False
+    # position t - 1 predicts token t
+    hidden_NH = hidden_BTH[:, :-1][wanted_BT[:, 1:]]
+    targets_N = input_ids_BT[wanted_BT]
     picked, entropies = [], []
     for start in range(0, hidden_NH.shape[0], chunk_tokens):
         args = (
@@ -59,7 +67,9 @@ def token_logprobs(
             p, e = _chunk_logprobs(*args)
         picked.append(p)
         entropies.append(e)
-    zero_B1 = hidden_BTH.new_zeros((B, 1), dtype=torch.float32)
-    logprobs_BT = torch.cat([zero_B1, torch.cat(picked).view(B, T - 1)], dim=1)
-    entropy_BT = torch.cat([zero_B1, torch.cat(entropies).view(B, T - 1)], dim=1)
+    logprobs_BT = hidden_BTH.new_zeros((B, T), dtype=torch.float32)
+    entropy_BT = torch.zeros_like(logprobs_BT)
+    if picked:
+        logprobs_BT = logprobs_BT.masked_scatter(wanted_BT, torch.cat(picked))
+        entropy_BT = entropy_BT.masked_scatter(wanted_BT, torch.cat(entropies))
     return logprobs_BT, entropy_BT

@@ -55,6 +55,7 @@ def batch_logprobs(
                     input_ids_BT=micro.input_ids_BT,
                     attention_mask_BT=micro.attention_mask_BT,
                     chunk_tokens=chunk_tokens,
+                    score_mask_BT=micro.loss_mask_BT,
                 )
             out[start : start + len(micro), : lp.shape[1]] = lp.float()
     return out
@@ -94,6 +95,7 @@ def policy_update(
                         input_ids_BT=micro.input_ids_BT,
                         attention_mask_BT=micro.attention_mask_BT,
                         chunk_tokens=train.logprob_chunk_tokens,
+                        score_mask_BT=micro.loss_mask_BT,
                     )
                 logprobs_BT = logprobs_BT.float()
                 old_BT = micro.old_logprobs_BT
