@@ -129,3 +129,21 @@ def test_a_raising_reward_function_is_counted_and_the_run_goes_on(tmp_path, tiny
     errors = [x["reward/errors"] for x in lines if "reward/errors" in x]
     assert errors and errors[0] > 0
     assert "no ones allowed" in caplog.text and "sample" in caplog.text
+
+
+def test_kl_to_a_frozen_reference_when_beta_is_positive(tmp_path, tiny_model_dir):
+    cfg = _cfg(
+        tmp_path,
+        "kl",
+        tiny_model_dir,
+        "algo.beta=0.04",
+        "train.steps=2",
+        "data.eval=null",
+        "train.mini_batch_size=null",  # one update per step: step 1 sees the reference policy
+    )
+    train(cfg)
+    lines = [json.loads(x) for x in (tmp_path / "kl/metrics.jsonl").read_text().splitlines()]
+    kl = [x["kl"] for x in lines if "kl" in x]
+    assert len(kl) == 2
+    assert kl[0] == pytest.approx(0.0, abs=1e-6)  # step 1: policy == reference
+    assert kl[1] > 0.0  # after one update the policy has moved away from the reference
