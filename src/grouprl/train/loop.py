@@ -57,7 +57,7 @@ class Components:
 
 
 def sampling_seed(seed: int, step: int) -> int:
-    """Distinct per (run seed, step); prompt i of the step adds i."""
+    """Distinct per (run seed, step); sample j of prompt i adds i * n + j (engines)."""
     return (seed * 1_000_003 + step) * 100_000 % (2**31 - 1)
 
 
