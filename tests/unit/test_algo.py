@@ -50,6 +50,7 @@ def test_ppo_clip_token_values(ratio, adv, loss, clipped):
         logprobs_BT=new,
         old_logprobs_BT=old,
         advantages_BT=torch.tensor([[adv]]),
+        loss_mask_BT=torch.ones(1, 1),
         cfg=AlgoConfig(clip_eps_low=0.2, clip_eps_high=0.2),
     )
     assert out.loss_BT.item() == pytest.approx(loss, abs=1e-6)
@@ -62,6 +63,7 @@ def test_ppo_clip_higher_uses_separate_upper_range():
         logprobs_BT=old + math.log(1.5),
         old_logprobs_BT=old,
         advantages_BT=torch.ones(1, 1),
+        loss_mask_BT=torch.ones(1, 1),
         cfg=AlgoConfig(clip_eps_low=0.2, clip_eps_high=0.28),
     )
     assert out.loss_BT.item() == pytest.approx(-1.28)

@@ -1,6 +1,9 @@
 """Policy losses: per-token surrogate losses, before aggregation.
 
-Signature: ``fn(*, logprobs_BT, old_logprobs_BT, advantages_BT, cfg) -> PolicyLoss``.
+Signature: ``fn(*, logprobs_BT, old_logprobs_BT, advantages_BT, loss_mask_BT, cfg)
+-> PolicyLoss``. Suffixes: B samples, T tokens. ``loss_mask_BT`` marks the
+generated tokens; sequence-level losses use it to form per-sequence ratios, and
+every loss returns values for all positions (the aggregation masks them).
 """
 
 from __future__ import annotations
@@ -22,9 +25,21 @@ class PolicyLoss:
     clipped_BT: Tensor  # bool: the clip was active (gradient zero) on this token
 
 
+def _clipped_surrogate(ratio: Tensor, adv: Tensor, cfg: AlgoConfig) -> tuple[Tensor, Tensor]:
+    """-min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A) and where the clip won."""
+    unclipped = ratio * adv
+    clipped = ratio.clamp(1 - cfg.clip_eps_low, 1 + cfg.clip_eps_high) * adv
+    return -torch.minimum(unclipped, clipped), clipped < unclipped
+
+
 @POLICY_LOSSES.register("ppo_clip")
 def ppo_clip(
-    *, logprobs_BT: Tensor, old_logprobs_BT: Tensor, advantages_BT: Tensor, cfg: AlgoConfig
+    *,
+    logprobs_BT: Tensor,
+    old_logprobs_BT: Tensor,
+    advantages_BT: Tensor,
+    loss_mask_BT: Tensor,
+    cfg: AlgoConfig,
 ) -> PolicyLoss:
     """PPO's clipped surrogate on token ratios (as in GRPO):
 
@@ -32,11 +47,83 @@ def ppo_clip(
         loss  = -min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)
 
     With separate low/high clip ranges (DAPO's clip-higher when eps_high > eps_low).
+    With ``cfg.dual_clip_c = c`` (c > 1), dual-clip PPO (Ye et al. 2020, "Mastering
+    Complex Control in MOBA Games"): for A < 0 the loss is capped at -c * A, so a
+    token whose ratio has grown far past 1 + eps cannot push an unbounded update.
     """
+    del loss_mask_BT
     ratio_BT = torch.exp(logprobs_BT - old_logprobs_BT)
-    unclipped_BT = ratio_BT * advantages_BT
-    clipped_ratio_BT = ratio_BT.clamp(1 - cfg.clip_eps_low, 1 + cfg.clip_eps_high)
-    clipped_BT = clipped_ratio_BT * advantages_BT
+    loss_BT, clipped_BT = _clipped_surrogate(ratio_BT, advantages_BT, cfg)
+    if cfg.dual_clip_c is not None:
+        cap_BT = -cfg.dual_clip_c * advantages_BT
+        dual_BT = (advantages_BT < 0) & (loss_BT > cap_BT)
+        loss_BT = torch.where(dual_BT, cap_BT, loss_BT)
+        clipped_BT = clipped_BT | dual_BT
+    return PolicyLoss(loss_BT=loss_BT, clipped_BT=clipped_BT)
+
+
+def _sequence_log_ratio(
+    logprobs_BT: Tensor, old_logprobs_BT: Tensor, mask_BT: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Mean over each sequence's masked tokens of logp - logp_old, and the token counts."""
+    diff_BT = torch.where(mask_BT, logprobs_BT - old_logprobs_BT, 0.0)
+    count_B = mask_BT.sum(dim=1).clamp(min=1)
+    return diff_BT.sum(dim=1) / count_B, count_B
+
+
+@POLICY_LOSSES.register("gspo")
+def gspo(
+    *,
+    logprobs_BT: Tensor,
+    old_logprobs_BT: Tensor,
+    advantages_BT: Tensor,
+    loss_mask_BT: Tensor,
+    cfg: AlgoConfig,
+) -> PolicyLoss:
+    """GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization"): one ratio per
+    sequence, the geometric mean of its token ratios, clipped per sequence:
+
+        s_i    = exp(1/|y_i| sum_t (logp_t - logp_old_t))
+        loss_i = -min(s_i * A_i, clip(s_i, 1 - eps_low, 1 + eps_high) * A_i)
+
+    ``loss_i`` is written to every token of sequence i, so ``seq_mean_token_mean``
+    gives the paper's 1/G sum_i objective (``token_mean`` weighs sequences by length).
+    ``A_i`` is the masked mean of the sequence's token advantages (they are
+    constant for outcome rewards); use ``gspo_token`` when they differ.
+    The paper's clip ranges are far smaller than PPO's: eps_low = 3e-4,
+    eps_high = 4e-4 (set them in the recipe).
+    """
+    mask_BT = loss_mask_BT.bool()
+    log_s_B, count_B = _sequence_log_ratio(logprobs_BT, old_logprobs_BT, mask_BT)
+    adv_B = torch.where(mask_BT, advantages_BT, 0.0).sum(dim=1) / count_B
+    loss_B, clipped_B = _clipped_surrogate(log_s_B.exp(), adv_B, cfg)
     return PolicyLoss(
-        loss_BT=-torch.minimum(unclipped_BT, clipped_BT), clipped_BT=clipped_BT < unclipped_BT
+        loss_BT=loss_B[:, None].expand_as(logprobs_BT),
+        clipped_BT=clipped_B[:, None] & mask_BT,
     )
+
+
+@POLICY_LOSSES.register("gspo_token")
+def gspo_token(
+    *,
+    logprobs_BT: Tensor,
+    old_logprobs_BT: Tensor,
+    advantages_BT: Tensor,
+    loss_mask_BT: Tensor,
+    cfg: AlgoConfig,
+) -> PolicyLoss:
+    """GSPO-token (Zheng et al. 2025, eq. 13): per-token ratios whose value is the
+    sequence ratio but whose gradient flows through each token's own logprob:
+
+        s_i,t  = sg[s_i] * exp(logp_t - sg[logp_t])
+        loss_t = -min(s_i,t * A_i,t, clip(s_i,t, 1 - eps_low, 1 + eps_high) * A_i,t)
+
+    so per-token advantages may differ. When A is constant over a sequence, the
+    loss values and the gradient (summed over the sequence's tokens) equal
+    ``gspo``'s. Paper clip ranges: eps_low = 3e-4, eps_high = 4e-4.
+    """
+    mask_BT = loss_mask_BT.bool()
+    log_s_B, _ = _sequence_log_ratio(logprobs_BT, old_logprobs_BT, mask_BT)
+    log_ratio_BT = log_s_B.detach()[:, None] + logprobs_BT - logprobs_BT.detach()
+    loss_BT, clipped_BT = _clipped_surrogate(log_ratio_BT.exp(), advantages_BT, cfg)
+    return PolicyLoss(loss_BT=loss_BT, clipped_BT=clipped_BT & mask_BT)

@@ -34,6 +34,7 @@ def micro_batch_loss(
         logprobs_BT=logprobs_BT,
         old_logprobs_BT=old_logprobs_BT,
         advantages_BT=advantages_BT,
+        loss_mask_BT=loss_mask_BT,
         cfg=cfg,
     )
     loss_BT = policy.loss_BT

@@ -106,24 +106,34 @@ class RolloutConfig(Section):
 class AlgoConfig(Section):
     name: Literal["grpo"] = "grpo"
     """The algorithm family; more come with later releases."""
-    advantage: Literal["grpo"] = "grpo"
-    """Advantage estimator (registry `algo.advantages.ADVANTAGES`)."""
+    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"] = "grpo"
+    """Advantage estimator (registry `algo.advantages.ADVANTAGES`): `grpo` (group-normalised),
+    `dr_grpo` (group mean-centred, no std), `rloo` (leave-one-out baseline), `reinforce_pp`
+    (batch-normalised rewards), `reinforce_pp_baseline` (group-centred, batch-std-scaled)."""
     scale_by_std: bool = True
     """Divide group-centred rewards by the group's std (population std, ddof=0)."""
     adv_eps: float = 1e-6
     """Added to the std before dividing."""
-    policy_loss: Literal["ppo_clip"] = "ppo_clip"
-    """Policy loss (registry `algo.losses.POLICY_LOSSES`)."""
+    policy_loss: Literal["ppo_clip", "gspo", "gspo_token"] = "ppo_clip"
+    """Policy loss (registry `algo.losses.POLICY_LOSSES`): `ppo_clip` (token ratios), `gspo`
+    (sequence ratio, sequence clip), `gspo_token` (GSPO with per-token advantages)."""
     clip_eps_low: float = Field(default=0.2, ge=0)
     """Ratio clip below 1 - eps_low."""
     clip_eps_high: float = Field(default=0.2, ge=0)
     """Ratio clip above 1 + eps_high."""
+    dual_clip_c: float | None = Field(default=None, gt=1)
+    """Dual-clip PPO: for negative advantages the `ppo_clip` loss is capped at -c * A
+    (c > 1, the paper uses 3); null disables it."""
     beta: float = Field(default=0.0, ge=0)
     """KL coefficient to the frozen reference model; 0 loads no reference."""
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     """KL estimator (registry `algo.kl.KL_ESTIMATORS`)."""
-    loss_agg: Literal["token_mean"] = "token_mean"
-    """Loss aggregation (registry `algo.aggregate.AGGREGATIONS`)."""
+    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
+    """Loss aggregation (registry `algo.aggregate.AGGREGATIONS`): `token_mean` (over all tokens,
+    DAPO), `seq_mean_token_mean` (per-sequence mean, GRPO paper), `seq_mean_token_sum_norm`
+    (token sums over a constant length `norm_tokens`, Dr.GRPO)."""
+    norm_tokens: int = Field(default=256, ge=1)
+    """Dr.GRPO's constant normaliser for `seq_mean_token_sum_norm`, normally rollout.max_tokens."""
     num_iterations: int = Field(default=1, ge=1)
     """Updates per batch (mu), reusing the logprobs of the policy that sampled it."""
 

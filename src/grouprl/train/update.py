@@ -86,7 +86,11 @@ def policy_update(
     for iteration in range(algo.num_iterations):
         for start in range(0, len(batch), mini_batch_size):
             mini = batch.select(slice(start, start + mini_batch_size))
-            norm = LossNorm(tokens=int(mini.loss_mask_BT.sum()), sequences=len(mini))
+            norm = LossNorm(
+                tokens=int(mini.loss_mask_BT.sum()),
+                sequences=len(mini),
+                constant_tokens=algo.norm_tokens,
+            )
             optimizer.zero_grad(set_to_none=True)
             for micro in _micro_batches(mini, train.micro_batch_size):
                 with autocast():
