@@ -133,50 +133,26 @@ def score_completions(
     """
     if len(completions) != len(rows):
         raise ValueError(f"{len(completions)} completions but {len(rows)} rows; pair them 1:1")
-    own_runner = runner is None
-    runner = runner or RewardRunner()
-    try:
-        return _score(
-            functions=functions,
-            completions=completions,
-            rows=rows,
-            answer_key=answer_key,
-            on_error=on_error,
-            timeout_s=timeout_s,
-            runner=runner,
-        )
-    finally:
-        if own_runner:
-            runner.close()
-
-
-def _score(
-    *,
-    functions: list[tuple[str, Callable[..., Any], float]],
-    completions: list[str],
-    rows: list[dict[str, Any]],
-    answer_key: str,
-    on_error: Literal["zero", "abort"],
-    timeout_s: float,
-    runner: RewardRunner,
-) -> RewardScores:
     parts = {name: [0.0] * len(completions) for name, _, _ in functions}
     errors: list[RewardFailure] = []
-    for i, (text, row) in enumerate(zip(completions, rows, strict=True)):
-        reference = get_field(row, answer_key)
-        reference = None if reference is MISSING else reference
-        for name, fn, _ in functions:
-            job = runner.call(fn, text, timeout_s=timeout_s, reference=reference, row=row)
-            score, failure = _outcome(job, name=name, sample_index=i, row=row, timeout_s=timeout_s)
-            if failure is None:
-                parts[name][i] = score
-                continue
-            if on_error == "abort":
-                raise RewardError(
-                    f"{failure.describe()}. Fix the function, or set reward.on_error=zero "
-                    "to score such samples 0 and keep training"
-                ) from job.error
-            errors.append(failure)
+    with _runner_for_call(runner) as worker:
+        for i, (text, row) in enumerate(zip(completions, rows, strict=True)):
+            reference = get_field(row, answer_key)
+            reference = None if reference is MISSING else reference
+            for name, fn, _ in functions:
+                job = worker.call(fn, text, timeout_s=timeout_s, reference=reference, row=row)
+                score, failure = _outcome(
+                    job, name=name, sample_index=i, row=row, timeout_s=timeout_s
+                )
+                if failure is None:
+                    parts[name][i] = score
+                    continue
+                if on_error == "abort":
+                    raise RewardError(
+                        f"{failure.describe()}. Fix the function, or set reward.on_error=zero "
+                        "to score such samples 0 and keep training"
+                    ) from job.error
+                errors.append(failure)
     if errors:
         logger.warning(
             "%d reward calls failed and scored 0; first: %s", len(errors), errors[0].describe()
@@ -186,6 +162,19 @@ def _score(
         for i in range(len(completions))
     ]
     return RewardScores(total=total, parts=parts, errors=errors)
+
+
+@contextlib.contextmanager
+def _runner_for_call(runner: RewardRunner | None):
+    """The caller's long-lived runner, or one that lives for this call only."""
+    if runner is not None:
+        yield runner
+        return
+    own = RewardRunner()
+    try:
+        yield own
+    finally:
+        own.close()
 
 
 def metrics(scores: RewardScores) -> dict[str, float]:
