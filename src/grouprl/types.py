@@ -60,11 +60,13 @@ class TrainingBatch:
 
     input_ids_BT: Tensor
     attention_mask_BT: Tensor
-    loss_mask_BT: Tensor  # 1 on tokens the policy generated
-    advantages_BT: Tensor
+    loss_mask_BT: Tensor  # 1 on tokens the policy generated (and that count in the loss)
+    advantages_BT: Tensor  # filled in by the advantage estimator
     engine_logprobs_BT: Tensor  # the engine's sampled-token logprobs, aligned to input_ids
     old_logprobs_BT: Tensor | None = None  # trainer logprobs of the sampling policy
     ref_logprobs_BT: Tensor | None = None  # frozen reference, when algo.beta > 0
+    old_values_BT: Tensor | None = None  # critic values the advantages were computed with
+    returns_BT: Tensor | None = None  # the critic's regression targets
 
     def __len__(self) -> int:
         return self.input_ids_BT.shape[0]

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from grouprl.algo.advantages import ADVANTAGES, group_normalized
+from grouprl.algo.advantages import ADVANTAGES, AdvantageInputs, group_normalized
 from grouprl.algo.aggregate import LossNorm, token_mean
 from grouprl.algo.kl import KL_ESTIMATORS
 from grouprl.algo.losses import ppo_clip
@@ -29,7 +29,8 @@ def test_grpo_advantage_without_std_and_constant_groups():
     rewards = torch.tensor([[2.0, 0.0, 1.0], [0.5, 0.5, 0.5]])
     centered = group_normalized(rewards, scale_by_std=False, eps=1e-6)
     torch.testing.assert_close(centered, torch.tensor([[1.0, -1.0, 0.0], [0.0, 0.0, 0.0]]))
-    scaled = ADVANTAGES["grpo"](rewards, cfg=AlgoConfig())
+    inputs = AdvantageInputs(scores_B=rewards.flatten(), mask_BT=torch.ones(6, 1), group_size=3)
+    scaled = ADVANTAGES["grpo"](inputs, cfg=AlgoConfig()).advantages_BT.view(2, 3)
     assert torch.equal(scaled[1], torch.zeros(3))  # no signal from an all-equal group
 
 
@@ -94,10 +95,12 @@ def test_objective_adds_beta_times_k3():
         logprobs_BT=logp,
         old_logprobs_BT=logp,
         ref_logprobs_BT=ref,
+        engine_logprobs_BT=logp,
         advantages_BT=torch.tensor([[2.0, 0.0]]),
         loss_mask_BT=mask,
         norm=LossNorm(tokens=1, sequences=1),
         cfg=cfg,
+        kl_coef=cfg.beta,
     )
     k3 = 0.5 - 1 + math.log(2)
     assert loss.item() == pytest.approx(-2.0 + 0.1 * k3)

@@ -9,7 +9,7 @@ import pydantic
 import pytest
 import torch
 
-from grouprl.algo.advantages import ADVANTAGES
+from grouprl.algo.advantages import ADVANTAGES, AdvantageInputs
 from grouprl.algo.aggregate import AGGREGATIONS, LossNorm
 from grouprl.algo.losses import POLICY_LOSSES
 from grouprl.algo.objective import micro_batch_loss
@@ -18,33 +18,42 @@ from grouprl.config.schema import AlgoConfig
 EXACT = AlgoConfig(adv_eps=0.0)
 
 
+def per_sample(name: str, rewards_PG: torch.Tensor, cfg: AlgoConfig) -> torch.Tensor:
+    """An outcome estimator's advantages as [P, G], each sample one generated token."""
+    P, G = rewards_PG.shape
+    inputs = AdvantageInputs(
+        scores_B=rewards_PG.flatten(), mask_BT=torch.ones(P * G, 1), group_size=G
+    )
+    return ADVANTAGES[name](inputs, cfg=cfg).advantages_BT.view(P, G)
+
+
 # --- advantages -----------------------------------------------------------------
 
 
 def test_dr_grpo_centres_without_std():
     rewards_PG = torch.tensor([[2.0, 0.0, 1.0], [3.0, 3.0, 3.0]])
-    adv = ADVANTAGES["dr_grpo"](rewards_PG, cfg=AlgoConfig(scale_by_std=True))
+    adv = per_sample("dr_grpo", rewards_PG, AlgoConfig(scale_by_std=True))
     torch.testing.assert_close(adv, torch.tensor([[1.0, -1.0, 0.0], [0.0, 0.0, 0.0]]))
 
 
 def test_rloo_leave_one_out_baseline():
     # success: 1 - mean(0, 0, 0) = 1; failure: 0 - mean(1, 0, 0) = -1/3
-    adv = ADVANTAGES["rloo"](torch.tensor([[1.0, 0.0, 0.0, 0.0]]), cfg=EXACT)
+    adv = per_sample("rloo", torch.tensor([[1.0, 0.0, 0.0, 0.0]]), EXACT)
     torch.testing.assert_close(adv, torch.tensor([[1.0, -1 / 3, -1 / 3, -1 / 3]]))
     # 3 - mean(1, 2) = 1.5; 1 - mean(3, 2) = -1.5; 2 - mean(3, 1) = 0
-    adv = ADVANTAGES["rloo"](torch.tensor([[3.0, 1.0, 2.0]]), cfg=EXACT)
+    adv = per_sample("rloo", torch.tensor([[3.0, 1.0, 2.0]]), EXACT)
     torch.testing.assert_close(adv, torch.tensor([[1.5, -1.5, 0.0]]))
 
 
 def test_rloo_refuses_groups_of_one():
     with pytest.raises(ValueError, match="at least 2 samples"):
-        ADVANTAGES["rloo"](torch.tensor([[1.0], [0.0]]), cfg=EXACT)
+        per_sample("rloo", torch.tensor([[1.0], [0.0]]), EXACT)
 
 
 def test_reinforce_pp_normalises_over_the_whole_batch():
     # batch of 4: mean 1/4, population std sqrt(3)/4. The all-zero group still gets
     # a (negative) advantage: the baseline is the batch, not the group.
-    adv = ADVANTAGES["reinforce_pp"](torch.tensor([[1.0, 0.0], [0.0, 0.0]]), cfg=EXACT)
+    adv = per_sample("reinforce_pp", torch.tensor([[1.0, 0.0], [0.0, 0.0]]), EXACT)
     s = 1 / math.sqrt(3)
     torch.testing.assert_close(adv, torch.tensor([[math.sqrt(3), -s], [-s, -s]]))
 
@@ -52,7 +61,7 @@ def test_reinforce_pp_normalises_over_the_whole_batch():
 def test_reinforce_pp_baseline_centres_per_group_then_scales_by_batch_std():
     # centred: [[0.5, -0.5], [0, 0]]; batch population std of that: sqrt(0.5 / 4)
     # (the raw rewards' std, sqrt(0.6875), would give a different answer)
-    adv = ADVANTAGES["reinforce_pp_baseline"](torch.tensor([[1.0, 0.0], [2.0, 2.0]]), cfg=EXACT)
+    adv = per_sample("reinforce_pp_baseline", torch.tensor([[1.0, 0.0], [2.0, 2.0]]), EXACT)
     r2 = math.sqrt(2)
     torch.testing.assert_close(adv, torch.tensor([[r2, -r2], [0.0, 0.0]]))
 
@@ -202,10 +211,12 @@ def test_objective_passes_the_mask_to_sequence_losses():
         logprobs_BT=old_BT + diff_BT,
         old_logprobs_BT=old_BT,
         ref_logprobs_BT=None,
+        engine_logprobs_BT=old_BT,
         advantages_BT=adv_BT,
         loss_mask_BT=mask_BT.bool(),
         norm=LossNorm(tokens=5, sequences=2),
         cfg=AlgoConfig(policy_loss="gspo", loss_agg="seq_mean_token_mean"),
+        kl_coef=0.0,
     )
     assert loss.item() == pytest.approx((-2 * math.exp(-0.1) - 1.2) / 2)
     assert metrics["clip_frac"].item() == pytest.approx(3 / 5)  # row 1's three tokens

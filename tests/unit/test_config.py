@@ -243,3 +243,84 @@ def test_wandb_api_key_is_redacted_in_saved_config(tmp_path):
 
 def test_unset_secret_stays_null():
     assert redacted_dict(load_config("tiny-arith", []))["metrics"]["wandb"]["api_key"] is None
+
+
+# --- algorithm presets and mismatched combinations ---------------------------------
+
+
+def test_algorithm_preset_fills_keys_the_recipe_leaves_out():
+    algo = load_config("tiny-arith", ["algo.name=gspo"]).algo
+    assert (algo.policy_loss, algo.loss_agg) == ("gspo", "seq_mean_token_mean")
+    assert (algo.clip_eps_low, algo.clip_eps_high) == (3e-4, 4e-4)
+    # an explicit key wins over the preset
+    algo = load_config("tiny-arith", ["algo.name=gspo", "algo.clip_eps_high=0.001"]).algo
+    assert (algo.clip_eps_low, algo.clip_eps_high) == (3e-4, 0.001)
+    algo = load_config("tiny-arith", ["algo.name=dapo"]).algo
+    assert algo.dynamic_sampling and algo.clip_eps_high == 0.28
+
+
+def test_dr_grpo_norm_tokens_default_to_max_tokens():
+    cfg = load_config("tiny-arith", ["algo.name=dr_grpo", "rollout.max_tokens=48"])
+    assert (cfg.algo.loss_agg, cfg.algo.norm_tokens) == ("seq_mean_token_sum_norm", 48)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["algo.name=ppo"],
+            r"algo\.advantage=gae \(algo\.name=ppo\) needs a value model.*critic\.path=",
+        ),
+        (
+            ["critic.path=builtin:tiny-arith"],
+            r"algo\.advantage=grpo does not use values; set critic=null",
+        ),
+        (
+            ["algo.name=ppo", "algo.policy_loss=gspo", "critic.path=builtin:tiny-arith"],
+            r"gae gives each token its own advantage.*algo\.policy_loss=gspo_token",
+        ),
+        (
+            [
+                "algo.advantage=reinforce_pp",
+                "algo.policy_loss=gspo",
+                "algo.beta=0.1",
+                "algo.kl_in=reward",
+            ],
+            r"kl_in=reward makes reinforce_pp's returns differ per token",
+        ),
+        (
+            [
+                "algo.dynamic_sampling=true",
+                "algo.advantage=reinforce_pp",
+                "rollout.n=1",
+                "train.mini_batch_size=16",
+            ],
+            r"rollout\.n=1: it drops groups whose rewards are all equal",
+        ),
+        (
+            ["algo.policy_loss=gspo", "algo.dual_clip_c=3"],
+            r"algo\.dual_clip_c=3.0 applies to token ratios",
+        ),
+        (["algo.kl_target=0.05"], r"starting value algo\.beta, which is 0"),
+        (
+            ["algo.overlong_buffer=64"],
+            r"algo\.overlong_buffer=64 must be smaller than rollout\.max_tokens=64.*=12",
+        ),
+        (
+            ["algo.name=ppo", "critic.path=builtin:tiny-arith", "critic.warmup_steps=40"],
+            r"critic\.warmup_steps=40 leaves no step of train\.steps=40",
+        ),
+    ],
+)
+def test_mismatched_algorithm_settings_fail_at_config_time(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        check_config(load_config("tiny-arith", overrides))
+
+
+def test_batch_and_critic_baselines_work_with_groups_of_one():
+    for extra in (
+        ["algo.advantage=reinforce_pp"],
+        ["algo.name=ppo", "critic.path=builtin:tiny-arith"],
+    ):
+        d = derive(load_config("tiny-arith", ["rollout.n=1", "train.mini_batch_size=16", *extra]))
+        assert d.samples_per_step == 16

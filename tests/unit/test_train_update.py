@@ -42,8 +42,13 @@ def _trajectories(n: int, seed: int = 0) -> list[Trajectory]:
     return out
 
 
+def _with_advantages(batch, advantages_B):
+    batch.advantages_BT = advantages_B[:, None] * batch.loss_mask_BT
+    return batch
+
+
 def test_chunked_logprobs_match_full_softmax(model):
-    batch = build_batch(_trajectories(4), [0.0] * 4, pad_id=0)
+    batch = build_batch(_trajectories(4), pad_id=0)
     lp_chunked, _ = token_logprobs(
         model,
         input_ids_BT=batch.input_ids_BT,
@@ -90,7 +95,7 @@ def _update(model, batch, *, micro: int, mini: int, iterations: int = 1, lr: flo
 
 def test_four_micro_batches_of_two_equal_one_batch_of_eight(model):
     torch.manual_seed(1)
-    batch = build_batch(_trajectories(8, seed=3), torch.randn(8).tolist(), pad_id=0)
+    batch = _with_advantages(build_batch(_trajectories(8, seed=3), pad_id=0), torch.randn(8))
     full, m_full = _update(model, copy.deepcopy(batch), micro=8, mini=8)
     split, m_split = _update(model, copy.deepcopy(batch), micro=2, mini=8)
     for (name, a), b in zip(full.named_parameters(), split.parameters(), strict=True):
@@ -103,7 +108,7 @@ def test_four_micro_batches_of_two_equal_one_batch_of_eight(model):
 
 
 def test_several_updates_reuse_old_logprobs(model):
-    batch = build_batch(_trajectories(8, seed=5), torch.randn(8).tolist(), pad_id=0)
+    batch = _with_advantages(build_batch(_trajectories(8, seed=5), pad_id=0), torch.randn(8))
     _, metrics = _update(model, batch, micro=4, mini=4, iterations=3, lr=50.0)
     # the old logprobs are those of the sampling policy, computed once up front
     with torch.no_grad():
@@ -120,14 +125,14 @@ def test_several_updates_reuse_old_logprobs(model):
 
 
 def test_single_update_has_ratio_one(model):
-    batch = build_batch(_trajectories(8, seed=5), torch.randn(8).tolist(), pad_id=0)
+    batch = _with_advantages(build_batch(_trajectories(8, seed=5), pad_id=0), torch.randn(8))
     _, metrics = _update(model, batch, micro=4, mini=8, iterations=1)
     assert batch.old_logprobs_BT is None  # no extra pass when the batch feeds one update
     assert metrics["clip_frac"] == 0.0
 
 
 def test_scoring_only_masked_positions_gives_the_same_logprobs_and_gradient(model):
-    batch = build_batch(_trajectories(4, seed=9), [0.0] * 4, pad_id=0)
+    batch = build_batch(_trajectories(4, seed=9), pad_id=0)
     kwargs = dict(input_ids_BT=batch.input_ids_BT, attention_mask_BT=batch.attention_mask_BT)
     full, _ = token_logprobs(model, chunk_tokens=7, **kwargs)
     only, _ = token_logprobs(model, chunk_tokens=7, score_mask_BT=batch.loss_mask_BT, **kwargs)

@@ -1,20 +1,72 @@
-"""Advantage estimators: rewards of G samples per prompt -> one advantage per sample.
+"""Advantage estimators: a batch's rewards (and values) -> one advantage per token.
 
-Signature of every estimator: ``fn(rewards_PG, *, cfg) -> advantages_PG`` where
-``cfg`` is the ``AlgoConfig``. Suffixes: P prompts, G samples per prompt.
+Signature of every estimator: ``fn(inputs: AdvantageInputs, *, cfg) -> Advantages``
+where ``cfg`` is the ``AlgoConfig``. Suffixes: B samples, T tokens, P prompts,
+G samples per prompt; a batch is P groups of G consecutive samples.
 
-All estimators here score outcomes (one reward per completion); the loop gives
-every token of a completion its sample's advantage.
+Rewards come in two parts: each sample's outcome score (the reward functions,
+after shaping), earned at its last generated token, and optional per-token
+rewards (``-beta * KL`` when ``algo.kl_in=reward``). Outcome estimators (GRPO,
+Dr.GRPO, RLOO) score a sample by the sum of both, so its tokens share one
+advantage; REINFORCE++ and GAE give each token its own return.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import torch
 from torch import Tensor
 
 from grouprl.algo.registry import Registry
 from grouprl.config.schema import AlgoConfig
 
 ADVANTAGES: Registry = Registry("advantage estimator")
+
+
+@dataclass
+class AdvantageInputs:
+    scores_B: Tensor  # outcome reward of each sample
+    mask_BT: Tensor  # 1.0 on generated tokens (contiguous per row), 0.0 elsewhere
+    group_size: int  # G: samples per prompt
+    token_rewards_BT: Tensor | None = None  # per-token rewards besides the outcome
+    values_BT: Tensor | None = None  # critic: value of the prefix before token t (gae)
+
+
+@dataclass
+class Advantages:
+    advantages_BT: Tensor  # zero off the mask
+    returns_BT: Tensor | None = None  # value targets for the critic (gae)
+
+
+def _sequence_rewards(inputs: AdvantageInputs) -> Tensor:
+    """Outcome score plus the sample's summed per-token rewards, as [P, G]."""
+    total_B = inputs.scores_B
+    if inputs.token_rewards_BT is not None:
+        total_B = total_B + (inputs.token_rewards_BT * inputs.mask_BT).sum(dim=1)
+    return total_B.view(-1, inputs.group_size)
+
+
+def _per_token(adv_PG: Tensor, mask_BT: Tensor) -> Tensor:
+    return adv_PG.reshape(-1, 1) * mask_BT
+
+
+def returns_to_go(scores_B: Tensor, mask_BT: Tensor, token_rewards_BT: Tensor | None) -> Tensor:
+    """Undiscounted return from each generated token on: the outcome score (earned at the
+    last token, so every token sees it) plus the per-token rewards from t to the end."""
+    to_go_BT = scores_B[:, None] * mask_BT
+    if token_rewards_BT is not None:
+        masked_BT = token_rewards_BT * mask_BT
+        to_go_BT = to_go_BT + masked_BT.flip(1).cumsum(1).flip(1) * mask_BT
+    return to_go_BT
+
+
+def whiten(values_BT: Tensor, mask_BT: Tensor, *, eps: float) -> Tensor:
+    """(x - mean) / (std + eps) over the masked tokens (population std); zero off the mask."""
+    count = mask_BT.sum().clamp(min=1)
+    mean = (values_BT * mask_BT).sum() / count
+    var = (((values_BT - mean) * mask_BT) ** 2).sum() / count
+    return (values_BT - mean) / (var.sqrt() + eps) * mask_BT
 
 
 def group_normalized(rewards_PG: Tensor, *, scale_by_std: bool, eps: float) -> Tensor:
@@ -33,71 +85,123 @@ def group_normalized(rewards_PG: Tensor, *, scale_by_std: bool, eps: float) -> T
 
 
 @ADVANTAGES.register("grpo")
-def grpo(rewards_PG: Tensor, *, cfg: AlgoConfig) -> Tensor:
-    """GRPO outcome advantage (DeepSeekMath, Shao et al. 2024), same for every token."""
-    return group_normalized(rewards_PG, scale_by_std=cfg.scale_by_std, eps=cfg.adv_eps)
+def grpo(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advantages:
+    """GRPO outcome advantage (DeepSeekMath, Shao et al. 2024), same for every token:
+
+        A_i = (R_i - mean_j R_j) / (std_j R_j + eps)     over the prompt's G samples
+
+    ``std`` is dropped when ``cfg.scale_by_std`` is false. R_i is the outcome score
+    plus the sample's summed per-token rewards.
+    """
+    adv_PG = group_normalized(
+        _sequence_rewards(inputs), scale_by_std=cfg.scale_by_std, eps=cfg.adv_eps
+    )
+    return Advantages(_per_token(adv_PG, inputs.mask_BT))
 
 
 @ADVANTAGES.register("dr_grpo")
-def dr_grpo(rewards_PG: Tensor, *, cfg: AlgoConfig) -> Tensor:
+def dr_grpo(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advantages:
     """Dr.GRPO advantage (Liu et al. 2025, "Understanding R1-Zero-Like Training"):
 
-        A_i = r_i - mean_j r_j        (over the prompt's G samples; no std division)
+        A_i = R_i - mean_j R_j        (over the prompt's G samples; no std division)
 
     Dropping the std removes GRPO's question-difficulty bias. The paper's other
     half, the constant-length loss normaliser, is the ``seq_mean_token_sum_norm``
     aggregation. Ignores ``cfg.scale_by_std``.
     """
-    return group_normalized(rewards_PG, scale_by_std=False, eps=cfg.adv_eps)
+    adv_PG = group_normalized(_sequence_rewards(inputs), scale_by_std=False, eps=cfg.adv_eps)
+    return Advantages(_per_token(adv_PG, inputs.mask_BT))
 
 
 @ADVANTAGES.register("rloo")
-def rloo(rewards_PG: Tensor, *, cfg: AlgoConfig) -> Tensor:
+def rloo(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advantages:
     """REINFORCE leave-one-out (Kool et al. 2019; Ahmadian et al. 2024, "Back to Basics"):
 
-        A_i = r_i - 1/(G-1) sum_{j != i} r_j  =  G/(G-1) * (r_i - mean_j r_j)
+        A_i = R_i - 1/(G-1) sum_{j != i} R_j  =  G/(G-1) * (R_i - mean_j R_j)
 
     The baseline excludes the sample itself, so it is unbiased. No std scaling
     (as in the paper); ignores ``cfg.scale_by_std``. Needs G >= 2.
     """
     del cfg
+    rewards_PG = _sequence_rewards(inputs)
     n = rewards_PG.shape[1]
     if n < 2:
         raise ValueError(
             f"the rloo advantage needs at least 2 samples per prompt, got rollout.n={n}"
         )
     others_mean_PG = (rewards_PG.sum(dim=1, keepdim=True) - rewards_PG) / (n - 1)
-    return rewards_PG - others_mean_PG
+    return Advantages(_per_token(rewards_PG - others_mean_PG, inputs.mask_BT))
 
 
 @ADVANTAGES.register("reinforce_pp")
-def reinforce_pp(rewards_PG: Tensor, *, cfg: AlgoConfig) -> Tensor:
-    """REINFORCE++ (Hu 2025, "REINFORCE++"): global batch normalisation, no critic,
-    no group baseline:
+def reinforce_pp(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advantages:
+    """REINFORCE++ (Hu 2025, "REINFORCE++"): no critic and no group baseline; each
+    token's return, whitened over every generated token of the batch:
 
-        A_i = (r_i - mean_batch r) / (std_batch r + eps)     over all P*G samples
+        G_t = score + sum_{s >= t} r_s          (r_s: per-token rewards, e.g. -beta * KL)
+        A_t = (G_t - mean_batch G) / (std_batch G + eps)
 
-    Departures from the paper: the paper normalises token-level returns that
-    carry a per-token KL penalty; here rewards are outcome scores per sample
-    (the KL lives in the loss, ``algo.beta``), so normalisation is over samples.
-    The std is the population std (divide by P*G), as in ``group_normalized``.
-    Ignores ``cfg.scale_by_std``; ``cfg.adv_eps`` is the eps.
+    With no per-token rewards every token of a sample has the same return, so this is
+    a token-weighted batch normalisation of the scores (long samples count more in
+    the mean, as in the paper and OpenRLHF). Population std; ``cfg.adv_eps`` is eps.
+    Works with any group size, including 1.
     """
-    mean = rewards_PG.mean()
-    std = rewards_PG.std(unbiased=False)
-    return (rewards_PG - mean) / (std + cfg.adv_eps)
+    to_go_BT = returns_to_go(inputs.scores_B, inputs.mask_BT, inputs.token_rewards_BT)
+    return Advantages(whiten(to_go_BT, inputs.mask_BT, eps=cfg.adv_eps))
 
 
 @ADVANTAGES.register("reinforce_pp_baseline")
-def reinforce_pp_baseline(rewards_PG: Tensor, *, cfg: AlgoConfig) -> Tensor:
-    """REINFORCE++-baseline (Hu 2025): subtract the group mean, then divide by the
-    batch std of the centred rewards:
+def reinforce_pp_baseline(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advantages:
+    """REINFORCE++-baseline (Hu 2025): subtract the group mean from the scores, then
+    as ``reinforce_pp``:
 
-        c_i = r_i - mean_group r       A_i = c_i / (std_batch c + eps)
+        c_i = score_i - mean_group score      G_t = c_i + sum_{s >= t} r_s
+        A_t = (G_t - mean_batch G) / (std_batch G + eps)
 
-    The batch mean of ``c`` is zero, so this is global normalisation of the
-    group-centred rewards (OpenRLHF's ``reinforce_baseline``). Same departures
-    as ``reinforce_pp``: per-sample outcome rewards, population std.
+    (OpenRLHF's ``reinforce_baseline``). Needs G >= 2 to be useful.
     """
-    centered_PG = rewards_PG - rewards_PG.mean(dim=1, keepdim=True)
-    return centered_PG / (centered_PG.std(unbiased=False) + cfg.adv_eps)
+    scores_PG = inputs.scores_B.view(-1, inputs.group_size)
+    centered_B = (scores_PG - scores_PG.mean(dim=1, keepdim=True)).flatten()
+    to_go_BT = returns_to_go(centered_B, inputs.mask_BT, inputs.token_rewards_BT)
+    return Advantages(whiten(to_go_BT, inputs.mask_BT, eps=cfg.adv_eps))
+
+
+@ADVANTAGES.register("gae")
+def gae(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advantages:
+    """Generalised advantage estimation (Schulman et al. 2015) over each sample's
+    generated tokens, with the critic's values V_t (of the prefix before token t):
+
+        r_t     = per-token reward at t, plus the score at the last token
+        delta_t = r_t + gamma * V_{t+1} - V_t          (V after the last token = 0)
+        A_t     = delta_t + gamma * lambda * A_{t+1}
+        returns = A_t + V_t                            (the critic's targets)
+
+    Advantages are then whitened over the batch's generated tokens (as PPO
+    implementations do; the returns are not). ``cfg.gamma``, ``cfg.gae_lambda``.
+    """
+    if inputs.values_BT is None:
+        raise ValueError("the gae advantage needs the critic's values (a `critic:` section)")
+    mask_BT = inputs.mask_BT
+    values_BT = inputs.values_BT * mask_BT
+    rewards_BT = torch.zeros_like(values_BT)
+    if inputs.token_rewards_BT is not None:
+        rewards_BT = inputs.token_rewards_BT * mask_BT
+    last_B = _last_index(mask_BT)
+    rows_B = torch.arange(mask_BT.shape[0], device=mask_BT.device)
+    rewards_BT[rows_B, last_B] += inputs.scores_B * mask_BT[rows_B, last_B]
+    adv_BT = torch.zeros_like(values_BT)
+    running_B = torch.zeros_like(inputs.scores_B)
+    next_value_B = torch.zeros_like(inputs.scores_B)
+    for t in reversed(range(mask_BT.shape[1])):
+        delta_B = rewards_BT[:, t] + cfg.gamma * next_value_B - values_BT[:, t]
+        running_B = (delta_B + cfg.gamma * cfg.gae_lambda * running_B) * mask_BT[:, t]
+        adv_BT[:, t] = running_B
+        next_value_B = values_BT[:, t]
+    returns_BT = (adv_BT + values_BT) * mask_BT
+    return Advantages(whiten(adv_BT, mask_BT, eps=cfg.adv_eps), returns_BT=returns_BT)
+
+
+def _last_index(mask_BT: Tensor) -> Tensor:
+    """Column of each row's last masked token (0 for a row with none)."""
+    columns_BT = torch.arange(mask_BT.shape[1], device=mask_BT.device).expand_as(mask_BT)
+    return torch.where(mask_BT.bool(), columns_BT, 0).amax(dim=1)

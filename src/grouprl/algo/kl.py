@@ -32,3 +32,17 @@ def k2(logprobs_BT: Tensor, ref_logprobs_BT: Tensor) -> Tensor:
 def k3(logprobs_BT: Tensor, ref_logprobs_BT: Tensor) -> Tensor:
     log_ratio_BT = ref_logprobs_BT - logprobs_BT
     return log_ratio_BT.exp() - 1 - log_ratio_BT
+
+
+def adaptive_kl_coef(
+    coef: float, *, observed_kl: float, target: float, horizon: int, n_samples: int
+) -> float:
+    """Adaptive KL controller (Ziegler et al. 2019, "Fine-Tuning Language Models from
+    Human Preferences"): the coefficient grows when the KL is above target, shrinks
+    when below, by at most 20% per ``horizon`` samples:
+
+        error = clip(observed / target - 1, -0.2, 0.2)
+        coef' = coef * (1 + error * n_samples / horizon)
+    """
+    error = min(max(observed_kl / target - 1.0, -0.2), 0.2)
+    return coef * (1.0 + error * n_samples / horizon)

@@ -1,9 +1,10 @@
 """The training objective for one micro-batch, assembled from the registries.
 
-    loss = agg(policy_loss_BT + beta * kl_BT)
+    loss = agg(w * policy_loss_BT + kl_coef * kl_BT)
 
-The loop calls ``micro_batch_loss`` without knowing which estimator, loss or
-aggregation the config chose.
+``w`` is the truncated importance weight (``algo.tis_cap``; 1 otherwise) and the
+KL term is present when ``algo.kl_in=loss``. The loop calls ``micro_batch_loss``
+without knowing which estimator, loss or aggregation the config chose.
 """
 
 from __future__ import annotations
@@ -17,18 +18,36 @@ from grouprl.algo.losses import POLICY_LOSSES
 from grouprl.config.schema import AlgoConfig
 
 
+def truncated_importance_weight(
+    sampler_logprobs_BT: Tensor, engine_logprobs_BT: Tensor, *, cap: float
+) -> Tensor:
+    """Truncated importance sampling (Yao et al. 2025, "Your Efficient RL Framework
+    Secretly Brings You Off-Policy RL Training"): the engine sampled from pi_engine
+    but the loss assumes the trainer's pi_old; each token is reweighted by
+
+        w_t = min(pi_old(y_t) / pi_engine(y_t), C)
+
+    without gradient. ``sampler_logprobs_BT`` are the trainer's logprobs of the
+    sampling policy's weights.
+    """
+    return (sampler_logprobs_BT - engine_logprobs_BT).exp().clamp(max=cap).detach()
+
+
 def micro_batch_loss(
     *,
     logprobs_BT: Tensor,
     old_logprobs_BT: Tensor,
     ref_logprobs_BT: Tensor | None,
+    engine_logprobs_BT: Tensor,
     advantages_BT: Tensor,
     loss_mask_BT: Tensor,
     norm: LossNorm,
     cfg: AlgoConfig,
+    kl_coef: float,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Loss to backpropagate, plus metrics already divided by the mini-batch's
-    token count (so the micro-batches' metrics add up to mini-batch means)."""
+    token count (so the micro-batches' metrics add up to mini-batch means).
+    ``kl_coef`` is the current KL coefficient (``algo.beta``, or the adaptive one)."""
     mask_BT = loss_mask_BT.to(logprobs_BT.dtype)
     policy = POLICY_LOSSES[cfg.policy_loss](
         logprobs_BT=logprobs_BT,
@@ -39,11 +58,20 @@ def micro_batch_loss(
     )
     loss_BT = policy.loss_BT
     metrics: dict[str, Tensor] = {}
-    if cfg.beta > 0:
+    if cfg.tis_cap is not None:
+        weight_BT = truncated_importance_weight(
+            old_logprobs_BT, engine_logprobs_BT, cap=cfg.tis_cap
+        )
+        loss_BT = loss_BT * weight_BT
+        metrics["tis/weight"] = token_mean(weight_BT, mask_BT, norm=norm)
+        metrics["tis/capped_frac"] = token_mean(
+            (weight_BT >= cfg.tis_cap).to(mask_BT.dtype), mask_BT, norm=norm
+        )
+    if cfg.kl_in == "loss" and kl_coef > 0:
         if ref_logprobs_BT is None:
-            raise ValueError("algo.beta > 0 needs reference logprobs in the batch")
+            raise ValueError("a KL term in the loss needs reference logprobs in the batch")
         kl_BT = KL_ESTIMATORS[cfg.kl_estimator](logprobs_BT, ref_logprobs_BT)
-        loss_BT = loss_BT + cfg.beta * kl_BT
+        loss_BT = loss_BT + kl_coef * kl_BT
         metrics["kl"] = token_mean(kl_BT.detach(), mask_BT, norm=norm)
     loss = AGGREGATIONS[cfg.loss_agg](loss_BT, mask_BT, norm=norm)
     with torch.no_grad():

@@ -3,6 +3,7 @@
     run_dir/checkpoints/step_000040/
         model/            Hugging Face directory (safetensors + config + tokenizer)
         optimizer.pt      optimizer state (tensors, loaded with weights_only=True)
+        critic/, critic_optimizer.pt   the value model and its optimizer (PPO only)
         trainer.pt        scheduler, RNG states, sampler position, step, weight version
         manifest.json     written last: file list, sizes, sha256; no manifest, no checkpoint
 
@@ -17,7 +18,7 @@ import hashlib
 import json
 import random
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ class TrainerState:
     scheduler: dict[str, Any]
     rng: dict[str, Any]
     eval_before: dict[str, float]  # validation before the first step, for the final summary
+    algo: dict[str, float] = field(default_factory=dict)  # e.g. the adaptive KL coefficient
 
 
 def rng_state() -> dict[str, Any]:
@@ -83,7 +85,15 @@ def _write_manifest(ckpt_dir: Path, *, step: int) -> None:
 
 
 def save_checkpoint(
-    run_dir: Path, *, model, tokenizer, optimizer, state: TrainerState, keep_last: int
+    run_dir: Path,
+    *,
+    model,
+    tokenizer,
+    optimizer,
+    state: TrainerState,
+    keep_last: int,
+    critic=None,
+    critic_optimizer=None,
 ) -> Path:
     root = run_dir / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
@@ -94,6 +104,9 @@ def save_checkpoint(
     model.save_pretrained(tmp / "model", safe_serialization=True)
     tokenizer.save_pretrained(tmp / "model")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    if critic is not None:
+        critic.save_pretrained(tmp / "critic", safe_serialization=True)
+        torch.save(critic_optimizer.state_dict(), tmp / "critic_optimizer.pt")
     torch.save(vars(state), tmp / "trainer.pt")
     _write_manifest(tmp, step=state.step)
     if final.exists():
@@ -162,9 +175,21 @@ def load_weights(model: torch.nn.Module, model_dir: Path) -> None:
         )
 
 
-def load_checkpoint(ckpt_dir: Path, *, model, optimizer) -> TrainerState:
-    """Loads weights and optimizer in place; returns the rest. Verifies checksums first."""
+def load_checkpoint(
+    ckpt_dir: Path, *, model, optimizer, critic=None, critic_optimizer=None
+) -> TrainerState:
+    """Loads weights and optimizers in place; returns the rest. Verifies checksums first."""
     verify_checkpoint(ckpt_dir)
     load_weights(model, ckpt_dir / "model")
     optimizer.load_state_dict(torch.load(ckpt_dir / "optimizer.pt", weights_only=True))
+    if critic is not None:
+        if not (ckpt_dir / "critic").is_dir():
+            raise CheckpointError(
+                f"checkpoint {ckpt_dir} has no critic, but this run trains one (critic: is "
+                "set). Resume it with the config it was saved with, or start a new run."
+            )
+        load_weights(critic, ckpt_dir / "critic")
+        critic_optimizer.load_state_dict(
+            torch.load(ckpt_dir / "critic_optimizer.pt", weights_only=True)
+        )
     return TrainerState(**torch.load(ckpt_dir / "trainer.pt", weights_only=True))

@@ -24,6 +24,10 @@ from grouprl.config.errors import ConfigError, choices, show
 from grouprl.config.schema import DataSource, RunConfig
 
 BUILTIN_DATASETS = ("builtin:arith",)
+# estimators whose baseline is the prompt's other samples (they need rollout.n >= 2)
+GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline")
+# estimators that give each token its own return (per-token rewards reach them as such)
+TOKEN_RETURN_ESTIMATORS = ("reinforce_pp", "reinforce_pp_baseline")
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,8 @@ class Derived:
     epochs: float | None  # total_steps x prompts_per_step / train_rows, when both are known
     total_optimizer_steps: int | None
     reference_model: bool  # algo.beta > 0 loads a frozen reference copy
+    critic_model: bool  # a `critic:` section loads a value model with its own optimizer
+    critic_warmup_steps: int  # first steps where only the critic learns
     device_text: str  # for display only; the trainer resolves `auto` with torch
     max_tokens_per_sample: int  # data.max_prompt_tokens + rollout.max_tokens
     max_tokens_per_micro_batch: int
@@ -56,6 +62,7 @@ def check_config(cfg: RunConfig) -> None:
     problems = [
         *_check_batch(cfg),
         *_check_length(cfg),
+        *_check_algo(cfg),
         *_check_data(cfg),
         *_check_reward(cfg),
         *_check_trainer(cfg),
@@ -100,6 +107,8 @@ def derive(cfg: RunConfig) -> Derived:
         epochs=epochs,
         total_optimizer_steps=total_steps * per_step if total_steps is not None else None,
         reference_model=cfg.algo.beta > 0,
+        critic_model=cfg.critic is not None,
+        critic_warmup_steps=cfg.critic.warmup_steps if cfg.critic is not None else 0,
         device_text=_device_text(cfg.train.device),
         max_tokens_per_sample=sample_tokens,
         max_tokens_per_micro_batch=micro * sample_tokens,
@@ -143,11 +152,12 @@ def _check_batch(cfg: RunConfig) -> list[str]:
     batch, n = cfg.data.batch_size, cfg.rollout.n
     mini, micro = cfg.train.mini_batch_size, cfg.train.micro_batch_size
     samples = batch * n
-    if n < 2:
+    if n < 2 and cfg.algo.advantage in GROUP_ESTIMATORS:
         return [
-            f"rollout.n={n}: GRPO scores each sample against the other samples of its prompt; "
-            "a group of one has zero advantage, so nothing is learned. "
-            "Set rollout.n to 2 or more (8 is typical)."
+            f"rollout.n={n}: algo.advantage={cfg.algo.advantage} scores each sample against "
+            "the other samples of its prompt; a group of one has zero advantage, so nothing "
+            "is learned. Set rollout.n to 2 or more (8 is typical), or use an estimator with "
+            "a batch or critic baseline (algo.advantage=reinforce_pp, or algo.name=ppo)."
         ]
     if mini is not None and samples % mini:
         n_step = mini // math.gcd(mini, batch)
@@ -205,6 +215,74 @@ def _check_length(cfg: RunConfig) -> list[str]:
             "lower one of the other two."
         )
     return problems
+
+
+def _check_algo(cfg: RunConfig) -> list[str]:
+    algo, critic = cfg.algo, cfg.critic
+    problems = []
+    if algo.advantage == "gae" and critic is None:
+        problems.append(
+            f"algo.advantage=gae{' (algo.name=ppo)' if algo.name == 'ppo' else ''} needs a "
+            "value model, and the config has no critic: section. Set critic.path to a causal "
+            "LM of the policy's family (e.g. critic.path=builtin:tiny-arith, or the policy's "
+            "model.path) or choose a critic-free algorithm (algo.name=grpo)."
+        )
+    if critic is not None and algo.advantage != "gae":
+        problems.append(
+            f"critic.path={show(critic.path)} loads a value model, but algo.advantage="
+            f"{algo.advantage} does not use values; set critic=null, or algo.name=ppo "
+            "(algo.advantage=gae) to train with the critic."
+        )
+    if algo.policy_loss == "gspo" and per_token_advantages(cfg):
+        why = (
+            "gae gives each token its own advantage"
+            if algo.advantage == "gae"
+            else f"algo.kl_in=reward makes {algo.advantage}'s returns differ per token"
+        )
+        problems.append(
+            f"algo.policy_loss=gspo uses one advantage per sequence (the mean of its tokens'), "
+            f"but {why}, so GSPO would average them away. Use algo.policy_loss=gspo_token "
+            "(GSPO's per-token form) or a per-sequence estimator (algo.advantage=grpo)."
+        )
+    if algo.dual_clip_c is not None and algo.policy_loss != "ppo_clip":
+        problems.append(
+            f"algo.dual_clip_c={show(algo.dual_clip_c)} applies to token ratios "
+            f"(algo.policy_loss=ppo_clip), not to algo.policy_loss={algo.policy_loss}; set "
+            "algo.dual_clip_c=null."
+        )
+    if algo.dynamic_sampling and cfg.rollout.n < 2:
+        problems.append(
+            f"algo.dynamic_sampling=true with rollout.n={cfg.rollout.n}: it drops groups whose "
+            "rewards are all equal, and a group of one always is, so no batch could be "
+            "filled. Set rollout.n to 2 or more, or algo.dynamic_sampling=false."
+        )
+    if algo.kl_target is not None and algo.beta == 0:
+        problems.append(
+            f"algo.kl_target={show(algo.kl_target)} adapts the KL coefficient from its "
+            "starting value algo.beta, which is 0 (no reference model, no KL). Set "
+            "algo.beta to a starting coefficient (e.g. 0.01) or algo.kl_target=null."
+        )
+    buffer = algo.overlong_buffer
+    if buffer is not None and buffer >= cfg.rollout.max_tokens:
+        problems.append(
+            f"algo.overlong_buffer={buffer} must be smaller than rollout.max_tokens="
+            f"{cfg.rollout.max_tokens}: the penalty starts at max_tokens - buffer tokens. "
+            f"DAPO uses a fifth of max_tokens: algo.overlong_buffer={cfg.rollout.max_tokens // 5}."
+        )
+    steps = cfg.train.steps
+    if critic is not None and steps is not None and critic.warmup_steps >= steps:
+        problems.append(
+            f"critic.warmup_steps={critic.warmup_steps} leaves no step of train.steps={steps} "
+            "for the policy to learn in; lower critic.warmup_steps or raise train.steps."
+        )
+    return problems
+
+
+def per_token_advantages(cfg: RunConfig) -> bool:
+    """Whether the advantage estimator can give the tokens of one sample different values."""
+    algo = cfg.algo
+    kl_returns = algo.kl_in == "reward" and algo.beta > 0
+    return algo.advantage == "gae" or (kl_returns and algo.advantage in TOKEN_RETURN_ESTIMATORS)
 
 
 def _check_data(cfg: RunConfig) -> list[str]:

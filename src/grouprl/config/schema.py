@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from grouprl.config.algorithms import with_preset
 
 
 class Section(BaseModel):
@@ -104,38 +106,95 @@ class RolloutConfig(Section):
 
 
 class AlgoConfig(Section):
-    name: Literal["grpo"] = "grpo"
-    """The algorithm family; more come with later releases."""
-    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"] = "grpo"
+    name: Literal["grpo", "dr_grpo", "gspo", "dapo", "rloo", "reinforce_pp", "ppo"] = "grpo"
+    """The algorithm preset: it fills in the keys below that the recipe leaves out (its
+    paper's choices, listed in `config/algorithms.py` and docs/algorithms.md); keys the
+    recipe or an override sets win."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_preset(cls, data):
+        return with_preset(data) if isinstance(data, dict) else data
+
+    advantage: Literal[
+        "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae"
+    ] = "grpo"
     """Advantage estimator (registry `algo.advantages.ADVANTAGES`): `grpo` (group-normalised),
     `dr_grpo` (group mean-centred, no std), `rloo` (leave-one-out baseline), `reinforce_pp`
-    (batch-normalised rewards), `reinforce_pp_baseline` (group-centred, batch-std-scaled)."""
+    (batch-whitened returns), `reinforce_pp_baseline` (group-centred, then batch-whitened),
+    `gae` (generalised advantage estimation with the critic's values; PPO)."""
     scale_by_std: bool = True
-    """Divide group-centred rewards by the group's std (population std, ddof=0)."""
+    """`grpo` only: divide group-centred rewards by the group's std (population std, ddof=0)."""
     adv_eps: float = 1e-6
     """Added to the std before dividing."""
+    gamma: float = Field(default=1.0, ge=0, le=1)
+    """`gae`: discount per generated token."""
+    gae_lambda: float = Field(default=1.0, ge=0, le=1)
+    """`gae`: lambda, trading the critic's bias (0) against return variance (1)."""
     policy_loss: Literal["ppo_clip", "gspo", "gspo_token"] = "ppo_clip"
     """Policy loss (registry `algo.losses.POLICY_LOSSES`): `ppo_clip` (token ratios), `gspo`
     (sequence ratio, sequence clip), `gspo_token` (GSPO with per-token advantages)."""
     clip_eps_low: float = Field(default=0.2, ge=0)
     """Ratio clip below 1 - eps_low."""
     clip_eps_high: float = Field(default=0.2, ge=0)
-    """Ratio clip above 1 + eps_high."""
+    """Ratio clip above 1 + eps_high (DAPO's clip-higher: larger than eps_low)."""
     dual_clip_c: float | None = Field(default=None, gt=1)
     """Dual-clip PPO: for negative advantages the `ppo_clip` loss is capped at -c * A
     (c > 1, the paper uses 3); null disables it."""
     beta: float = Field(default=0.0, ge=0)
-    """KL coefficient to the frozen reference model; 0 loads no reference."""
+    """KL coefficient to the frozen reference model (the initial one when `kl_target` is
+    set); 0 loads no reference."""
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     """KL estimator (registry `algo.kl.KL_ESTIMATORS`)."""
+    kl_in: Literal["loss", "reward"] = "loss"
+    """Where the KL term goes: `loss` adds beta * KL to the per-token loss (GRPO);
+    `reward` subtracts beta * KL from each token's reward before advantages (PPO, REINFORCE++)."""
+    kl_target: float | None = Field(default=None, gt=0)
+    """Adaptive KL controller (Ziegler et al. 2019): beta moves so the measured KL per
+    token approaches this target; null keeps beta fixed."""
+    kl_horizon: int = Field(default=10_000, ge=1)
+    """Adaptive KL controller: samples over which beta may change by about 20%."""
     loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
     """Loss aggregation (registry `algo.aggregate.AGGREGATIONS`): `token_mean` (over all tokens,
     DAPO), `seq_mean_token_mean` (per-sequence mean, GRPO paper), `seq_mean_token_sum_norm`
     (token sums over a constant length `norm_tokens`, Dr.GRPO)."""
-    norm_tokens: int = Field(default=256, ge=1)
-    """Dr.GRPO's constant normaliser for `seq_mean_token_sum_norm`, normally rollout.max_tokens."""
+    norm_tokens: int | None = Field(default=None, ge=1)
+    """Dr.GRPO's constant normaliser for `seq_mean_token_sum_norm`; null: rollout.max_tokens."""
     num_iterations: int = Field(default=1, ge=1)
     """Updates per batch (mu), reusing the logprobs of the policy that sampled it."""
+    dynamic_sampling: bool = False
+    """DAPO: drop groups whose rewards are all equal (zero advantage) and sample more
+    prompts until `data.batch_size` groups with signal are collected."""
+    max_sampling_rounds: int = Field(default=3, ge=1)
+    """DAPO: generation rounds per step at most (the first included). When the cap is hit,
+    the batch is filled with dropped groups and a warning says so."""
+    overlong_buffer: int | None = Field(default=None, ge=1)
+    """DAPO's overlong reward shaping: completions longer than rollout.max_tokens minus
+    this many tokens lose reward linearly, up to `overlong_penalty` at max_tokens; null: off."""
+    overlong_penalty: float = Field(default=1.0, ge=0)
+    """DAPO: the reward lost by a completion of rollout.max_tokens tokens."""
+    mask_truncated: bool = False
+    """DAPO's overlong filtering: completions cut off at rollout.max_tokens get no loss."""
+    tis_cap: float | None = Field(default=None, ge=1)
+    """Truncated importance sampling: weight each token's policy loss by
+    min(pi_trainer / pi_engine, cap) to correct the engine's numerics; null: off."""
+
+
+class CriticConfig(Section):
+    path: str
+    """The value model's starting point: a causal LM (the same architecture as the policy,
+    e.g. `builtin:tiny-arith`; a scalar head is added) or a critic saved by grouprl."""
+    lr: float = Field(default=1e-5, gt=0)
+    """The critic's own AdamW learning rate (constant)."""
+    weight_decay: float = Field(default=0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    max_grad_norm: float | None = Field(default=1.0, gt=0)
+    value_clip: float | None = Field(default=0.2, gt=0)
+    """PPO's value clipping: a new value may move at most this far from the old one
+    before its loss stops counting; null: plain squared error."""
+    warmup_steps: int = Field(default=0, ge=0)
+    """Training steps at the start where only the critic learns (the policy waits for
+    useful values)."""
 
 
 class TrainConfig(Section):
@@ -207,6 +266,14 @@ class RunConfig(Section):
     reward: RewardConfig = RewardConfig()
     rollout: RolloutConfig = RolloutConfig()
     algo: AlgoConfig = AlgoConfig()
+    critic: CriticConfig | None = None
+    """The value model for `algo.advantage=gae` (PPO); null for critic-free algorithms."""
     train: TrainConfig = TrainConfig()
     trainer: TrainerConfig = TrainerConfig()
     metrics: MetricsConfig = MetricsConfig()
+
+    @model_validator(mode="after")
+    def _fill_norm_tokens(self) -> RunConfig:
+        if self.algo.norm_tokens is None:
+            self.algo.norm_tokens = self.rollout.max_tokens
+        return self

@@ -64,6 +64,19 @@ class RewardScores:
     """Each function's unweighted score per completion (0.0 where it failed)."""
     errors: list[RewardFailure] = field(default_factory=list)
 
+    @staticmethod
+    def concat(batches: list[RewardScores]) -> RewardScores:
+        """The scores of several scoring calls, in order (errors keep their own indices)."""
+        parts: dict[str, list[float]] = {}
+        for scores in batches:
+            for name, values in scores.parts.items():
+                parts.setdefault(name, []).extend(values)
+        return RewardScores(
+            total=[x for scores in batches for x in scores.total],
+            parts=parts,
+            errors=[e for scores in batches for e in scores.errors],
+        )
+
 
 class _Job:
     def __init__(self, fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> None:

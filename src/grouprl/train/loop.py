@@ -1,19 +1,22 @@
 """The training loop: algorithm-blind orchestration of one step after another.
 
-sampler ─► prompt rows ─► engine.generate (weights v) ─► rewards
-                                                          │
-    advantages (algo registry) ◄──────────────────────────┘
+sampler ─► prompt rows ─► engine.generate (weights v) ─► rewards (+ overlong shaping)
+    ▲                                                        │
+    └── more prompts while groups carry no signal ◄──────────┤ (dynamic sampling)
+                                                             ▼
+TrainingBatch ─► [reference / old logprobs, critic values, as the config needs]
           │
           ▼
-TrainingBatch ─► [reference logprobs if beta > 0] ─► policy_update
-          │                                             │
-          │                      engine.update_weights (v + 1) ◄─┘
+advantages (algo registry) ─► critic update ─► policy update ─► KL coefficient
+          │                                          │
+          │                  engine.update_weights (v + 1) ◄─┘
           ▼
 metrics sinks / samples.jsonl / checkpoint / validation every N steps
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -21,17 +24,24 @@ from typing import Any
 
 import torch
 
-from grouprl.algo.advantages import ADVANTAGES
+from grouprl.algo.advantages import ADVANTAGES, AdvantageInputs
+from grouprl.algo.aggregate import LossNorm, token_mean
+from grouprl.algo.kl import KL_ESTIMATORS, adaptive_kl_coef
+from grouprl.algo.shaping import overlong_penalty
 from grouprl.config.schema import RunConfig
 from grouprl.data.sampler import PromptSampler
 from grouprl.evaluate import validate
+from grouprl.rewards.scoring import RewardScores
 from grouprl.rewards.scoring import metrics as reward_metrics
 from grouprl.rollout.base import RolloutEngine, SamplingSettings
 from grouprl.rollout.runner import ScoreFn, collect
 from grouprl.train.batch import build_batch
+from grouprl.train.critic import batch_values, critic_update
 from grouprl.train.setup import PromptSet
 from grouprl.train.update import batch_logprobs, policy_update
-from grouprl.types import Trajectory
+from grouprl.types import TrainingBatch, Trajectory
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -51,17 +61,31 @@ class Components:
     score: ScoreFn
     mini_batch_size: int
     total_steps: int
+    critic: torch.nn.Module | None = None
+    critic_optimizer: torch.optim.Optimizer | None = None
+    kl_coef: float = 0.0  # algo.beta, moved by the adaptive controller when kl_target is set
     autocast: Any = nullcontext
     weight_version: int = 0
     step: int = 0
 
+    def algo_state(self) -> dict[str, float]:
+        """Algorithm state a checkpoint carries."""
+        return {"kl_coef": self.kl_coef}
 
-def sampling_seed(seed: int, step: int) -> int:
-    """Distinct per (run seed, step); sample j of prompt i adds i * n + j (engines)."""
-    return (seed * 1_000_003 + step) * 100_000 % (2**31 - 1)
+    def load_algo_state(self, state: dict[str, float]) -> None:
+        self.kl_coef = state.get("kl_coef", self.kl_coef)
 
 
-def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, float]]:
+def sampling_seed(seed: int, step: int, round_: int = 0) -> int:
+    """Distinct per (run seed, step, generation round); sample j of prompt i adds
+    i * n + j (engines)."""
+    return ((seed * 1_000_003 + step) * 100_000 + round_ * 10_000_019) % (2**31 - 1)
+
+
+def _generate(
+    c: Components, step: int, round_: int, score: ScoreFn
+) -> tuple[list[Trajectory], RewardScores]:
+    """One round of ``data.batch_size`` prompts x ``rollout.n`` samples, scored and shaped."""
     cfg = c.cfg
     prompt_set = c.train_set.take(c.sampler.next_batch(cfg.data.batch_size))
     settings = SamplingSettings(
@@ -70,67 +94,180 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
         top_p=cfg.rollout.top_p,
         top_k=cfg.rollout.top_k,
         max_tokens=cfg.rollout.max_tokens,
-        seed=sampling_seed(cfg.train.seed, step),
+        seed=sampling_seed(cfg.train.seed, step, round_),
         ignore_eos=cfg.rollout.ignore_eos,
     )
-    t0 = time.perf_counter()
-    timed_score = _timed(c.score)
     trajectories, scores = collect(
         engine=c.engine,
         prompts=prompt_set.prompts,
         rows=prompt_set.rows,
         settings=settings,
-        score=timed_score,
+        score=score,
         correct_function=cfg.reward.correct_function,
     )
+    if cfg.algo.overlong_buffer is not None:
+        for t in trajectories:
+            penalty = overlong_penalty(
+                len(t.completion.token_ids),
+                max_tokens=cfg.rollout.max_tokens,
+                buffer=cfg.algo.overlong_buffer,
+                factor=cfg.algo.overlong_penalty,
+            )
+            t.reward += penalty
+            t.reward_parts["overlong"] = penalty
+    return trajectories, scores
+
+
+def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, float]]:
+    """The step's ``data.batch_size`` groups. With ``algo.dynamic_sampling``, groups whose
+    rewards are all equal are dropped and more prompts sampled, for at most
+    ``algo.max_sampling_rounds`` rounds; a batch still short is filled with dropped
+    groups (they add no gradient) and a warning says so."""
+    cfg, algo = c.cfg, c.cfg.algo
+    n, wanted = cfg.rollout.n, cfg.data.batch_size
+    t0 = time.perf_counter()
+    timed_score = _timed(c.score)
+    generated: list[Trajectory] = []
+    all_scores: list[RewardScores] = []
+    kept: list[list[Trajectory]] = []
+    dropped: list[list[Trajectory]] = []
+    rounds = algo.max_sampling_rounds if algo.dynamic_sampling else 1
+    for round_ in range(rounds):
+        trajectories, scores = _generate(c, step, round_, timed_score)
+        generated += trajectories
+        all_scores.append(scores)
+        for start in range(0, len(trajectories), n):
+            group = trajectories[start : start + n]
+            varied = len({t.reward for t in group}) > 1
+            (kept if varied or not algo.dynamic_sampling else dropped).append(group)
+        if len(kept) >= wanted:
+            break
+    filled = max(0, wanted - len(kept))
+    if filled:
+        logger.warning(
+            "step %d: dynamic sampling found %d of %d groups with differing rewards in "
+            "algo.max_sampling_rounds=%d rounds; filled the batch with %d zero-advantage "
+            "groups. If this repeats, raise algo.max_sampling_rounds or check that the "
+            "rewards can differ (a task too easy or too hard for the model).",
+            step,
+            len(kept),
+            wanted,
+            rounds,
+            filled,
+        )
+        kept += dropped[:filled]
+    batch = [t for group in kept[:wanted] for t in group]
     total = time.perf_counter() - t0
-    lengths = [len(t.completion.token_ids) for t in trajectories]
-    rewards = torch.tensor([t.reward for t in trajectories])
+    lengths = [len(t.completion.token_ids) for t in generated]
+    rewards = torch.tensor([t.reward for t in generated])
     metrics = {
         "reward/mean": float(rewards.mean()),
         "reward/std": float(rewards.std(unbiased=False)),
-        "accuracy": sum(t.correct for t in trajectories) / len(trajectories),
+        "accuracy": sum(t.correct for t in generated) / len(generated),
         "response_len/mean": sum(lengths) / len(lengths),
         "response_len/max": float(max(lengths)),
-        "response/truncated_frac": sum(t.completion.finish_reason == "length" for t in trajectories)
-        / len(trajectories),
+        "response/truncated_frac": sum(t.completion.finish_reason == "length" for t in generated)
+        / len(generated),
         "time/reward_s": timed_score.seconds,
         "time/generate_s": total - timed_score.seconds,
         "tokens_per_s": sum(lengths) / max(total - timed_score.seconds, 1e-9),
-        **reward_metrics(scores),
+        **reward_metrics(RewardScores.concat(all_scores)),
     }
-    return trajectories, metrics
-
-
-def train_step(c: Components, trajectories: list[Trajectory]) -> dict[str, float]:
-    cfg = c.cfg
-    rewards_PG = torch.tensor([t.reward for t in trajectories]).view(-1, cfg.rollout.n)
-    advantages_PG = ADVANTAGES[cfg.algo.advantage](rewards_PG, cfg=cfg.algo)
-    batch = build_batch(
-        trajectories, advantages_PG.flatten().tolist(), pad_id=c.tokenizer.pad_token_id
-    )
-    device = next(c.policy.parameters()).device
-    batch = batch.to(device)
-    if c.reference is not None:
-        batch.ref_logprobs_BT = batch_logprobs(
-            c.reference,
-            batch,
-            micro_batch_size=cfg.train.micro_batch_size,
-            chunk_tokens=cfg.train.logprob_chunk_tokens,
-            autocast=c.autocast,
+    if algo.overlong_buffer is not None:
+        metrics["reward/overlong"] = sum(t.reward_parts["overlong"] for t in generated) / len(
+            generated
         )
-    metrics = policy_update(
-        model=c.policy,
-        optimizer=c.optimizer,
-        batch=batch,
-        algo=cfg.algo,
-        train=cfg.train,
-        mini_batch_size=c.mini_batch_size,
+    if algo.dynamic_sampling:
+        metrics["sampling/rounds"] = float(len(all_scores))
+        metrics["sampling/filled_groups"] = float(filled)
+    return batch, metrics
+
+
+def _logprobs(c: Components, model: torch.nn.Module, batch: TrainingBatch) -> torch.Tensor:
+    return batch_logprobs(
+        model,
+        batch,
+        micro_batch_size=c.cfg.train.micro_batch_size,
+        chunk_tokens=c.cfg.train.logprob_chunk_tokens,
         autocast=c.autocast,
     )
-    metrics["lr"] = c.optimizer.param_groups[0]["lr"]
-    c.scheduler.step()
-    metrics["zero_adv_groups_frac"] = float((rewards_PG.std(dim=1) == 0).float().mean())
+
+
+def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict[str, float]:
+    cfg, algo = c.cfg, c.cfg.algo
+    device = next(c.policy.parameters()).device
+    batch = build_batch(
+        trajectories, pad_id=c.tokenizer.pad_token_id, mask_truncated=algo.mask_truncated
+    ).to(device)
+    mask_BT = batch.loss_mask_BT
+    metrics: dict[str, float] = {}
+    if c.reference is not None:
+        batch.ref_logprobs_BT = _logprobs(c, c.reference, batch)
+    token_rewards_BT = None
+    if algo.kl_in == "reward" and c.reference is not None:
+        batch.old_logprobs_BT = _logprobs(c, c.policy, batch)
+        kl_BT = KL_ESTIMATORS[algo.kl_estimator](batch.old_logprobs_BT, batch.ref_logprobs_BT)
+        token_rewards_BT = -c.kl_coef * kl_BT * mask_BT
+        norm = LossNorm(tokens=int(mask_BT.sum()), sequences=len(batch))
+        metrics["kl"] = float(token_mean(kl_BT, mask_BT, norm=norm))
+    if c.critic is not None:
+        batch.old_values_BT = batch_values(
+            c.critic, batch, micro_batch_size=cfg.train.micro_batch_size, autocast=c.autocast
+        )
+    scores_B = torch.tensor([t.reward for t in trajectories], device=device)
+    advantages = ADVANTAGES[algo.advantage](
+        AdvantageInputs(
+            scores_B=scores_B,
+            mask_BT=mask_BT,
+            group_size=cfg.rollout.n,
+            token_rewards_BT=token_rewards_BT,
+            values_BT=batch.old_values_BT,
+        ),
+        cfg=algo,
+    )
+    batch.advantages_BT = advantages.advantages_BT
+    batch.returns_BT = advantages.returns_BT
+    if c.critic is not None:
+        metrics.update(
+            critic_update(
+                critic=c.critic,
+                optimizer=c.critic_optimizer,
+                batch=batch,
+                cfg=cfg.critic,
+                num_iterations=algo.num_iterations,
+                mini_batch_size=c.mini_batch_size,
+                micro_batch_size=cfg.train.micro_batch_size,
+                autocast=c.autocast,
+            )
+        )
+    critic_warmup = cfg.critic.warmup_steps if cfg.critic is not None else 0
+    if step > critic_warmup:
+        metrics.update(
+            policy_update(
+                model=c.policy,
+                optimizer=c.optimizer,
+                batch=batch,
+                algo=algo,
+                train=cfg.train,
+                mini_batch_size=c.mini_batch_size,
+                kl_coef=c.kl_coef,
+                autocast=c.autocast,
+            )
+        )
+        metrics["lr"] = c.optimizer.param_groups[0]["lr"]
+        c.scheduler.step()
+    if algo.kl_target is not None and "kl" in metrics:
+        c.kl_coef = adaptive_kl_coef(
+            c.kl_coef,
+            observed_kl=metrics["kl"],
+            target=algo.kl_target,
+            horizon=algo.kl_horizon,
+            n_samples=len(batch),
+        )
+    if algo.beta > 0:
+        metrics["kl_coef"] = c.kl_coef
+    scores_PG = scores_B.view(-1, cfg.rollout.n)
+    metrics["zero_adv_groups_frac"] = float((scores_PG.std(dim=1) == 0).float().mean())
     return metrics
 
 
@@ -158,7 +295,7 @@ def one_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, floa
     trajectories, metrics = rollout_step(c, step)
     t1 = time.perf_counter()
     c.policy.train()
-    metrics.update(train_step(c, trajectories))
+    metrics.update(train_step(c, trajectories, step))
     t2 = time.perf_counter()
     sync_weights(c)
     t3 = time.perf_counter()

@@ -27,6 +27,7 @@ from grouprl.metrics.progress import TrainProgress
 from grouprl.metrics.report import write_report
 from grouprl.metrics.samples import SamplesWriter
 from grouprl.metrics.sinks import make_sinks
+from grouprl.train.critic import load_critic, make_critic_optimizer
 from grouprl.train.loop import Components, one_step, run_validation
 from grouprl.train.model import load_causal_lm, load_tokenizer
 from grouprl.train.optim import make_optimizer, make_scheduler
@@ -71,12 +72,24 @@ def build(cfg: RunConfig) -> Components:
     total_steps = derived.total_steps or steps_for_epochs(
         epochs=cfg.train.epochs, rows=len(train_set), batch_size=cfg.data.batch_size
     )
-    console.log("loading policy" + (" and reference" if cfg.algo.beta > 0 else ""))
+    extras = [
+        name
+        for name, wanted in (
+            ("reference", derived.reference_model),
+            ("critic", derived.critic_model),
+        )
+        if wanted
+    ]
+    console.log(" and ".join(["loading policy", *extras]))
     policy = load_causal_lm(cfg.model, dtype=torch.float32, device=device)
     reference = None
-    if cfg.algo.beta > 0:
+    if derived.reference_model:
         reference = load_causal_lm(cfg.model, dtype=engine_dtype, device=device)
         reference.eval().requires_grad_(False)
+    critic = critic_optimizer = None
+    if cfg.critic is not None:
+        critic = load_critic(cfg.critic, cfg.model, device=device)
+        critic_optimizer = make_critic_optimizer(critic, cfg.critic)
     optimizer = make_optimizer(policy, cfg.train)
     autocast = functools.partial(torch.autocast, device_type=device.type, enabled=False)
     if device.type == "cuda" and engine_dtype != torch.float32:
@@ -91,7 +104,10 @@ def build(cfg: RunConfig) -> Components:
         policy=policy,
         reference=reference,
         optimizer=optimizer,
-        scheduler=make_scheduler(optimizer, cfg.train, total_steps=total_steps),
+        # the policy's schedule starts when it starts learning, after the critic's warmup
+        scheduler=make_scheduler(
+            optimizer, cfg.train, total_steps=total_steps - derived.critic_warmup_steps
+        ),
         engine=engine,
         train_set=train_set,
         eval_set=eval_set,
@@ -99,6 +115,9 @@ def build(cfg: RunConfig) -> Components:
         score=make_score_fn(cfg.reward, answer_key=cfg.data.answer_key),
         mini_batch_size=derived.mini_batch_size,
         total_steps=total_steps,
+        critic=critic,
+        critic_optimizer=critic_optimizer,
+        kl_coef=cfg.algo.beta,
         autocast=autocast,
     )
 
@@ -111,6 +130,7 @@ def save(c: Components, run_dir: Path, *, eval_before: dict[str, float]) -> Path
         scheduler=c.scheduler.state_dict(),
         rng=rng_state(),
         eval_before=eval_before,
+        algo=c.algo_state(),
     )
     return save_checkpoint(
         run_dir,
@@ -119,6 +139,8 @@ def save(c: Components, run_dir: Path, *, eval_before: dict[str, float]) -> Path
         optimizer=c.optimizer,
         state=state,
         keep_last=c.cfg.trainer.keep_last,
+        critic=c.critic,
+        critic_optimizer=c.critic_optimizer,
     )
 
 
@@ -129,7 +151,14 @@ def resume(c: Components, run_dir: Path) -> dict[str, float] | None:
         if c.cfg.trainer.resume == "auto":
             console.log(f"trainer.resume=auto: no checkpoint in {run_dir}, starting fresh")
         return None
-    state = load_checkpoint(ckpt, model=c.policy, optimizer=c.optimizer)
+    state = load_checkpoint(
+        ckpt,
+        model=c.policy,
+        optimizer=c.optimizer,
+        critic=c.critic,
+        critic_optimizer=c.critic_optimizer,
+    )
+    c.load_algo_state(state.algo)
     c.scheduler.load_state_dict(state.scheduler)
     c.sampler.load_state_dict(state.sampler)
     set_rng_state(state.rng)

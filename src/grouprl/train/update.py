@@ -1,4 +1,4 @@
-"""One training step's policy update: iterations x mini-batches x micro-batches.
+"""One training step's updates: iterations x mini-batches x micro-batches.
 
     batch (B samples) ─► [old logprobs, once, if the batch feeds >1 update]
         for iteration in range(num_iterations):
@@ -7,13 +7,15 @@
                     loss denominators = the whole mini-batch's counts
 
 Because denominators are the mini-batch's, micro-batch size changes the
-arithmetic order but not the update.
+arithmetic order but not the update. The policy and the critic share this
+schedule (``run_updates``); each brings its own micro-batch loss.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from contextlib import nullcontext
 
 import torch
@@ -24,16 +26,20 @@ from grouprl.config.schema import AlgoConfig, TrainConfig
 from grouprl.train.logprobs import token_logprobs
 from grouprl.types import TrainingBatch
 
+# (micro-batch, the mini-batch's norm, iteration) -> (loss to backpropagate, metrics)
+MicroLoss = Callable[[TrainingBatch, LossNorm, int], tuple[torch.Tensor, dict]]
 
-def _trimmed(batch: TrainingBatch) -> TrainingBatch:
+
+def trimmed(batch: TrainingBatch) -> TrainingBatch:
     """Drop right-padding columns that no row of this micro-batch uses."""
     width = int(batch.attention_mask_BT.sum(dim=1).max())
     return batch.select((slice(None), slice(0, width)))
 
 
-def _micro_batches(batch: TrainingBatch, size: int):
+def micro_batches(batch: TrainingBatch, size: int):
+    """``(start row, trimmed micro-batch)`` over ``batch`` in order."""
     for start in range(0, len(batch), size):
-        yield _trimmed(batch.select(slice(start, start + size)))
+        yield start, trimmed(batch.select(slice(start, start + size)))
 
 
 def batch_logprobs(
@@ -47,8 +53,7 @@ def batch_logprobs(
     """Logprobs of the batch's tokens under ``model``, no gradient, full width."""
     out = torch.zeros_like(batch.engine_logprobs_BT)
     with torch.no_grad():
-        for start in range(0, len(batch), micro_batch_size):
-            micro = _trimmed(batch.select(slice(start, start + micro_batch_size)))
+        for start, micro in micro_batches(batch, micro_batch_size):
             with autocast():
                 lp, _ = token_logprobs(
                     model,
@@ -61,6 +66,47 @@ def batch_logprobs(
     return out
 
 
+def run_updates(
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: TrainingBatch,
+    micro_loss: MicroLoss,
+    num_iterations: int,
+    mini_batch_size: int,
+    micro_batch_size: int,
+    max_grad_norm: float | None,
+) -> dict[str, float]:
+    """Runs the optimizer steps; returns the metrics summed per optimizer step, then
+    averaged over them, plus ``grad_norm``. Metrics a micro-loss reports only in
+    iteration 0 are averaged over the first pass's steps."""
+    totals: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for iteration in range(num_iterations):
+        for start in range(0, len(batch), mini_batch_size):
+            mini = batch.select(slice(start, start + mini_batch_size))
+            norm = LossNorm(tokens=int(mini.loss_mask_BT.sum()), sequences=len(mini))
+            optimizer.zero_grad(set_to_none=True)
+            step_metrics: dict[str, float] = defaultdict(float)
+            for _, micro in micro_batches(mini, micro_batch_size):
+                loss, metrics = micro_loss(micro, norm, iteration)
+                if loss.requires_grad:  # False when no token of the micro-batch is in the loss
+                    loss.backward()
+                metrics["loss"] = loss.detach()
+                for name, value in metrics.items():
+                    step_metrics[name] += float(value)
+            limit = max_grad_norm if max_grad_norm is not None else math.inf
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), limit)
+            if not torch.isfinite(grad_norm):
+                raise FloatingPointError(f"gradient norm is {float(grad_norm)}; update skipped")
+            optimizer.step()
+            step_metrics["grad_norm"] = float(grad_norm)
+            for name, value in step_metrics.items():
+                totals[name] += value
+                counts[name] += 1
+    return {name: value / counts[name] for name, value in totals.items()}
+
+
 def policy_update(
     *,
     model: torch.nn.Module,
@@ -69,9 +115,10 @@ def policy_update(
     algo: AlgoConfig,
     train: TrainConfig,
     mini_batch_size: int,
+    kl_coef: float = 0.0,
     autocast=nullcontext,
 ) -> dict[str, float]:
-    """Runs the update and returns metrics averaged over its optimizer steps."""
+    """Runs the policy's update and returns metrics averaged over its optimizer steps."""
     single_update = algo.num_iterations == 1 and mini_batch_size == len(batch)
     if not single_update and batch.old_logprobs_BT is None:
         batch.old_logprobs_BT = batch_logprobs(
@@ -81,65 +128,45 @@ def policy_update(
             chunk_tokens=train.logprob_chunk_tokens,
             autocast=autocast,
         )
-    totals: dict[str, float] = defaultdict(float)
-    n_updates = 0
-    for iteration in range(algo.num_iterations):
-        for start in range(0, len(batch), mini_batch_size):
-            mini = batch.select(slice(start, start + mini_batch_size))
-            norm = LossNorm(
-                tokens=int(mini.loss_mask_BT.sum()),
-                sequences=len(mini),
-                constant_tokens=algo.norm_tokens,
+
+    def micro_loss(micro: TrainingBatch, norm: LossNorm, iteration: int):
+        with autocast():
+            logprobs_BT, entropy_BT = token_logprobs(
+                model,
+                input_ids_BT=micro.input_ids_BT,
+                attention_mask_BT=micro.attention_mask_BT,
+                chunk_tokens=train.logprob_chunk_tokens,
+                score_mask_BT=micro.loss_mask_BT,
             )
-            optimizer.zero_grad(set_to_none=True)
-            for micro in _micro_batches(mini, train.micro_batch_size):
-                with autocast():
-                    logprobs_BT, entropy_BT = token_logprobs(
-                        model,
-                        input_ids_BT=micro.input_ids_BT,
-                        attention_mask_BT=micro.attention_mask_BT,
-                        chunk_tokens=train.logprob_chunk_tokens,
-                        score_mask_BT=micro.loss_mask_BT,
-                    )
-                logprobs_BT = logprobs_BT.float()
-                old_BT = micro.old_logprobs_BT
-                if old_BT is None:
-                    old_BT = logprobs_BT.detach()
-                loss, metrics = micro_batch_loss(
-                    logprobs_BT=logprobs_BT,
-                    old_logprobs_BT=old_BT,
-                    ref_logprobs_BT=micro.ref_logprobs_BT,
-                    advantages_BT=micro.advantages_BT,
-                    loss_mask_BT=micro.loss_mask_BT,
-                    norm=norm,
-                    cfg=algo,
-                )
-                loss.backward()
-                metrics["loss"] = loss.detach()
-                metrics["entropy"] = token_mean(entropy_BT, micro.loss_mask_BT, norm=norm)
-                if iteration == 0:
-                    # the sampling policy's logprobs: trainer vs engine numerics (and a
-                    # stale-weights alarm: after a good sync this is ~0 in float32)
-                    sampler_BT = (
-                        micro.old_logprobs_BT
-                        if micro.old_logprobs_BT is not None
-                        else logprobs_BT.detach()
-                    )
-                    gap_BT = (sampler_BT - micro.engine_logprobs_BT).abs()
-                    metrics["engine_logprob_gap"] = token_mean(
-                        gap_BT, micro.loss_mask_BT, norm=norm
-                    )
-                for name, value in metrics.items():
-                    totals[name] += float(value)
-            max_norm = train.max_grad_norm if train.max_grad_norm is not None else math.inf
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-            if not torch.isfinite(grad_norm):
-                raise FloatingPointError(f"gradient norm is {float(grad_norm)}; update skipped")
-            optimizer.step()
-            totals["grad_norm"] += float(grad_norm)
-            n_updates += 1
-    n_first = math.ceil(len(batch) / mini_batch_size)
-    out = {name: value / n_updates for name, value in totals.items()}
-    if "engine_logprob_gap" in totals:
-        out["engine_logprob_gap"] = totals["engine_logprob_gap"] / n_first
-    return out
+        logprobs_BT = logprobs_BT.float()
+        # one update per batch: the sampling policy is the current one
+        old_BT = logprobs_BT.detach() if micro.old_logprobs_BT is None else micro.old_logprobs_BT
+        loss, metrics = micro_batch_loss(
+            logprobs_BT=logprobs_BT,
+            old_logprobs_BT=old_BT,
+            ref_logprobs_BT=micro.ref_logprobs_BT,
+            engine_logprobs_BT=micro.engine_logprobs_BT,
+            advantages_BT=micro.advantages_BT,
+            loss_mask_BT=micro.loss_mask_BT,
+            norm=LossNorm(norm.tokens, norm.sequences, algo.norm_tokens),
+            cfg=algo,
+            kl_coef=kl_coef,
+        )
+        metrics["entropy"] = token_mean(entropy_BT, micro.loss_mask_BT, norm=norm)
+        if iteration == 0:
+            # the sampling policy's logprobs: trainer vs engine numerics (and a
+            # stale-weights alarm: after a good sync this is ~0 in float32)
+            gap_BT = (old_BT - micro.engine_logprobs_BT).abs()
+            metrics["engine_logprob_gap"] = token_mean(gap_BT, micro.loss_mask_BT, norm=norm)
+        return loss, metrics
+
+    return run_updates(
+        model=model,
+        optimizer=optimizer,
+        batch=batch,
+        micro_loss=micro_loss,
+        num_iterations=algo.num_iterations,
+        mini_batch_size=mini_batch_size,
+        micro_batch_size=train.micro_batch_size,
+        max_grad_norm=train.max_grad_norm,
+    )
