@@ -147,3 +147,72 @@ def test_kl_to_a_frozen_reference_when_beta_is_positive(tmp_path, tiny_model_dir
     assert len(kl) == 2
     assert kl[0] == pytest.approx(0.0, abs=1e-6)  # step 1: policy == reference
     assert kl[1] > 0.0  # after one update the policy has moved away from the reference
+
+
+PPO = [
+    "algo.name=ppo",
+    f"critic.path={'{model}'}",
+    "critic.lr=1e-3",
+    "critic.warmup_steps=1",
+    "algo.beta=0.05",
+    "algo.kl_in=reward",
+    "algo.kl_estimator=k1",
+    "algo.kl_target=0.001",
+    "algo.kl_horizon=100",
+    "algo.tis_cap=2",
+    "data.eval=null",
+]
+
+
+def _ppo_cfg(tmp_path, name, tiny_model_dir, *extra):
+    ppo = [x.replace("{model}", str(tiny_model_dir)) for x in PPO]
+    return _cfg(tmp_path, name, tiny_model_dir, *ppo, *extra)
+
+
+def test_ppo_with_critic_and_adaptive_kl_resumes_exactly(tmp_path, tiny_model_dir):
+    """Critic weights and optimizer, and the adaptive KL coefficient, survive a resume:
+    a run stopped after 2 steps and resumed ends where an uninterrupted one does."""
+    train(_ppo_cfg(tmp_path, "straight", tiny_model_dir))
+    train(_ppo_cfg(tmp_path, "resumed", tiny_model_dir, "trainer.stop_after=2"))
+    train(_ppo_cfg(tmp_path, "resumed", tiny_model_dir, "trainer.resume=auto"))
+    for part in ("model", "critic"):
+        a = load_file(find_checkpoint(tmp_path / "straight") / part / "model.safetensors")
+        b = load_file(find_checkpoint(tmp_path / "resumed") / part / "model.safetensors")
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6, msg=f"{part}: {k}")
+    lines = [json.loads(x) for x in (tmp_path / "straight/metrics.jsonl").read_text().splitlines()]
+    by_step = {x["step"]: x for x in lines}
+    # critic warmup: step 1 trains only the critic; the policy starts at step 2
+    assert "critic/loss" in by_step[1] and "policy_loss" not in by_step[1]
+    assert "policy_loss" in by_step[2]
+    # KL lives in the reward: measured before the update, zero at step 1 (policy ==
+    # reference), then above the tiny target, so the controller raises the coefficient
+    assert by_step[1]["kl"] == pytest.approx(0.0, abs=1e-6)
+    coefs = [by_step[s]["kl_coef"] for s in (1, 2, 3, 4)]
+    assert coefs[0] < 0.05 and coefs[-1] > coefs[1]
+    resumed = [json.loads(x) for x in (tmp_path / "resumed/metrics.jsonl").read_text().splitlines()]
+    assert [x["kl_coef"] for x in resumed if x["step"] == 4] == [pytest.approx(coefs[-1])]
+
+
+def test_dynamic_sampling_warns_and_fills_when_no_group_has_signal(
+    tmp_path, tiny_model_dir, caplog
+):
+    constant = tmp_path / "constant.py"
+    constant.write_text("def one(completion, **_):\n    return 1.0\n")
+    cfg = _cfg(
+        tmp_path,
+        "dapo",
+        tiny_model_dir,
+        "algo.name=dapo",
+        "algo.max_sampling_rounds=2",
+        f"reward.functions=[{{name: '{constant}:one'}}]",
+        "reward.correct_function=null",
+        "train.steps=1",
+        "data.eval=null",
+    )
+    summary = train(cfg)
+    assert summary["finished"]
+    lines = [json.loads(x) for x in (tmp_path / "dapo/metrics.jsonl").read_text().splitlines()]
+    (line,) = [x for x in lines if x["step"] == 1]
+    assert line["sampling/rounds"] == 2 and line["sampling/filled_groups"] == 4
+    assert "found 0 of 4 groups" in caplog.text and "algo.max_sampling_rounds=2" in caplog.text

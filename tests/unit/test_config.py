@@ -322,5 +322,10 @@ def test_batch_and_critic_baselines_work_with_groups_of_one():
         ["algo.advantage=reinforce_pp"],
         ["algo.name=ppo", "critic.path=builtin:tiny-arith"],
     ):
-        d = derive(load_config("tiny-arith", ["rollout.n=1", "train.mini_batch_size=16", *extra]))
+        d = derive(
+            load_config(
+                "tiny-arith",
+                ["rollout.n=1", "train.mini_batch_size=16", "train.micro_batch_size=8", *extra],
+            )
+        )
         assert d.samples_per_step == 16

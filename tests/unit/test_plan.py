@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
+
 from rich.console import Console
 
 from grouprl.config import derive, load_config
+from grouprl.config.memory import estimate_params, human_bytes, model_config
 from grouprl.config.plan import render_plan
 
 
 def plan_text(recipe: str, overrides: list[str]) -> str:
     cfg = load_config(recipe, overrides)
-    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console = Console(width=400, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(render_plan(cfg, derive(cfg)))
     return console.export_text()
 
@@ -44,3 +47,127 @@ def test_plan_converts_epochs_on_builtin_data():
     text = plan_text("tiny-arith", ["train.steps=null", "train.epochs=0.5"])
     assert "0.5 epochs x 20,000 rows / 16 prompts, rounded up" in text
     assert "625" in text
+
+
+def test_plan_of_tiny_arith_loads_no_reference_or_critic():
+    text = plan_text("tiny-arith", [])
+    assert "GRPO: Shao et al. 2024" in text
+    assert "ratio clipped to [0.8, 1.2] per token" in text
+    assert "algo.beta=0: no frozen copy loaded" in text
+    assert "critic=null: the advantages need no value model" in text
+    # policy only: 1,233,664 params x 16 bytes (fp32 weights, grads, 2 AdamW moments)
+    assert "1.23M params (from builtin:tiny-arith/config.json) x 16 bytes" in text
+    assert "= 18.8 MiB" in text
+
+
+def test_plan_shows_gspo_sequence_clip_interval():
+    text = plan_text("tiny-arith", ["algo.name=gspo"])
+    assert "ratio clipped to [0.9997, 1.0004] per sequence (gspo)" in text
+    assert "the paper uses 3e-4 / 4e-4" not in text
+    wide = plan_text("tiny-arith", ["algo.name=gspo", "algo.clip_eps_low=0.2"])
+    assert "GSPO's sequence ratios stay close to 1" in wide
+    assert "the paper uses 3e-4 / 4e-4" in wide
+
+
+def test_plan_shows_reference_model_memory_when_beta_is_set():
+    text = plan_text("tiny-arith", ["algo.beta=0.04"])
+    assert "k3 KL to a frozen copy of the model, added to the per-token loss" in text
+    assert "fixed (algo.kl_target=null)" in text
+    assert "frozen copy, because algo.beta > 0" in text
+    # the reference loads in the engine dtype: float32 on CPU, bfloat16 on GPU
+    assert "x 4 bytes (float32 on CPU) / 2 (bf16 on GPU) = 4.71 MiB / 2.35 MiB" in text
+    assert "23.5 MiB / 21.2 MiB" in text  # policy 18.8 MiB + reference
+    bf16 = plan_text("tiny-arith", ["algo.beta=0.04", "model.dtype=bfloat16"])
+    assert "x 2 bytes (model.dtype=bfloat16) = 2.35 MiB" in bf16
+
+
+def test_plan_shows_critic_for_ppo():
+    text = plan_text(
+        "tiny-arith", ["algo.name=ppo", "critic.path=builtin:tiny-arith", "critic.warmup_steps=5"]
+    )
+    assert "PPO with a critic" in text
+    assert "one value per token" in text
+    assert "builtin:tiny-arith with a scalar value head, lr 1e-05" in text
+    assert "value clip 0.2 (critic.value_clip)" in text
+    assert "5 warmup steps where only the critic learns" in text
+    assert "37.7 MiB" in text  # policy and critic, 16 bytes per parameter each
+
+
+def test_plan_shows_dapo_pieces():
+    text = plan_text(
+        "tiny-arith",
+        ["algo.name=dapo", "algo.overlong_buffer=16", "algo.mask_truncated=true", "algo.tis_cap=2"],
+    )
+    assert "ratio clipped to [0.8, 1.28] per token" in text
+    assert "3 rounds (algo.max_sampling_rounds) x 16 prompts (data.batch_size) = 48 prompts" in text
+    assert "64 (rollout.max_tokens) - 16 (algo.overlong_buffer) = 48 tokens" in text
+    assert "completions cut off at rollout.max_tokens=64 get no loss" in text
+    assert "min(pi_trainer / pi_engine, 2.0)" in text
+
+
+def test_plan_shows_adaptive_kl_in_reward():
+    text = plan_text("tiny-arith", ["algo.beta=0.01", "algo.kl_in=reward", "algo.kl_target=0.1"])
+    assert "subtracted from each token's reward before advantages (algo.kl_in=reward)" in text
+    assert "approaches 0.1 (algo.kl_target), by about 20% per 10,000 samples" in text
+
+
+def test_plan_says_hub_model_size_is_unknown_until_downloaded(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    text = plan_text("qwen2.5-0.5b-gsm8k", [])
+    assert "unknown (hub model, not downloaded)" in text
+
+
+def test_param_count_reads_a_downloaded_hub_snapshot(monkeypatch, tmp_path):
+    repo = tmp_path / "models--Qwen--Qwen2.5-0.5B-Instruct"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("abc123")
+    (repo / "snapshots" / "abc123").mkdir(parents=True)
+    (repo / "snapshots" / "abc123" / "config.json").write_text(json.dumps(QWEN25_05B))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    config, where = model_config("Qwen/Qwen2.5-0.5B-Instruct")
+    assert where == "config.json in the Hugging Face cache"
+    assert estimate_params(config).causal_lm == 494_032_768
+
+
+# the sizes of Qwen/Qwen2.5-0.5B-Instruct's config.json; the model card's count is 494,032,768
+QWEN25_05B = {
+    "model_type": "qwen2",
+    "vocab_size": 151936,
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "tie_word_embeddings": True,
+}
+# measured with torch once (transformers 5.x):
+#   AutoModelForCausalLM.from_pretrained("src/grouprl/assets/tiny-arith")       -> 1,233,664
+#   AutoModelForTokenClassification.from_pretrained(same, num_labels=1)         -> 1,233,793
+# as sum(p.numel() for p in model.parameters())
+TINY_ARITH_PARAMS = 1_233_664
+TINY_ARITH_CRITIC_PARAMS = 1_233_793
+
+
+def test_param_estimate_of_tiny_arith_within_one_percent():
+    config, where = model_config("builtin:tiny-arith")
+    assert where == "builtin:tiny-arith/config.json"
+    count = estimate_params(config)
+    assert abs(count.causal_lm - TINY_ARITH_PARAMS) <= 0.01 * TINY_ARITH_PARAMS
+    assert abs(count.value_model - TINY_ARITH_CRITIC_PARAMS) <= 0.01 * TINY_ARITH_CRITIC_PARAMS
+
+
+def test_param_estimate_counts_untied_head_and_llama_biases():
+    llama = {**QWEN25_05B, "model_type": "llama", "tie_word_embeddings": False}
+    qwen = estimate_params(QWEN25_05B)
+    untied = estimate_params(llama)
+    assert untied.lm_head == 151936 * 896
+    # llama without attention_bias drops Qwen2's q/k/v biases: 24 layers x (896 + 2 x 128)
+    assert qwen.decoder - untied.decoder == 24 * (896 + 2 * 128)
+    with_bias = estimate_params({**llama, "attention_bias": True})
+    assert with_bias.decoder - untied.decoder == 24 * (896 + 2 * 128 + 896)  # q, k, v and o
+
+
+def test_human_bytes():
+    assert human_bytes(512) == "512 B"
+    assert human_bytes(16 * TINY_ARITH_PARAMS) == "18.8 MiB"
+    assert human_bytes(16 * 494_032_768) == "7.36 GiB"

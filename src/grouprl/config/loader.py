@@ -42,19 +42,7 @@ def load_config(recipe: str, overrides: list[str]) -> RunConfig:
 
     A recipe without a ``name`` takes its file name. Raises ``ConfigError``.
     """
-    origin, text, stem = _read_recipe(recipe)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"recipe {origin} is not valid YAML:\n{err}") from None
-    data = {} if data is None else data
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"recipe {origin} must be a YAML mapping of sections (model:, data:, ...), "
-            f"not a {type(data).__name__}"
-        )
-    data.setdefault("name", stem)
-    _check_keys(data, model=RunConfig, prefix="", origin=f"recipe {origin}")
+    data, origin = _load_recipe(recipe, chain=())
     set_by: dict[str, str] = {}
     for override in overrides:
         parts, value = _parse_override(override)
@@ -68,6 +56,47 @@ def load_config(recipe: str, overrides: list[str]) -> RunConfig:
 
 
 # --- recipes -----------------------------------------------------------------
+
+
+def _load_recipe(recipe: str, *, chain: tuple[str, ...]) -> tuple[dict, str]:
+    """The recipe's mapping, with the recipe it ``extends`` merged underneath.
+
+    A recipe may start from another (``extends: tiny-arith``, a packaged name or a path):
+    its sections are merged key by key, the extending recipe's values win, lists are
+    replaced whole. ``name`` and ``description`` are never inherited.
+    """
+    origin, text, stem = _read_recipe(recipe)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"recipe {origin} is not valid YAML:\n{err}") from None
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"recipe {origin} must be a YAML mapping of sections (model:, data:, ...), "
+            f"not a {type(data).__name__}"
+        )
+    data.setdefault("name", stem)
+    base_name = data.pop("extends", None)
+    _check_keys(data, model=RunConfig, prefix="", origin=f"recipe {origin}")
+    if base_name is None:
+        return data, origin
+    if not isinstance(base_name, str):
+        raise ConfigError(f"recipe {origin}: extends must be one recipe name or path")
+    if base_name in (*chain, recipe):
+        cycle = " -> ".join((*chain, recipe, base_name))
+        raise ConfigError(f"recipe {origin}: extends makes a cycle ({cycle}); remove one link")
+    base, _ = _load_recipe(base_name, chain=(*chain, recipe))
+    base.pop("name"), base.pop("description", None)
+    return _merged(base, data), origin
+
+
+def _merged(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        both_maps = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merged(out[key], value) if both_maps else value
+    return out
 
 
 def _recipes_dir() -> Any:

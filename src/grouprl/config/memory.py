@@ -111,12 +111,12 @@ def estimate_params(config: dict[str, Any]) -> ParamCount:
 def human_bytes(n: float) -> str:
     """``1.23 MiB``: three significant digits in binary units."""
     for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
+        if n < 1000 or unit == "GiB":
             break
         n /= 1024
     if unit == "B":
         return f"{int(n)} B"
-    return f"{n:.3g} {unit}" if n < 1000 else f"{n:.0f} {unit}"
+    return f"{n:.3g} {unit}" if n < 1000 else f"{n:,.0f} {unit}"
 
 
 def human_count(n: int) -> str:

@@ -9,18 +9,29 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from grouprl.config.checks import Derived
+from grouprl.config.algorithms import ALGORITHMS
+from grouprl.config.checks import Derived, per_token_advantages
 from grouprl.config.errors import show
-from grouprl.config.schema import DataSource, RunConfig
+from grouprl.config.memory import (
+    ADAMW_FP32_BYTES,
+    DTYPE_BYTES,
+    ParamCount,
+    SizeUnknown,
+    estimate_params,
+    human_bytes,
+    human_count,
+    model_config,
+)
+from grouprl.config.schema import CriticConfig, DataSource, RunConfig
 
 LATER = "computed after the dataset loads"
 
 
 def render_plan(cfg: RunConfig, derived: Derived) -> Group:
-    """A titled table: run, batch, length, tokens, algorithm and output sections."""
+    """A titled table: run, batch, length, tokens, algorithm, models and output sections."""
     table = Table(show_header=True, header_style="bold", expand=False, show_lines=False)
     table.add_column("quantity", style="cyan", no_wrap=True)
-    table.add_column("value", justify="right", style="bold", overflow="fold", max_width=20)
+    table.add_column("value", justify="right", style="bold", overflow="fold", max_width=24)
     table.add_column("how", overflow="fold")
     sections = [
         ("run", _run_rows(cfg, derived)),
@@ -28,6 +39,7 @@ def render_plan(cfg: RunConfig, derived: Derived) -> Group:
         ("length", _length_rows(cfg, derived)),
         ("tokens", _token_rows(cfg, derived)),
         ("algorithm", _algo_rows(cfg, derived)),
+        ("models", _model_rows(cfg, derived)),
         ("output", _output_rows(cfg, derived)),
     ]
     for title, rows in sections:
@@ -178,25 +190,42 @@ def _token_rows(cfg: RunConfig, d: Derived) -> list[Row]:
     ]
 
 
+ADVANTAGES = {
+    "grpo": "group-centred rewards",
+    "dr_grpo": "group mean-centred rewards, no std (Dr.GRPO)",
+    "rloo": "reward minus the mean of the prompt's other samples (leave-one-out)",
+    "reinforce_pp": "returns whitened over the batch",
+    "reinforce_pp_baseline": "group-centred returns, then whitened over the batch",
+    "gae": "generalised advantage estimation with the critic's values",
+}
+POLICY_LOSSES = {
+    "ppo_clip": "PPO clipped surrogate on token ratios",
+    "gspo": "GSPO: one sequence ratio (geometric mean of token ratios), one advantage per sample",
+    "gspo_token": "GSPO's sequence ratio with per-token advantages",
+}
+RATIO_LEVEL = {"ppo_clip": "per token", "gspo": "per sequence", "gspo_token": "per sequence"}
+
+
 def _algo_rows(cfg: RunConfig, d: Derived) -> list[Row]:
     algo, train = cfg.algo, cfg.train
-    std = "scaled by group std" if algo.scale_by_std else "not scaled by std"
-    ref = (
-        f"algo.beta={show(algo.beta)}: {algo.kl_estimator} KL to a frozen copy of the model"
-        if d.reference_model
-        else "algo.beta=0: no KL penalty, no reference copy loaded"
-    )
-    clip = f"1 - {show(algo.clip_eps_low)} .. 1 + {show(algo.clip_eps_high)}"
+    preset = ALGORITHMS[algo.name]
     rewards = ", ".join(f"{f.name} x {show(f.weight)}" for f in cfg.reward.functions)
     warmup = f", {train.warmup_steps} warmup steps" if train.warmup_steps else ""
+    iters = "pass" if algo.num_iterations == 1 else "passes"
     return [
+        ("algorithm", algo.name, f"{preset.title}: {preset.paper}"),
+        ("advantage", algo.advantage, _advantage_text(cfg)),
+        ("policy loss", algo.policy_loss, POLICY_LOSSES[algo.policy_loss]),
+        ("loss aggregation", algo.loss_agg, _aggregation_text(cfg)),
+        *_clip_rows(cfg),
+        _kl_row(cfg),
+        *_dapo_rows(cfg),
         (
-            "algorithm",
-            algo.name,
-            f"advantage {algo.advantage} ({std}), loss {algo.policy_loss} "
-            f"clipped to {clip}, aggregated {algo.loss_agg}",
+            "iterations per batch",
+            str(algo.num_iterations),
+            f"algo.num_iterations: {algo.num_iterations} {iters} over each step's samples, "
+            "ratios taken to the policy that sampled them",
         ),
-        ("reference model", "yes" if d.reference_model else "no", ref),
         ("reward", str(len(cfg.reward.functions)), f"weighted sum: {rewards}"),
         (
             "sampling",
@@ -205,6 +234,229 @@ def _algo_rows(cfg: RunConfig, d: Derived) -> list[Row]:
         ),
         ("learning rate", f"{train.lr:g}", f"{train.lr_schedule}{warmup}"),
     ]
+
+
+def _advantage_text(cfg: RunConfig) -> str:
+    algo = cfg.algo
+    text = ADVANTAGES[algo.advantage]
+    if algo.advantage == "grpo":
+        text += (
+            ", divided by the group std (population, ddof=0)"
+            if algo.scale_by_std
+            else ", not scaled by std (algo.scale_by_std=false)"
+        )
+    if algo.advantage == "gae":
+        text += f", gamma {show(algo.gamma)}, lambda {show(algo.gae_lambda)}"
+    per_token = per_token_advantages(cfg)
+    return text + ("; one value per token" if per_token else "; one value per sample")
+
+
+def _aggregation_text(cfg: RunConfig) -> str:
+    agg = cfg.algo.loss_agg
+    if agg == "token_mean":
+        return "mean over every generated token of the mini-batch (DAPO)"
+    if agg == "seq_mean_token_mean":
+        return "each sequence's token mean, averaged over sequences (GRPO paper)"
+    return (
+        f"each sequence's token sum / {cfg.algo.norm_tokens} (algo.norm_tokens, a constant), "
+        "averaged over sequences (Dr.GRPO)"
+    )
+
+
+def _ratio(x: float) -> str:
+    return repr(round(x, 10))
+
+
+def _clip_rows(cfg: RunConfig) -> list[Row]:
+    algo = cfg.algo
+    low, high = algo.clip_eps_low, algo.clip_eps_high
+    interval = f"[{_ratio(1 - low)}, {_ratio(1 + high)}]"
+    level = RATIO_LEVEL[algo.policy_loss]
+    if level == "per sequence":
+        level += f" ({algo.policy_loss})"
+    rows = [
+        (
+            "clip range",
+            interval,
+            f"ratio clipped to {interval} {level}: 1 - {show(low)} (algo.clip_eps_low), "
+            f"1 + {show(high)} (algo.clip_eps_high)",
+        )
+    ]
+    if algo.dual_clip_c is not None:
+        c = show(algo.dual_clip_c)
+        rows.append(
+            (
+                "dual clip",
+                f"c={c}",
+                f"negative advantages: loss capped at -{c} x A (algo.dual_clip_c)",
+            )
+        )
+    if algo.policy_loss != "ppo_clip" and max(low, high) >= 0.01:
+        rows.append(
+            (
+                "note",
+                "wide clip",
+                "GSPO's sequence ratios stay close to 1, so this range rarely clips; the paper "
+                "uses 3e-4 / 4e-4 (algo.clip_eps_low / clip_eps_high)",
+            )
+        )
+    return rows
+
+
+def _kl_row(cfg: RunConfig) -> Row:
+    algo = cfg.algo
+    if algo.beta == 0:
+        return ("KL penalty", "off", "algo.beta=0: no KL term, no reference model loaded")
+    where = (
+        "added to the per-token loss"
+        if algo.kl_in == "loss"
+        else "subtracted from each token's reward before advantages"
+    )
+    control = "fixed (algo.kl_target=null)"
+    if algo.kl_target is not None:
+        control = (
+            f"adaptive: beta moves so the KL per token approaches {show(algo.kl_target)} "
+            f"(algo.kl_target), by about 20% per {algo.kl_horizon:,} samples (algo.kl_horizon)"
+        )
+    return (
+        "KL penalty",
+        f"beta={show(algo.beta)}",
+        f"algo.beta={show(algo.beta)}: {algo.kl_estimator} KL to a frozen copy of the model, "
+        f"{where} (algo.kl_in={algo.kl_in}); {control}",
+    )
+
+
+def _dapo_rows(cfg: RunConfig) -> list[Row]:
+    algo, batch, max_tokens = cfg.algo, cfg.data.batch_size, cfg.rollout.max_tokens
+    rows = []
+    if algo.dynamic_sampling:
+        rounds = algo.max_sampling_rounds
+        rows.append(
+            (
+                "dynamic sampling",
+                f"<= {rounds} rounds",
+                "groups whose rewards are all equal are dropped and more prompts sampled: at "
+                f"most {rounds} rounds (algo.max_sampling_rounds) x {batch} prompts "
+                f"(data.batch_size) = {rounds * batch} prompts generated per step",
+            )
+        )
+    if algo.overlong_buffer is not None:
+        start = max_tokens - algo.overlong_buffer
+        rows.append(
+            (
+                "overlong shaping",
+                f"after {start} tokens",
+                f"penalty starts after {max_tokens} (rollout.max_tokens) - "
+                f"{algo.overlong_buffer} (algo.overlong_buffer) = {start} tokens, growing "
+                f"linearly to {show(algo.overlong_penalty)} (algo.overlong_penalty) at "
+                f"{max_tokens}",
+            )
+        )
+    if algo.mask_truncated:
+        rows.append(
+            (
+                "truncated completions",
+                "masked",
+                f"completions cut off at rollout.max_tokens={max_tokens} get no loss "
+                "(algo.mask_truncated)",
+            )
+        )
+    if algo.tis_cap is not None:
+        cap = show(algo.tis_cap)
+        rows.append(
+            (
+                "importance sampling",
+                f"cap {cap}",
+                f"truncated: each token's loss x min(pi_trainer / pi_engine, {cap}) "
+                "(algo.tis_cap), correcting the engine's numerics",
+            )
+        )
+    return rows
+
+
+def _model_rows(cfg: RunConfig, d: Derived) -> list[Row]:
+    """Each model's weights with its optimizer state; activations and the engine come on top."""
+    adamw = [(ADAMW_FP32_BYTES, "float32 weights + grads + 2 AdamW moments")]
+    policy, where = _param_count(cfg.model.path, revision=cfg.model.revision)
+    count = policy.causal_lm if policy else None
+    rows = [("policy", "yes", f"{cfg.model.path}, trained: " + _bytes_text(count, where, adamw))]
+    known = policy is not None
+    totals = [(count or 0) * ADAMW_FP32_BYTES]
+    if d.reference_model:
+        options = _reference_dtypes(cfg)
+        how = "frozen copy, because algo.beta > 0: "
+        rows.append(("reference model", "yes", how + _bytes_text(count, where, options)))
+        totals = [totals[0] + (count or 0) * b for b, _ in options]
+    else:
+        rows.append(("reference model", "no", "algo.beta=0: no frozen copy loaded"))
+    if cfg.critic is not None:
+        revision = cfg.model.revision if cfg.critic.path == cfg.model.path else None
+        critic, critic_where = _param_count(cfg.critic.path, revision=revision)
+        value_count = critic.value_model if critic else None
+        memory = _bytes_text(value_count, critic_where, adamw)
+        rows.append(("critic", "yes", _critic_text(cfg.critic, memory)))
+        known = known and critic is not None
+        totals = [t + (value_count or 0) * ADAMW_FP32_BYTES for t in totals]
+    else:
+        rows.append(("critic", "no", "critic=null: the advantages need no value model"))
+    if known:
+        per_device = " (CPU / GPU)" if len(totals) > 1 else ""
+        rows.append(
+            (
+                "model memory",
+                " / ".join(human_bytes(t) for t in totals),
+                f"the sum of the above{per_device}; activations, logprob chunks and the "
+                "rollout engine's own weights and KV cache come on top",
+            )
+        )
+    return rows
+
+
+def _param_count(path: str, *, revision: str | None) -> tuple[ParamCount | None, str]:
+    try:
+        config, where = model_config(path, revision=revision)
+        return estimate_params(config), where
+    except SizeUnknown as err:
+        return None, str(err)
+
+
+def _reference_dtypes(cfg: RunConfig) -> list[tuple[int, str]]:
+    """Bytes per weight of the reference copy, which loads in the engine dtype."""
+    dtype, device = cfg.model.dtype, cfg.train.device
+    if dtype != "auto":
+        return [(DTYPE_BYTES[dtype], f"model.dtype={dtype}")]
+    cpu, gpu = (4, "float32 on CPU"), (2, "bf16 on GPU")
+    return {"cpu": [cpu], "cuda": [gpu]}.get(device, [cpu, gpu])
+
+
+def _bytes_text(params: int | None, where: str, options: list[tuple[int, str]]) -> str:
+    """``1.23M params (from ...) x 4 bytes (float32 on CPU) / 2 (bf16 on GPU) = 4.71 MiB /
+    2.35 MiB``; with an unknown count, ``where`` says why."""
+    sizes = " / ".join(
+        f"{b} bytes ({label})" if i == 0 else f"{b} ({label})"
+        for i, (b, label) in enumerate(options)
+    )
+    if params is None:
+        return f"parameters {where}; {sizes} per parameter"
+    memory = " / ".join(human_bytes(params * b) for b, _ in options)
+    return f"{human_count(params)} params (from {where}) x {sizes} = {memory}"
+
+
+def _critic_text(critic: CriticConfig, memory: str) -> str:
+    clip = (
+        f"value clip {show(critic.value_clip)} (critic.value_clip)"
+        if critic.value_clip is not None
+        else "no value clip (critic.value_clip=null)"
+    )
+    warmup = (
+        f"{critic.warmup_steps} warmup steps where only the critic learns (critic.warmup_steps)"
+        if critic.warmup_steps
+        else "no warmup (critic.warmup_steps=0)"
+    )
+    return (
+        f"{critic.path} with a scalar value head, lr {critic.lr:g} (AdamW, constant), "
+        f"{clip}, {warmup}; {memory}"
+    )
 
 
 def _output_rows(cfg: RunConfig, d: Derived) -> list[Row]:

@@ -15,7 +15,7 @@ from contextlib import nullcontext
 
 import torch
 from torch import Tensor
-from transformers import AutoModelForTokenClassification
+from transformers import AutoConfig, AutoModelForTokenClassification
 
 from grouprl.algo.aggregate import LossNorm, token_mean
 from grouprl.algo.value import clipped_value_loss
@@ -29,12 +29,12 @@ from grouprl.types import TrainingBatch
 def load_critic(cfg: CriticConfig, model: ModelConfig, *, device: torch.device):
     path = resolve_model_path(cfg.path)
     try:
+        config = AutoConfig.from_pretrained(
+            path, num_labels=1, trust_remote_code=model.trust_remote_code
+        )
+        config.classifier_dropout = 0.0  # values must not be noisy
         critic = AutoModelForTokenClassification.from_pretrained(
-            path,
-            num_labels=1,
-            classifier_dropout=0.0,
-            dtype=torch.float32,
-            trust_remote_code=model.trust_remote_code,
+            path, config=config, dtype=torch.float32, trust_remote_code=model.trust_remote_code
         )
     except (OSError, ValueError) as err:
         raise ModelLoadError(
