@@ -329,3 +329,20 @@ def test_batch_and_critic_baselines_work_with_groups_of_one():
             )
         )
         assert d.samples_per_step == 16
+
+
+def test_recipe_extends_another_and_overrides_only_what_it_sets(tmp_path):
+    child = write_recipe(tmp_path, "extends: tiny-arith\nalgo: {name: rloo}\nrollout: {n: 4}\n")
+    cfg = load_config(child, [])
+    base = load_config("tiny-arith", [])
+    assert cfg.name == "recipe" and cfg.description == ""  # never inherited
+    assert (cfg.algo.name, cfg.algo.advantage, cfg.rollout.n) == ("rloo", "rloo", 4)
+    assert cfg.rollout.max_tokens == base.rollout.max_tokens  # merged key by key
+    assert cfg.train == base.train
+
+
+def test_recipe_extends_cycle_is_named(tmp_path):
+    (tmp_path / "a.yaml").write_text(f"extends: {tmp_path / 'b.yaml'}\n")
+    (tmp_path / "b.yaml").write_text(f"extends: {tmp_path / 'a.yaml'}\n")
+    with pytest.raises(ConfigError, match="extends makes a cycle"):
+        load_config(str(tmp_path / "a.yaml"), [])

@@ -6,8 +6,9 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from grouprl.config.schema import AlgoConfig, TrainConfig
+from grouprl.config.schema import AlgoConfig, CriticConfig, TrainConfig
 from grouprl.train.batch import build_batch
+from grouprl.train.critic import batch_values, critic_update, token_values
 from grouprl.train.logprobs import token_logprobs
 from grouprl.train.update import policy_update
 from grouprl.types import Completion, Trajectory
@@ -142,3 +143,52 @@ def test_scoring_only_masked_positions_gives_the_same_logprobs_and_gradient(mode
     g_full = torch.autograd.grad(full[mask].sum(), model.lm_head.weight)[0]
     g_only = torch.autograd.grad(only[mask].sum(), model.lm_head.weight)[0]
     torch.testing.assert_close(g_only, g_full)
+
+
+@pytest.fixture(scope="module")
+def critic(model):
+    from transformers import Qwen2ForTokenClassification
+
+    torch.manual_seed(2)
+    cfg = copy.deepcopy(model.config)
+    cfg.num_labels, cfg.classifier_dropout = 1, 0.0
+    return Qwen2ForTokenClassification(cfg).float()
+
+
+def test_values_are_read_from_the_position_before_each_generated_token(critic):
+    batch = build_batch(_trajectories(4, seed=11), pad_id=0)
+    values_BT = token_values(critic, batch)
+    with torch.no_grad():
+        logits_BT = critic(
+            input_ids=batch.input_ids_BT, attention_mask=batch.attention_mask_BT
+        ).logits.squeeze(-1)
+    mask = batch.loss_mask_BT.bool()
+    # token t's value is the head's output at t - 1 (the state before choosing t)
+    torch.testing.assert_close(values_BT[:, 1:][mask[:, 1:]], logits_BT[:, :-1][mask[:, 1:]])
+    assert torch.all(values_BT[~mask] == 0)
+
+
+def test_critic_update_moves_values_towards_the_returns(critic):
+    batch = build_batch(_trajectories(8, seed=13), pad_id=0)
+    batch.old_values_BT = batch_values(critic, batch, micro_batch_size=4)
+    batch.returns_BT = torch.where(batch.loss_mask_BT.bool(), 1.0, 0.0)
+    m = copy.deepcopy(critic)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+
+    def error() -> float:
+        with torch.no_grad():
+            values_BT = batch_values(m, batch, micro_batch_size=4)
+        return float(((values_BT - batch.returns_BT) ** 2).sum())
+
+    before = error()
+    metrics = critic_update(
+        critic=m,
+        optimizer=opt,
+        batch=batch,
+        cfg=CriticConfig(path="unused", value_clip=None),
+        num_iterations=5,
+        mini_batch_size=8,
+        micro_batch_size=4,
+    )
+    assert error() < 0.5 * before
+    assert {"critic/loss", "critic/grad_norm", "critic/explained_variance"} <= metrics.keys()

@@ -52,16 +52,16 @@ def make_critic_optimizer(critic: torch.nn.Module, cfg: CriticConfig) -> torch.o
     )
 
 
-def token_values(
-    critic: torch.nn.Module, *, input_ids_BT: Tensor, attention_mask_BT: Tensor, mask_BT: Tensor
-) -> Tensor:
-    """The value of the prefix before each masked token; 0 elsewhere."""
+def token_values(critic: torch.nn.Module, batch: TrainingBatch) -> Tensor:
+    """The value of the prefix before each loss-mask token; 0 elsewhere."""
     decoder = getattr(critic, critic.base_model_prefix)
-    hidden_BTH = decoder(input_ids=input_ids_BT, attention_mask=attention_mask_BT).last_hidden_state
+    hidden_BTH = decoder(
+        input_ids=batch.input_ids_BT, attention_mask=batch.attention_mask_BT
+    ).last_hidden_state
     head_BT = critic.score(hidden_BTH).squeeze(-1).float()
     values_BT = torch.zeros_like(head_BT)
     values_BT[:, 1:] = head_BT[:, :-1]
-    return values_BT * mask_BT
+    return values_BT * batch.loss_mask_BT
 
 
 def batch_values(
@@ -72,12 +72,7 @@ def batch_values(
     with torch.no_grad():
         for start, micro in micro_batches(batch, micro_batch_size):
             with autocast():
-                values_BT = token_values(
-                    critic,
-                    input_ids_BT=micro.input_ids_BT,
-                    attention_mask_BT=micro.attention_mask_BT,
-                    mask_BT=micro.loss_mask_BT,
-                )
+                values_BT = token_values(critic, micro)
             out[start : start + len(micro), : values_BT.shape[1]] = values_BT
     return out
 
@@ -111,12 +106,7 @@ def critic_update(
     def micro_loss(micro: TrainingBatch, norm: LossNorm, iteration: int):
         del iteration
         with autocast():
-            values_BT = token_values(
-                critic,
-                input_ids_BT=micro.input_ids_BT,
-                attention_mask_BT=micro.attention_mask_BT,
-                mask_BT=micro.loss_mask_BT,
-            )
+            values_BT = token_values(critic, micro)
         loss_BT, clipped_BT = clipped_value_loss(
             values_BT=values_BT,
             old_values_BT=micro.old_values_BT,

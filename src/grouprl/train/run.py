@@ -72,15 +72,10 @@ def build(cfg: RunConfig) -> Components:
     total_steps = derived.total_steps or steps_for_epochs(
         epochs=cfg.train.epochs, rows=len(train_set), batch_size=cfg.data.batch_size
     )
-    extras = [
-        name
-        for name, wanted in (
-            ("reference", derived.reference_model),
-            ("critic", derived.critic_model),
-        )
-        if wanted
-    ]
-    console.log(" and ".join(["loading policy", *extras]))
+    models = (
+        ["policy"] + ["reference"] * derived.reference_model + ["critic"] * derived.critic_model
+    )
+    console.log(f"loading {', '.join(models)}")
     policy = load_causal_lm(cfg.model, dtype=torch.float32, device=device)
     reference = None
     if derived.reference_model:
