@@ -266,8 +266,10 @@ def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict
         )
     if algo.beta > 0:
         metrics["kl_coef"] = c.kl_coef
-    scores_PG = scores_B.view(-1, cfg.rollout.n)
-    metrics["zero_adv_groups_frac"] = float((scores_PG.std(dim=1) == 0).float().mean())
+    if cfg.rollout.n > 1:  # groups whose scores are all equal teach group estimators nothing
+        scores_PG = scores_B.view(-1, cfg.rollout.n)
+        equal_P = scores_PG.amax(dim=1) == scores_PG.amin(dim=1)
+        metrics["zero_adv_groups_frac"] = float(equal_P.float().mean())
     return metrics
 
 
