@@ -180,7 +180,7 @@ def run_grouprl(s: Settings, work: Path) -> tuple[SideResult, dict]:
             t0, cpu0 = time.perf_counter(), process_tree_cpu_seconds()
             trajectories, metrics = one_step(c, step)
             t1, cpu1 = time.perf_counter(), process_tree_cpu_seconds()
-            n_tokens = sum(len(t.completion.token_ids) for t in trajectories)
+            n_tokens = sum(t.generated_tokens for t in trajectories)
             phase = "warmup" if step <= s.warmup else "measured"
             log(
                 f"grouprl step {step} ({phase}): {t1 - t0:.3f} s, {cpu1 - cpu0:.2f} CPU-s, "

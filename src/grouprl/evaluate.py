@@ -39,7 +39,7 @@ def validate(
     return {
         "eval/accuracy": sum(t.correct for t in trajectories) / n,
         "eval/reward_mean": sum(t.reward for t in trajectories) / n,
-        "eval/response_len": sum(len(t.completion.token_ids) for t in trajectories) / n,
+        "eval/response_len": sum(t.generated_tokens for t in trajectories) / n,
         "eval/reward_errors": float(len(scores.errors)),
     }
 

@@ -10,6 +10,12 @@ the prompt and 1 on every generated token::
 
     tokens     <|im_start|>user ... <|im_start|>assistant\\n | 7 + 5 = 12 ... <|im_end|>
     loss_mask  0 ........................................ 0 | 1 .................... 1
+
+A multi-turn sample continues with the environment's reply, rendered by the chat
+template, then the model's next turn; only the model's tokens are in the loss::
+
+    prompt | turn 0 (model) | observation 0 (tool reply + assistant header) | turn 1 (model)
+    0 .. 0 | 1 ......... 1  | 0 ............................................ 0 | 1 ......... 1
 """
 
 from __future__ import annotations
@@ -32,22 +38,48 @@ class Completion:
 
 
 @dataclass
-class Trajectory:
-    """One episode: a prompt, the model's completion, its score.
+class Turn:
+    """One model turn of an episode and the environment's reply to it.
 
-    ``reward`` is the weighted sum of the reward functions; ``reward_parts``
-    keeps each function's score (for metrics); ``weight_version`` is the
-    policy version that sampled it.
+    ``observation_ids`` are the reply's tokens as rendered into the context after
+    the model's tokens (chat-template markup included), empty after the last turn.
+    """
+
+    completion: Completion
+    observation_ids: list[int] = field(default_factory=list)
+    reward: float = 0.0  # the environment's turn-level reward
+    info: dict[str, Any] = field(default_factory=dict)  # e.g. tool calls and errors
+
+
+@dataclass
+class Trajectory:
+    """One episode: a prompt, the model's turns (one for single-turn tasks), its score.
+
+    The context the engine saw for turn k is ``prompt_ids`` followed by every
+    earlier turn's completion and observation tokens. ``reward`` is the weighted
+    sum of the reward functions applied to the last turn (the outcome);
+    ``reward_parts`` keeps each function's score (for metrics); ``weight_version``
+    is the policy version that sampled it; ``stop_reason`` says why it ended.
     """
 
     prompt_index: int  # index of the dataset row
     prompt_ids: list[int]
-    completion: Completion
+    turns: list[Turn]
     weight_version: int
     reward: float = 0.0
     reward_parts: dict[str, float] = field(default_factory=dict)
     correct: bool = False
     row: dict[str, Any] = field(default_factory=dict)
+    stop_reason: str = ""
+
+    @property
+    def completion(self) -> Completion:
+        """The last model turn: what outcome rewards score."""
+        return self.turns[-1].completion
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(len(turn.completion.token_ids) for turn in self.turns)
 
 
 @dataclass
@@ -61,6 +93,7 @@ class TrainingBatch:
     input_ids_BT: Tensor
     attention_mask_BT: Tensor
     loss_mask_BT: Tensor  # 1 on tokens the policy generated (and that count in the loss)
+    turn_index_BT: Tensor  # long: model turn (0, 1, ...) of each generated token, -1 elsewhere
     advantages_BT: Tensor  # filled in by the advantage estimator
     engine_logprobs_BT: Tensor  # the engine's sampled-token logprobs, aligned to input_ids
     old_logprobs_BT: Tensor | None = None  # trainer logprobs of the sampling policy

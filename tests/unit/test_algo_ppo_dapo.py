@@ -18,7 +18,7 @@ from grouprl.algo.shaping import overlong_penalty
 from grouprl.algo.value import clipped_value_loss
 from grouprl.config.schema import AlgoConfig
 from grouprl.train.batch import build_batch
-from grouprl.types import Completion, Trajectory
+from grouprl.types import Completion, Trajectory, Turn
 
 # row 0: prompt at column 0, three generated tokens; row 1: one generated token
 MASK_BT = torch.tensor([[0.0, 1.0, 1.0, 1.0], [0.0, 1.0, 0.0, 0.0]])
@@ -217,7 +217,7 @@ def test_kl_in_the_reward_keeps_it_out_of_the_loss():
 def test_mask_truncated_drops_cut_off_completions_from_the_loss():
     def traj(finish: str) -> Trajectory:
         comp = Completion(token_ids=[5, 6], logprobs=[-1.0, -1.0], finish_reason=finish)
-        return Trajectory(prompt_index=0, prompt_ids=[1, 2], completion=comp, weight_version=0)
+        return Trajectory(prompt_index=0, prompt_ids=[1, 2], turns=[Turn(comp)], weight_version=0)
 
     trajectories = [traj("stop"), traj("length")]
     kept = build_batch(trajectories, pad_id=0)
@@ -225,3 +225,73 @@ def test_mask_truncated_drops_cut_off_completions_from_the_loss():
     assert kept.loss_mask_BT.tolist() == [[0, 0, 1, 1], [0, 0, 1, 1]]
     assert masked.loss_mask_BT.tolist() == [[0, 0, 1, 1], [0, 0, 0, 0]]
     assert torch.equal(masked.input_ids_BT, kept.input_ids_BT)
+
+
+# --- multi-turn: MT-GRPO and per-turn returns -------------------------------------
+
+# one group of two episodes over 6 columns (column 0: prompt)
+# sample 0: turn 0 at columns 1-2, observation at 3, turn 1 at 4-5
+# sample 1: turn 0 at columns 1-3 (answered at once, one turn)
+TURNS_BT = torch.tensor([[-1, 0, 0, -1, 1, 1], [-1, 0, 0, 0, -1, -1]])
+TURN_MASK_BT = (TURNS_BT >= 0).float()
+
+
+def _turn_inputs(scores, turn_rewards, credit, **extra):
+    return AdvantageInputs(
+        scores_B=torch.tensor(scores),
+        mask_BT=TURN_MASK_BT,
+        group_size=2,
+        turn_index_BT=TURNS_BT,
+        turn_rewards_BK=torch.tensor(turn_rewards),
+        turn_counts_B=torch.tensor([2, 1]),
+        credit_turns_B=torch.tensor(credit),
+        **extra,
+    )
+
+
+def test_mt_grpo_adds_the_turn_advantage_on_credited_turns_by_hand():
+    # outcome scores (1, 0) -> group-normalised (+1, -1); turn rewards of turn 0:
+    # (1, 0) -> (+1, -1). Sample 0 searched in turn 0 (credit 1 turn): turn 0 gets
+    # 1 + 0.5 * 1, turn 1 only the outcome 1. Sample 1's only turn: -1 + 0.5 * -1.
+    out = ADVANTAGES["mt_grpo"](
+        _turn_inputs([1.0, 0.0], [[1.0, 0.0], [0.0, 0.0]], [1, 1]),
+        cfg=AlgoConfig(turn_advantage_coef=0.5, adv_eps=0.0),
+    )
+    expected = torch.tensor([[0, 1.5, 1.5, 0, 1, 1], [0, -1.5, -1.5, -1.5, 0, 0]])
+    torch.testing.assert_close(out.advantages_BT, expected)
+
+
+def test_mt_grpo_with_zero_coefficient_is_grpo_on_the_outcome():
+    inputs = _turn_inputs([1.0, 0.0], [[1.0, 0.5], [0.0, 0.0]], [2, 1])
+    mt = ADVANTAGES["mt_grpo"](inputs, cfg=AlgoConfig(turn_advantage_coef=0.0))
+    plain = ADVANTAGES["grpo"](inputs, cfg=AlgoConfig())
+    torch.testing.assert_close(mt.advantages_BT, plain.advantages_BT)
+
+
+def test_turn_returns_by_hand():
+    # gamma 0.5. Sample 0: turn rewards (0.2, 0), score 1:
+    #   G_1 = 0 + 1 = 1, G_0 = 0.2 + 0.5 * 1 = 0.7
+    # sample 1: one turn, reward 0.1, score 0: G_0 = 0.1
+    # baseline: group mean of G_0 = 0.4 (no std scaling)
+    out = ADVANTAGES["turn_returns"](
+        _turn_inputs([1.0, 0.0], [[0.2, 0.0], [0.1, 0.0]], [1, 1]),
+        cfg=AlgoConfig(gamma=0.5, scale_by_std=False),
+    )
+    expected = torch.tensor([[0, 0.3, 0.3, 0, 0.6, 0.6], [0, -0.3, -0.3, -0.3, 0, 0]])
+    torch.testing.assert_close(out.advantages_BT, expected)
+
+
+def test_turn_returns_without_turn_rewards_is_grpo():
+    inputs = _turn_inputs([1.0, 0.0], [[0.0, 0.0], [0.0, 0.0]], [1, 1])
+    turns = ADVANTAGES["turn_returns"](inputs, cfg=AlgoConfig())
+    torch.testing.assert_close(
+        turns.advantages_BT, ADVANTAGES["grpo"](inputs, cfg=AlgoConfig()).advantages_BT
+    )
+
+
+def test_multi_turn_estimators_need_turns():
+    with pytest.raises(ValueError, match="turns"):
+        ADVANTAGES["mt_grpo"](
+            AdvantageInputs(scores_B=torch.ones(2), mask_BT=MASK_BT, group_size=2),
+            cfg=AlgoConfig(),
+        )

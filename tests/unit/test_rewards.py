@@ -137,7 +137,7 @@ def test_unknown_name_lists_registered_functions():
     with pytest.raises(RewardError) as err:
         resolve_reward("math_anwser", index=2)
     assert "reward.functions[2].name='math_anwser'" in str(err.value)
-    assert "['format', 'math_answer']" in str(err.value)
+    assert "['format', 'math_answer', 'qa_em', 'qa_f1']" in str(err.value)
     assert err.value.user_error is True
 
 

@@ -11,7 +11,7 @@ from grouprl.train.batch import build_batch
 from grouprl.train.critic import batch_values, critic_update, token_values
 from grouprl.train.logprobs import token_logprobs
 from grouprl.train.update import policy_update
-from grouprl.types import Completion, Trajectory
+from grouprl.types import Completion, Trajectory, Turn
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def _trajectories(n: int, seed: int = 0) -> list[Trajectory]:
         ids = torch.randint(1, 97, (p + c,), generator=g).tolist()
         comp = Completion(token_ids=ids[p:], logprobs=[-1.0] * c, finish_reason="stop")
         out.append(
-            Trajectory(prompt_index=i, prompt_ids=ids[:p], completion=comp, weight_version=0)
+            Trajectory(prompt_index=i, prompt_ids=ids[:p], turns=[Turn(comp)], weight_version=0)
         )
     return out
 

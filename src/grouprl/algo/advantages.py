@@ -31,6 +31,10 @@ class AdvantageInputs:
     group_size: int  # G: samples per prompt
     token_rewards_BT: Tensor | None = None  # per-token rewards besides the outcome
     values_BT: Tensor | None = None  # critic: value of the prefix before token t (gae)
+    turn_index_BT: Tensor | None = None  # long: model turn of each generated token, -1 elsewhere
+    turn_rewards_BK: Tensor | None = None  # the environment's reward for each model turn
+    turn_counts_B: Tensor | None = None  # long: model turns of each sample (K_i <= K)
+    credit_turns_B: Tensor | None = None  # long: leading turns up to the first tool result
 
 
 @dataclass
@@ -205,3 +209,70 @@ def _last_index(mask_BT: Tensor) -> Tensor:
     """Column of each row's last masked token (0 for a row with none)."""
     columns_BT = torch.arange(mask_BT.shape[1], device=mask_BT.device).expand_as(mask_BT)
     return torch.where(mask_BT.bool(), columns_BT, 0).amax(dim=1)
+
+
+def _turn_inputs(inputs: AdvantageInputs, name: str) -> tuple[Tensor, Tensor, Tensor]:
+    if inputs.turn_index_BT is None or inputs.turn_rewards_BK is None:
+        raise ValueError(f"the {name} advantage needs the episodes' turns and turn rewards")
+    return inputs.turn_index_BT, inputs.turn_rewards_BK, inputs.turn_counts_B
+
+
+@ADVANTAGES.register("mt_grpo")
+def mt_grpo(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advantages:
+    """MT-GRPO (Zeng et al. 2025, "Reinforcing Multi-Turn Reasoning in LLM Agents via
+    Turn-Level Credit Assignment"): GRPO's outcome advantage on every model token, plus
+    a group-normalised turn advantage on the turns up to the first tool result:
+
+        A^O_i = groupnorm(score)_i         A^T_i = groupnorm(T)_i
+        A_i,t = A^O_i + c * A^T_i   if token t is in turns 0 .. credit_turns_i - 1
+        A_i,t = A^O_i               otherwise
+
+    T_i is the sum of sample i's turn rewards over those turns (e.g. "the search
+    ran and returned a passage with an answer alias"); c is
+    ``cfg.turn_advantage_coef``. With c = 0 this is ``grpo``. Departure: the paper
+    credits exactly the first turn; here the credited turns end with the first
+    turn whose tool call returned (the same turn when the model searches at once).
+    """
+    turn_BT, turn_rewards_BK, _ = _turn_inputs(inputs, "mt_grpo")
+    credit_B = inputs.credit_turns_B
+    scale, eps = cfg.scale_by_std, cfg.adv_eps
+    outcome_PG = group_normalized(_sequence_rewards(inputs), scale_by_std=scale, eps=eps)
+    turns_K = torch.arange(turn_rewards_BK.shape[1], device=turn_rewards_BK.device)
+    credited_BK = turns_K[None, :] < credit_B[:, None]
+    turn_score_B = (turn_rewards_BK * credited_BK).sum(dim=1)
+    turn_PG = group_normalized(
+        turn_score_B.view(-1, inputs.group_size), scale_by_std=scale, eps=eps
+    )
+    in_credit_BT = (turn_BT >= 0) & (turn_BT < credit_B[:, None])
+    adv_BT = _per_token(outcome_PG, inputs.mask_BT)
+    adv_BT = adv_BT + cfg.turn_advantage_coef * turn_PG.reshape(-1, 1) * in_credit_BT
+    return Advantages(adv_BT * inputs.mask_BT)
+
+
+@ADVANTAGES.register("turn_returns")
+def turn_returns(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advantages:
+    """Discounted per-turn returns, with the group's episode returns as the baseline:
+
+        G_i,k = sum_{j >= k} gamma^(j - k) r_i,j  +  gamma^(K_i - 1 - k) * score_i
+        A_i,t = (G_i,k(t) - mean_group G_0) / (std_group G_0 + eps)
+
+    where r_i,j are sample i's turn rewards, K_i its number of turns, k(t) the
+    turn of token t and gamma ``cfg.gamma`` (per turn). A later turn is judged by
+    what followed it, against what whole episodes of the same prompt earned. With
+    gamma = 1 and no turn rewards this is ``grpo``.
+    """
+    turn_BT, turn_rewards_BK, counts_B = _turn_inputs(inputs, "turn_returns")
+    B, K = turn_rewards_BK.shape
+    returns_BK = torch.zeros_like(turn_rewards_BK)
+    running_B = inputs.scores_B.clone()  # the outcome arrives after the last turn
+    for k in reversed(range(K)):
+        alive_B = k < counts_B
+        later_B = torch.where(k + 1 < counts_B, cfg.gamma * running_B, running_B)
+        running_B = torch.where(alive_B, turn_rewards_BK[:, k] + later_B, running_B)
+        returns_BK[:, k] = torch.where(alive_B, running_B, 0.0)
+    episode_PG = returns_BK[:, 0].view(-1, inputs.group_size)
+    adv_PGK = returns_BK.view(-1, inputs.group_size, K) - episode_PG.mean(dim=1)[:, None, None]
+    if cfg.scale_by_std:
+        adv_PGK = adv_PGK / (episode_PG.std(dim=1, unbiased=False)[:, None, None] + cfg.adv_eps)
+    adv_BT = adv_PGK.reshape(B, K).gather(1, turn_BT.clamp(min=0))
+    return Advantages(adv_BT * inputs.mask_BT * (turn_BT >= 0))

@@ -62,6 +62,12 @@ ALGORITHMS: dict[str, Algorithm] = {
         "Hu 2025, REINFORCE++ (arXiv:2501.03262)",
         {"advantage": "reinforce_pp", "policy_loss": "ppo_clip", "loss_agg": "token_mean"},
     ),
+    "mt_grpo": Algorithm(
+        "MT-GRPO (multi-turn, turn-level credit)",
+        "Zeng et al. 2025, Reinforcing Multi-Turn Reasoning in LLM Agents via Turn-Level "
+        "Credit Assignment (arXiv:2505.11821)",
+        {"advantage": "mt_grpo", "policy_loss": "ppo_clip", "loss_agg": "token_mean"},
+    ),
     "ppo": Algorithm(
         "PPO with a critic",
         "Schulman et al. 2017 (arXiv:1707.06347); GAE: Schulman et al. 2015 (arXiv:1506.02438)",

@@ -25,7 +25,7 @@ from grouprl.config.schema import DataSource, RunConfig
 
 BUILTIN_DATASETS = ("builtin:arith",)
 # estimators whose baseline is the prompt's other samples (they need rollout.n >= 2)
-GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline")
+GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "mt_grpo", "turn_returns")
 # estimators that give each token its own return (per-token rewards reach them as such)
 TOKEN_RETURN_ESTIMATORS = ("reinforce_pp", "reinforce_pp_baseline")
 
@@ -234,11 +234,12 @@ def _check_algo(cfg: RunConfig) -> list[str]:
             "(algo.advantage=gae) to train with the critic."
         )
     if algo.policy_loss == "gspo" and per_token_advantages(cfg):
-        why = (
-            "gae gives each token its own advantage"
-            if algo.advantage == "gae"
-            else f"algo.kl_in=reward makes {algo.advantage}'s returns differ per token"
-        )
+        if algo.advantage == "gae":
+            why = "gae gives each token its own advantage"
+        elif algo.advantage in TOKEN_RETURN_ESTIMATORS:
+            why = f"algo.kl_in=reward makes {algo.advantage}'s returns differ per token"
+        else:
+            why = f"{algo.advantage} gives the tokens of different turns different advantages"
         problems.append(
             f"algo.policy_loss=gspo uses one advantage per sequence (the mean of its tokens'), "
             f"but {why}, so GSPO would average them away. Use algo.policy_loss=gspo_token "
@@ -282,7 +283,8 @@ def per_token_advantages(cfg: RunConfig) -> bool:
     """Whether the advantage estimator can give the tokens of one sample different values."""
     algo = cfg.algo
     kl_returns = algo.kl_in == "reward" and algo.beta > 0
-    return algo.advantage == "gae" or (kl_returns and algo.advantage in TOKEN_RETURN_ESTIMATORS)
+    per_turn = algo.advantage in ("gae", "mt_grpo", "turn_returns")
+    return per_turn or (kl_returns and algo.advantage in TOKEN_RETURN_ESTIMATORS)
 
 
 def _check_data(cfg: RunConfig) -> list[str]:

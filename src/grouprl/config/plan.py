@@ -185,6 +185,9 @@ ADVANTAGES = {
     "reinforce_pp": "returns whitened over the batch",
     "reinforce_pp_baseline": "group-centred returns, then whitened over the batch",
     "gae": "generalised advantage estimation with the critic's values",
+    "mt_grpo": "group-normalised outcome, plus turn_advantage_coef x group-normalised turn "
+    "reward on the turns up to the first tool result",
+    "turn_returns": "discounted per-turn returns against the group's episode returns",
 }
 POLICY_LOSSES = {
     "ppo_clip": "PPO clipped surrogate on token ratios",

@@ -106,7 +106,9 @@ class RolloutConfig(Section):
 
 
 class AlgoConfig(Section):
-    name: Literal["grpo", "dr_grpo", "gspo", "dapo", "rloo", "reinforce_pp", "ppo"] = "grpo"
+    name: Literal["grpo", "dr_grpo", "gspo", "dapo", "rloo", "reinforce_pp", "ppo", "mt_grpo"] = (
+        "grpo"
+    )
     """The algorithm preset: it fills in the keys below that the recipe leaves out (its
     paper's choices, listed in `config/algorithms.py` and docs/algorithms.md); keys the
     recipe or an override sets win."""
@@ -117,20 +119,31 @@ class AlgoConfig(Section):
         return with_preset(data) if isinstance(data, dict) else data
 
     advantage: Literal[
-        "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae"
+        "grpo",
+        "dr_grpo",
+        "rloo",
+        "reinforce_pp",
+        "reinforce_pp_baseline",
+        "gae",
+        "mt_grpo",
+        "turn_returns",
     ] = "grpo"
     """Advantage estimator (registry `algo.advantages.ADVANTAGES`): `grpo` (group-normalised),
     `dr_grpo` (group mean-centred, no std), `rloo` (leave-one-out baseline), `reinforce_pp`
     (batch-whitened returns), `reinforce_pp_baseline` (group-centred, then batch-whitened),
-    `gae` (generalised advantage estimation with the critic's values; PPO)."""
+    `gae` (generalised advantage estimation with the critic's values; PPO), `mt_grpo`
+    (multi-turn: outcome plus turn-level advantage on the turns up to the first tool result),
+    `turn_returns` (multi-turn: discounted per-turn returns, group baseline)."""
     scale_by_std: bool = True
     """`grpo` only: divide group-centred rewards by the group's std (population std, ddof=0)."""
     adv_eps: float = 1e-6
     """Added to the std before dividing."""
     gamma: float = Field(default=1.0, ge=0, le=1)
-    """`gae`: discount per generated token."""
+    """Discount: per generated token for `gae`, per model turn for `turn_returns`."""
     gae_lambda: float = Field(default=1.0, ge=0, le=1)
     """`gae`: lambda, trading the critic's bias (0) against return variance (1)."""
+    turn_advantage_coef: float = Field(default=1.0, ge=0)
+    """`mt_grpo`: weight of the turn-level advantage (0 gives plain GRPO on the outcome)."""
     policy_loss: Literal["ppo_clip", "gspo", "gspo_token"] = "ppo_clip"
     """Policy loss (registry `algo.losses.POLICY_LOSSES`): `ppo_clip` (token ratios), `gspo`
     (sequence ratio, sequence clip), `gspo_token` (GSPO with per-token advantages)."""

@@ -52,6 +52,12 @@ def render_prompt(
     messages = [{"role": "user", "content": user}]
     if system_prompt:
         messages.insert(0, {"role": "system", "content": system_prompt})
+    return chat_prompt_ids(tokenizer, messages)
+
+
+def chat_prompt_ids(tokenizer, messages: list[dict[str, Any]]) -> list[int]:
+    """Token ids of ``messages`` through the chat template, ending with the assistant's
+    generation prompt."""
     out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     return _as_ids(out)
 

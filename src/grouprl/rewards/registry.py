@@ -32,6 +32,7 @@ from typing import Any
 
 from grouprl.rewards.format import format_reward
 from grouprl.rewards.math import math_answer
+from grouprl.rewards.qa import exact_match, token_f1
 
 RewardFn = Callable[..., Any]
 
@@ -55,6 +56,8 @@ def register_reward(name: str, fn: RewardFn) -> RewardFn:
 
 register_reward("math_answer", math_answer)
 register_reward("format", format_reward)
+register_reward("qa_em", exact_match)
+register_reward("qa_f1", token_f1)
 
 
 def resolve_reward(name: str, *, index: int | None = None) -> RewardFn:

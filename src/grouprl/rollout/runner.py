@@ -11,7 +11,7 @@ from typing import Any
 
 from grouprl.rewards.scoring import RewardScores
 from grouprl.rollout.base import RolloutEngine, SamplingSettings
-from grouprl.types import Trajectory
+from grouprl.types import Trajectory, Turn
 
 ScoreFn = Callable[[list[str], list[dict[str, Any]]], RewardScores]
 
@@ -35,7 +35,7 @@ def collect(
         Trajectory(
             prompt_index=row["_index"],
             prompt_ids=prompt,
-            completion=completion,
+            turns=[Turn(completion)],
             weight_version=version,
             row=row,
         )

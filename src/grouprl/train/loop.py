@@ -35,7 +35,7 @@ from grouprl.rewards.scoring import RewardScores
 from grouprl.rewards.scoring import metrics as reward_metrics
 from grouprl.rollout.base import RolloutEngine, SamplingSettings
 from grouprl.rollout.runner import ScoreFn, collect
-from grouprl.train.batch import build_batch
+from grouprl.train.batch import build_batch, turn_tensors
 from grouprl.train.critic import batch_values, critic_update
 from grouprl.train.setup import PromptSet
 from grouprl.train.update import batch_logprobs, policy_update
@@ -158,7 +158,7 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
         kept += dropped[:filled]
     batch = [t for group in kept[:wanted] for t in group]
     total = time.perf_counter() - t0
-    lengths = [len(t.completion.token_ids) for t in generated]
+    lengths = [t.generated_tokens for t in generated]
     rewards = torch.tensor([t.reward for t in generated])
     metrics = {
         "reward/mean": float(rewards.mean()),
@@ -215,6 +215,7 @@ def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict
             c.critic, batch, micro_batch_size=cfg.train.micro_batch_size, autocast=c.autocast
         )
     scores_B = torch.tensor([t.reward for t in trajectories], device=device)
+    turn_rewards_BK, turn_counts_B, credit_turns_B = turn_tensors(trajectories)
     advantages = ADVANTAGES[algo.advantage](
         AdvantageInputs(
             scores_B=scores_B,
@@ -222,6 +223,10 @@ def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict
             group_size=cfg.rollout.n,
             token_rewards_BT=token_rewards_BT,
             values_BT=batch.old_values_BT,
+            turn_index_BT=batch.turn_index_BT,
+            turn_rewards_BK=turn_rewards_BK.to(device),
+            turn_counts_B=turn_counts_B.to(device),
+            credit_turns_B=credit_turns_B.to(device),
         ),
         cfg=algo,
     )

@@ -1,0 +1,1 @@
+"""Environments: the episode loop's side of a rollout (tools, multi-turn envs)."""

@@ -1,0 +1,89 @@
+"""Drives multi-turn episodes: every episode of a batch advances one turn at a time,
+and each turn's generation is one engine call over all episodes still running.
+
+    rows ─► env.episode(row).start() ─► prompt ids ─► engine (n per prompt)
+        ─► step(text) ─► observation ids ─► engine (the running episodes' contexts) ─► ...
+
+A context is the prompt, then every turn's engine tokens and rendered
+observation: exactly the tokens the trainer will see (``train.batch.sequence_ids``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from grouprl.data.prompts import chat_prompt_ids
+from grouprl.envs.base import Environment, render_observation
+from grouprl.rollout.base import RolloutEngine, SamplingSettings
+from grouprl.train.batch import sequence_ids
+from grouprl.types import Trajectory, Turn
+
+
+def run_episodes(
+    *,
+    engine: RolloutEngine,
+    env: Environment,
+    tokenizer,
+    rows: list[dict[str, Any]],
+    settings: SamplingSettings,
+    max_turns: int,
+    max_model_len: int,
+) -> list[Trajectory]:
+    """``settings.n`` episodes per row, prompt-major, each ending with a stop reason."""
+    episodes = [env.episode(row) for row in rows for _ in range(settings.n)]
+    first_messages = [episode.start() for episode in episodes][:: settings.n]
+    prompts = [chat_prompt_ids(tokenizer, messages) for messages in first_messages]
+    trajectories: list[Trajectory] = []
+    for turn in range(max_turns):
+        if turn == 0:
+            groups = engine.generate(prompts, settings)
+            for row, prompt, group in zip(rows, prompts, groups, strict=True):
+                for completion in group:
+                    trajectories.append(
+                        Trajectory(
+                            prompt_index=row["_index"],
+                            prompt_ids=prompt,
+                            turns=[Turn(completion)],
+                            weight_version=engine.weight_version,
+                            row=row,
+                        )
+                    )
+        else:
+            running = [i for i, t in enumerate(trajectories) if not t.stop_reason]
+            if not running:
+                break
+            contexts = [sequence_ids(trajectories[i]) for i in running]
+            turn_settings = replace(
+                settings, n=1, seed=None if settings.seed is None else settings.seed + turn * 7919
+            )
+            for i, (completion,) in zip(
+                running, engine.generate(contexts, turn_settings), strict=True
+            ):
+                trajectories[i].turns.append(Turn(completion))
+        for i, traj in enumerate(trajectories):
+            if not traj.stop_reason and len(traj.turns) == turn + 1:
+                _advance(traj, episodes[i], tokenizer, turn, max_turns, max_model_len, settings)
+    return trajectories
+
+
+def _advance(traj, episode, tokenizer, turn, max_turns, max_model_len, settings) -> None:
+    """Feed the model's latest turn to its episode; record the reply or the stop."""
+    last = traj.turns[-1]
+    if last.completion.finish_reason == "length":
+        traj.stop_reason = "max_tokens"
+        return
+    text = tokenizer.decode(last.completion.token_ids, skip_special_tokens=True)
+    step = episode.step(text)
+    last.reward, last.info = step.reward, step.info
+    if step.done:
+        traj.stop_reason = step.stop_reason or "answered"
+        return
+    if turn + 1 == max_turns:
+        traj.stop_reason = "max_turns"
+        return
+    observation = render_observation(tokenizer, step.messages)
+    if len(sequence_ids(traj)) + len(observation) + settings.max_tokens > max_model_len:
+        traj.stop_reason = "context_overflow"
+        return
+    last.observation_ids = observation
