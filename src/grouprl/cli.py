@@ -154,6 +154,37 @@ def export(
         export_run(run, out, step=step)
 
 
+index_app = typer.Typer(
+    help="Search indexes for tool-use agents.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(index_app, name="index")
+
+
+@index_app.command("build")
+def index_build(
+    corpus: Annotated[
+        str,
+        typer.Argument(
+            help="Passages: a .jsonl file (id, title, text per line), DPR's .tsv "
+            "(id, text, title with a header), either optionally .gz, or builtin:fictional."
+        ),
+    ],
+    out: Annotated[str, typer.Argument(help="Directory to write the index to.")],
+) -> None:
+    """Build a BM25 search index of a passage corpus (replaces an older index in OUT)."""
+    with _user_errors():
+        from grouprl.envs.search import build_index
+
+        report = build_index(corpus, out)
+        typer.echo(
+            f"indexed {report.passages} passages from {corpus} into {out} in {report.seconds:.2f} s"
+        )
+        if report.skipped:
+            Console(stderr=True).print(Text(f"warning: {report.summary()}", style="yellow"))
+
+
 def main() -> None:
     """Console entry point (``grouprl``)."""
     app()

@@ -5,20 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from grouprl.config.schema import RolloutConfig, RunConfig
-from grouprl.rollout.base import RolloutEngine, SamplingSettings
-from grouprl.rollout.runner import ScoreFn, collect
-from grouprl.train.setup import PromptSet
+from grouprl.rollout.base import SamplingSettings
+from grouprl.rollout.episodes import episode_metrics
+from grouprl.train.setup import PromptSet, RolloutFn
 
 
 def validate(
     *,
-    engine: RolloutEngine,
+    run: RolloutFn,
     prompt_set: PromptSet,
-    score: ScoreFn,
     rollout: RolloutConfig,
-    correct_function: str | None,
     seed: int,
+    multi_turn: bool = False,
 ) -> dict[str, float]:
+    """One episode per held-out prompt (greedy unless ``rollout.eval_temperature``)."""
     settings = SamplingSettings(
         n=1,
         temperature=rollout.eval_temperature,
@@ -27,21 +27,17 @@ def validate(
         max_tokens=rollout.max_tokens,
         seed=seed,
     )
-    trajectories, scores = collect(
-        engine=engine,
-        prompts=prompt_set.prompts,
-        rows=prompt_set.rows,
-        settings=settings,
-        score=score,
-        correct_function=correct_function,
-    )
+    trajectories, scores = run(prompt_set, settings)
     n = max(len(trajectories), 1)
-    return {
+    metrics = {
         "eval/accuracy": sum(t.correct for t in trajectories) / n,
         "eval/reward_mean": sum(t.reward for t in trajectories) / n,
         "eval/response_len": sum(t.generated_tokens for t in trajectories) / n,
         "eval/reward_errors": float(len(scores.errors)),
     }
+    if multi_turn:
+        metrics.update(episode_metrics(trajectories, prefix="eval/"))
+    return metrics
 
 
 def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
@@ -53,8 +49,13 @@ def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
     from grouprl.ckpt.export import find_checkpoint
     from grouprl.device import resolve_device, resolve_dtype
     from grouprl.train.model import load_causal_lm, load_tokenizer
-    from grouprl.train.run import quiet_libraries
-    from grouprl.train.setup import load_prompt_set, make_score_fn, start_engine
+    from grouprl.train.run import quiet_libraries, shared_cache
+    from grouprl.train.setup import (
+        load_prompt_set,
+        make_rollout,
+        make_score_fn,
+        start_engine,
+    )
 
     if cfg.data.eval is None:
         raise EvalError("data.eval is null: set data.eval.source (and split) to evaluate on.")
@@ -78,13 +79,16 @@ def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
     engine = start_engine(cfg, tokenizer=tokenizer, policy=policy, device=device, cache_dir=cache)
     try:
         with torch.no_grad():
+            score = make_score_fn(cfg.reward, answer_key=cfg.data.answer_key)
+            run = make_rollout(
+                cfg, engine=engine, tokenizer=tokenizer, score=score, cache_dir=shared_cache(cfg)
+            )
             metrics = validate(
-                engine=engine,
+                run=run,
                 prompt_set=prompt_set,
-                score=make_score_fn(cfg.reward, answer_key=cfg.data.answer_key),
                 rollout=cfg.rollout,
-                correct_function=cfg.reward.correct_function,
                 seed=cfg.train.seed,
+                multi_turn=cfg.env.name != "single_turn",
             )
     finally:
         engine.close()

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from grouprl.config.errors import ConfigError, choices, show
 from grouprl.config.schema import DataSource, RunConfig
+from grouprl.data.builtin import BUILTIN_DATASETS, split_sizes
 
-BUILTIN_DATASETS = ("builtin:arith",)
 # estimators whose baseline is the prompt's other samples (they need rollout.n >= 2)
 GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "mt_grpo", "turn_returns")
 # estimators that give each token its own return (per-token rewards reach them as such)
@@ -128,11 +128,11 @@ def steps_for_epochs(*, epochs: float, rows: int, batch_size: int) -> int:
 
 def split_rows(source: DataSource) -> int | None:
     """Rows in a split when known without loading it (built-in datasets), else None."""
-    if source.source != "builtin:arith":
+    if source.source not in BUILTIN_DATASETS:
         return None
-    from grouprl.data.arith import SPLIT_SIZES  # stdlib-only module: keeps plan torch-free
-
-    rows = SPLIT_SIZES[source.split]
+    rows = split_sizes(source.source).get(source.split)
+    if rows is None:
+        return None
     return min(rows, source.limit) if source.limit is not None else rows
 
 
@@ -288,8 +288,6 @@ def per_token_advantages(cfg: RunConfig) -> bool:
 
 
 def _check_data(cfg: RunConfig) -> list[str]:
-    from grouprl.data.arith import SPLIT_SIZES
-
     problems = []
     sources = [("data.train", cfg.data.train), ("data.eval", cfg.data.eval)]
     for key, source in sources:
@@ -300,10 +298,10 @@ def _check_data(cfg: RunConfig) -> list[str]:
                 f"{key}.source={show(source.source)} is not a built-in dataset; choose one of "
                 f"{', '.join(BUILTIN_DATASETS)}, a .jsonl/.json/.parquet file, or a hub name."
             )
-        elif source.split not in SPLIT_SIZES:
+        elif source.split not in (sizes := split_sizes(source.source)):
             problems.append(
-                f"{key}.split={show(source.split)}: builtin:arith has the splits "
-                f"{', '.join(SPLIT_SIZES)}; set {key}.split to one of them."
+                f"{key}.split={show(source.split)}: {source.source} has the splits "
+                f"{', '.join(sizes)}; set {key}.split to one of them."
             )
     train, held = cfg.data.train, cfg.data.eval
     if held is not None and (held.source, held.split, held.subset) == (

@@ -193,6 +193,32 @@ class AlgoConfig(Section):
     min(pi_trainer / pi_engine, cap) to correct the engine's numerics; null: off."""
 
 
+class EnvConfig(Section):
+    name: Literal["single_turn", "search_qa"] = "single_turn"
+    """`single_turn`: one completion per prompt, scored by the reward functions.
+    `search_qa`: a multi-turn agent with a search tool over `corpus`; episodes end with an
+    `<answer>...</answer>` turn that the reward functions score (e.g. `qa_em`)."""
+    max_turns: int = Field(default=4, ge=1)
+    """Model turns per episode at most (the episode then stops with `max_turns`)."""
+    tool_format: Literal["qwen", "xml"] = "xml"
+    """How the model writes tool calls: `qwen` (`<tool_call>{json}</tool_call>`, Qwen2.5 and
+    Hermes-style templates) or `xml` (`<search>query</search>`)."""
+    tool_timeout_s: float = Field(default=10.0, gt=0)
+    """A tool call running longer returns a timeout error to the model."""
+    tool_max_chars: int = Field(default=800, ge=16)
+    """Tool results (and each passage) are cut to this many characters."""
+    corpus: str = "builtin:fictional"
+    """`search_qa`: `builtin:fictional` (built and cached on first use) or a directory made by
+    `grouprl index build CORPUS.jsonl OUT`."""
+    search_k: int = Field(default=1, ge=1)
+    """`search_qa`: passages returned per search."""
+    turn_reward: Literal["retrieved_answer", "none"] = "retrieved_answer"
+    """Turn-level reward: `retrieved_answer` is 1 for a turn whose tool results contain an
+    answer alias; `none` gives 0 (only the outcome counts)."""
+    system_prompt: str | None = None
+    """The system message; null uses the environment's own (it explains the tool format)."""
+
+
 class CriticConfig(Section):
     path: str
     """The value model's starting point: a causal LM (the same architecture as the policy,
@@ -279,6 +305,8 @@ class RunConfig(Section):
     reward: RewardConfig = RewardConfig()
     rollout: RolloutConfig = RolloutConfig()
     algo: AlgoConfig = AlgoConfig()
+    env: EnvConfig = EnvConfig()
+    """The environment: single-turn tasks, or multi-turn tool use."""
     critic: CriticConfig | None = None
     """The value model for `algo.advantage=gae` (PPO); null for critic-free algorithms."""
     train: TrainConfig = TrainConfig()

@@ -98,3 +98,10 @@ def arith_split(split: str, *, size: int | None = None) -> list[ArithProblem]:
         if problem.question not in held_out:
             problems.append(problem)
     return problems
+
+
+def builtin_rows(split: str, size: int | None) -> tuple[list[dict[str, str]], list[str]]:
+    """Rows for ``builtin:arith``: ``question`` and ``answer`` (worked steps, ``#### N``)."""
+    wanted = SPLIT_SIZES[split] if size is None else min(size, SPLIT_SIZES[split])
+    rows = [{"question": p.question, "answer": p.answer} for p in arith_split(split, size=wanted)]
+    return rows, ["answer", "question"]

@@ -3,6 +3,7 @@
 Sources (``DataSource.source``)::
 
     builtin:arith            generated arithmetic problems (grouprl.data.arith)
+    builtin:fictional        questions about a fictional encyclopedia (grouprl.data.fictional)
     path/to/rows.jsonl       one JSON object per line
     path/to/rows.json        a JSON list of objects
     path/to/rows.parquet     a parquet table
@@ -27,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from grouprl.config.schema import DataSource
+from grouprl.data.builtin import BUILTIN_DATASETS, builtin_rows, split_sizes
 
 logger = logging.getLogger(__name__)
 
-BUILTINS = ("builtin:arith",)
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 MISSING = object()
 """Returned by ``get_field`` when a key does not resolve."""
@@ -212,22 +213,18 @@ def _read_source(source: DataSource, *, config_key: str) -> tuple[list[Any], lis
 def _read_builtin(
     name: str, *, split: str, size: int | None, config_key: str
 ) -> tuple[list[Any], list[str]]:
-    if name not in BUILTINS:
+    if name not in BUILTIN_DATASETS:
         raise DataError(
             f"{config_key}.source={name!r} is not a built-in dataset; "
-            f"choose one of {list(BUILTINS)}"
+            f"choose one of {list(BUILTIN_DATASETS)}"
         )
-    from grouprl.data.arith import SPLIT_SEEDS, SPLIT_SIZES, arith_split
-
-    if split not in SPLIT_SEEDS:
+    sizes = split_sizes(name)
+    if split not in sizes:
         raise DataError(
-            f"{config_key}.split={split!r} does not exist for {name}; "
-            f"choose one of {list(SPLIT_SEEDS)}"
+            f"{config_key}.split={split!r} does not exist for {name}; choose one of {list(sizes)}"
         )
     # Generated rows are never broken, so `limit` can cut generation short.
-    wanted = SPLIT_SIZES[split] if size is None else min(size, SPLIT_SIZES[split])
-    rows = [{"question": p.question, "answer": p.answer} for p in arith_split(split, size=wanted)]
-    return rows, ["answer", "question"]
+    return builtin_rows(name, split=split, size=size)
 
 
 def _read_file(path: Path, *, config_key: str) -> list[Any]:

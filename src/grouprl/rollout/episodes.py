@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from grouprl.data.prompts import chat_prompt_ids
-from grouprl.envs.base import Environment, render_observation
+from grouprl.envs.base import STOP_REASONS, Environment, render_observation
 from grouprl.rollout.base import RolloutEngine, SamplingSettings
 from grouprl.train.batch import sequence_ids
 from grouprl.types import Trajectory, Turn
@@ -73,8 +73,7 @@ def _advance(traj, episode, tokenizer, turn, max_turns, max_model_len, settings)
     if last.completion.finish_reason == "length":
         traj.stop_reason = "max_tokens"
         return
-    text = tokenizer.decode(last.completion.token_ids, skip_special_tokens=True)
-    step = episode.step(text)
+    step = episode.step(last.completion.text)
     last.reward, last.info = step.reward, step.info
     if step.done:
         traj.stop_reason = step.stop_reason or "answered"
@@ -87,3 +86,19 @@ def _advance(traj, episode, tokenizer, turn, max_turns, max_model_len, settings)
         traj.stop_reason = "context_overflow"
         return
     last.observation_ids = observation
+
+
+def episode_metrics(trajectories: list[Trajectory], *, prefix: str = "") -> dict[str, float]:
+    """Turns, tool calls and tool errors per episode, and the share of each stop reason."""
+    n = max(len(trajectories), 1)
+    calls = sum(turn.info.get("tool_calls", 0) for t in trajectories for turn in t.turns)
+    errors = sum(turn.info.get("tool_errors", 0) for t in trajectories for turn in t.turns)
+    metrics = {
+        f"{prefix}episode/turns": sum(len(t.turns) for t in trajectories) / n,
+        f"{prefix}episode/tool_calls": calls / n,
+        f"{prefix}episode/tool_error_rate": errors / calls if calls else 0.0,
+    }
+    for reason in STOP_REASONS:
+        count = sum(t.stop_reason == reason for t in trajectories)
+        metrics[f"{prefix}episode/stop/{reason}"] = count / n
+    return metrics

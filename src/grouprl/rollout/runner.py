@@ -2,10 +2,14 @@
 
 prompt ids (P) ─► engine.generate(n=G) ─► P x G completions
                                   └─► reward functions ─► Trajectory (P*G, prompt-major)
+
+Multi-turn episodes run in ``rollout.episodes``; both are scored by
+``score_trajectories`` (the outcome reward functions read the last turn).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +18,20 @@ from grouprl.rollout.base import RolloutEngine, SamplingSettings
 from grouprl.types import Trajectory, Turn
 
 ScoreFn = Callable[[list[str], list[dict[str, Any]]], RewardScores]
+
+
+class TimedScore:
+    """A score function that adds up the seconds spent in it (``seconds``, resettable)."""
+
+    def __init__(self, fn: ScoreFn) -> None:
+        self.fn, self.seconds = fn, 0.0
+
+    def __call__(self, *args, **kwargs) -> RewardScores:
+        t0 = time.perf_counter()
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - t0
 
 
 def collect(
@@ -38,10 +56,19 @@ def collect(
             turns=[Turn(completion)],
             weight_version=version,
             row=row,
+            stop_reason="answered" if completion.finish_reason == "stop" else "max_tokens",
         )
         for prompt, row, group in zip(prompts, rows, groups, strict=True)
         for completion in group
     ]
+    scores = score_trajectories(trajectories, score=score, correct_function=correct_function)
+    return trajectories, scores
+
+
+def score_trajectories(
+    trajectories: list[Trajectory], *, score: ScoreFn, correct_function: str | None
+) -> RewardScores:
+    """Runs the reward functions on each trajectory's last turn and records the results."""
     scores = score(
         completions=[t.completion.text for t in trajectories], rows=[t.row for t in trajectories]
     )
@@ -50,4 +77,4 @@ def collect(
         traj.reward_parts = {name: values[i] for name, values in scores.parts.items()}
         if correct_function is not None and correct_function in scores.parts:
             traj.correct = scores.parts[correct_function][i] >= 1.0
-    return trajectories, scores
+    return scores

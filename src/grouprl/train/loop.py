@@ -34,10 +34,11 @@ from grouprl.evaluate import validate
 from grouprl.rewards.scoring import RewardScores
 from grouprl.rewards.scoring import metrics as reward_metrics
 from grouprl.rollout.base import RolloutEngine, SamplingSettings
-from grouprl.rollout.runner import ScoreFn, collect
+from grouprl.rollout.episodes import episode_metrics
+from grouprl.rollout.runner import TimedScore
 from grouprl.train.batch import build_batch, turn_tensors
 from grouprl.train.critic import batch_values, critic_update
-from grouprl.train.setup import PromptSet
+from grouprl.train.setup import PromptSet, RolloutFn
 from grouprl.train.update import batch_logprobs, policy_update
 from grouprl.types import TrainingBatch, Trajectory
 
@@ -58,7 +59,8 @@ class Components:
     train_set: PromptSet
     eval_set: PromptSet | None
     sampler: PromptSampler
-    score: ScoreFn
+    score: TimedScore  # the reward functions, timed
+    rollout: RolloutFn  # episodes for a prompt set, scored (single- or multi-turn)
     mini_batch_size: int
     total_steps: int
     critic: torch.nn.Module | None = None
@@ -82,9 +84,7 @@ def sampling_seed(seed: int, step: int, round_: int = 0) -> int:
     return ((seed * 1_000_003 + step) * 100_000 + round_ * 10_000_019) % (2**31 - 1)
 
 
-def _generate(
-    c: Components, step: int, round_: int, score: ScoreFn
-) -> tuple[list[Trajectory], RewardScores]:
+def _generate(c: Components, step: int, round_: int) -> tuple[list[Trajectory], RewardScores]:
     """One round of ``data.batch_size`` prompts x ``rollout.n`` samples, scored and shaped."""
     cfg = c.cfg
     prompt_set = c.train_set.take(c.sampler.next_batch(cfg.data.batch_size))
@@ -97,14 +97,7 @@ def _generate(
         seed=sampling_seed(cfg.train.seed, step, round_),
         ignore_eos=cfg.rollout.ignore_eos,
     )
-    trajectories, scores = collect(
-        engine=c.engine,
-        prompts=prompt_set.prompts,
-        rows=prompt_set.rows,
-        settings=settings,
-        score=score,
-        correct_function=cfg.reward.correct_function,
-    )
+    trajectories, scores = c.rollout(prompt_set, settings)
     if cfg.algo.overlong_buffer is not None:
         for t in trajectories:
             penalty = overlong_penalty(
@@ -126,14 +119,14 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
     cfg, algo = c.cfg, c.cfg.algo
     n, wanted = cfg.rollout.n, cfg.data.batch_size
     t0 = time.perf_counter()
-    timed_score = _timed(c.score)
+    c.score.seconds = 0.0
     generated: list[Trajectory] = []
     all_scores: list[RewardScores] = []
     kept: list[list[Trajectory]] = []
     dropped: list[list[Trajectory]] = []
     rounds = algo.max_sampling_rounds if algo.dynamic_sampling else 1
     for round_ in range(rounds):
-        trajectories, scores = _generate(c, step, round_, timed_score)
+        trajectories, scores = _generate(c, step, round_)
         generated += trajectories
         all_scores.append(scores)
         for start in range(0, len(trajectories), n):
@@ -168,15 +161,17 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
         "response_len/max": float(max(lengths)),
         "response/truncated_frac": sum(t.completion.finish_reason == "length" for t in generated)
         / len(generated),
-        "time/reward_s": timed_score.seconds,
-        "time/generate_s": total - timed_score.seconds,
-        "tokens_per_s": sum(lengths) / max(total - timed_score.seconds, 1e-9),
+        "time/reward_s": c.score.seconds,
+        "time/generate_s": total - c.score.seconds,
+        "tokens_per_s": sum(lengths) / max(total - c.score.seconds, 1e-9),
         **reward_metrics(RewardScores.concat(all_scores)),
     }
     if algo.overlong_buffer is not None:
         metrics["reward/overlong"] = sum(t.reward_parts["overlong"] for t in generated) / len(
             generated
         )
+    if cfg.env.name != "single_turn":
+        metrics.update(episode_metrics(generated))
     if algo.dynamic_sampling:
         metrics["sampling/rounds"] = float(len(all_scores))
         metrics["sampling/filled_groups"] = float(filled)
@@ -287,12 +282,11 @@ def run_validation(c: Components) -> dict[str, float]:
     if c.eval_set is None or len(c.eval_set) == 0:
         return {}
     return validate(
-        engine=c.engine,
+        run=c.rollout,
         prompt_set=c.eval_set,
-        score=c.score,
         rollout=c.cfg.rollout,
-        correct_function=c.cfg.reward.correct_function,
         seed=c.cfg.train.seed,
+        multi_turn=c.cfg.env.name != "single_turn",
     )
 
 
@@ -310,17 +304,3 @@ def one_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, floa
     metrics["weight_version"] = float(c.weight_version)
     c.step = step
     return trajectories, metrics
-
-
-class _timed:
-    """Wraps the score function to measure the seconds spent in it."""
-
-    def __init__(self, fn: ScoreFn) -> None:
-        self.fn, self.seconds = fn, 0.0
-
-    def __call__(self, *args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return self.fn(*args, **kwargs)
-        finally:
-            self.seconds += time.perf_counter() - t0

@@ -27,11 +27,18 @@ from grouprl.metrics.progress import TrainProgress
 from grouprl.metrics.report import write_report
 from grouprl.metrics.samples import SamplesWriter
 from grouprl.metrics.sinks import make_sinks
+from grouprl.rollout.runner import TimedScore
 from grouprl.train.critic import load_critic, make_critic_optimizer
 from grouprl.train.loop import Components, one_step, run_validation
 from grouprl.train.model import load_causal_lm, load_tokenizer
 from grouprl.train.optim import make_optimizer, make_scheduler
-from grouprl.train.setup import load_prompt_set, make_score_fn, seed_everything, start_engine
+from grouprl.train.setup import (
+    load_prompt_set,
+    make_rollout,
+    make_score_fn,
+    seed_everything,
+    start_engine,
+)
 from grouprl.types import Trajectory
 
 console = Console(stderr=True)
@@ -39,6 +46,11 @@ console = Console(stderr=True)
 
 def run_dir_of(cfg: RunConfig) -> Path:
     return Path(cfg.trainer.run_dir.format(name=cfg.name))
+
+
+def shared_cache(cfg: RunConfig) -> Path:
+    """Built once, used by every run: search indexes of built-in corpora."""
+    return run_dir_of(cfg).parent / ".cache"
 
 
 def quiet_libraries() -> None:
@@ -93,6 +105,7 @@ def build(cfg: RunConfig) -> Components:
     engine = start_engine(
         cfg, tokenizer=tokenizer, policy=policy, device=device, cache_dir=run_dir_of(cfg) / "cache"
     )
+    score = TimedScore(make_score_fn(cfg.reward, answer_key=cfg.data.answer_key))
     return Components(
         cfg=cfg,
         tokenizer=tokenizer,
@@ -107,7 +120,10 @@ def build(cfg: RunConfig) -> Components:
         train_set=train_set,
         eval_set=eval_set,
         sampler=PromptSampler(len(train_set), seed=cfg.train.seed, shuffle=cfg.data.shuffle),
-        score=make_score_fn(cfg.reward, answer_key=cfg.data.answer_key),
+        score=score,
+        rollout=make_rollout(
+            cfg, engine=engine, tokenizer=tokenizer, score=score, cache_dir=shared_cache(cfg)
+        ),
         mini_batch_size=derived.mini_batch_size,
         total_steps=total_steps,
         critic=critic,

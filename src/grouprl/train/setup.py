@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,13 @@ from grouprl.assets import resolve_model_path
 from grouprl.config.schema import DataConfig, DataSource, RewardConfig, RunConfig, TrainConfig
 from grouprl.data.prompts import render_prompts
 from grouprl.data.sources import load_rows
+from grouprl.envs.tool_env import make_env
 from grouprl.rewards.registry import resolve_rewards
-from grouprl.rewards.scoring import RewardRunner, score_completions
-from grouprl.rollout.base import RolloutEngine
-from grouprl.rollout.runner import ScoreFn
+from grouprl.rewards.scoring import RewardRunner, RewardScores, score_completions
+from grouprl.rollout.base import RolloutEngine, SamplingSettings
+from grouprl.rollout.episodes import run_episodes
+from grouprl.rollout.runner import ScoreFn, collect, score_trajectories
+from grouprl.types import Trajectory
 
 
 @dataclass
@@ -55,6 +59,46 @@ def make_score_fn(reward: RewardConfig, *, answer_key: str) -> ScoreFn:
         on_error=reward.on_error,
         timeout_s=reward.timeout_s,
     )
+
+
+RolloutFn = Callable[[PromptSet, SamplingSettings], tuple[list[Trajectory], RewardScores]]
+
+
+def make_rollout(
+    cfg: RunConfig, *, engine: RolloutEngine, tokenizer, score: ScoreFn, cache_dir: Path
+) -> RolloutFn:
+    """Episodes for a prompt set, scored: single completions, or multi-turn episodes in
+    the configured environment (``env``)."""
+    env = make_env(
+        cfg.env,
+        prompt_key=cfg.data.prompt_key,
+        answer_key=cfg.data.answer_key,
+        cache_dir=cache_dir,
+    )
+    correct = cfg.reward.correct_function
+
+    def run(prompt_set: PromptSet, settings: SamplingSettings):
+        if env is None:
+            return collect(
+                engine=engine,
+                prompts=prompt_set.prompts,
+                rows=prompt_set.rows,
+                settings=settings,
+                score=score,
+                correct_function=correct,
+            )
+        trajectories = run_episodes(
+            engine=engine,
+            env=env,
+            tokenizer=tokenizer,
+            rows=prompt_set.rows,
+            settings=settings,
+            max_turns=cfg.env.max_turns,
+            max_model_len=cfg.rollout.max_model_len,
+        )
+        return trajectories, score_trajectories(trajectories, score=score, correct_function=correct)
+
+    return run
 
 
 def start_engine(cfg: RunConfig, *, tokenizer, policy, device, cache_dir: Path) -> RolloutEngine:

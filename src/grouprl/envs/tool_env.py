@@ -1,0 +1,101 @@
+"""A tool-using environment: the model calls tools until it answers.
+
+Each model turn is read in this order:
+
+1. an ``<answer>...</answer>`` tag ends the episode (``answered``); the outcome
+   reward functions score that turn;
+2. otherwise its tool calls (``env.tool_format``) run, each with a timeout, and the
+   results (or error texts) come back as tool messages: a malformed call, an
+   unknown tool, bad arguments, a raising or hanging tool are observations and
+   metrics, never a crash;
+3. a turn with neither ends the episode (``parse_error``).
+
+The turn reward (``env.turn_reward``) scores the turn's tool results:
+``retrieved_answer`` is 1 when a result without error contains one of the row's
+answer aliases (after QA normalisation), the signal MT-GRPO credits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grouprl.config.schema import EnvConfig
+from grouprl.data.sources import get_field
+from grouprl.envs.base import Step
+from grouprl.envs.tools import ToolResult, ToolRunner, ToolSet, parse_tool_calls, tool_message
+from grouprl.rewards.qa import answer_aliases, extract_answer, normalize_answer
+
+SEARCH_SYSTEM_PROMPT = (
+    "Answer the question. To look something up, write <search>query</search> and wait for "
+    "the result. Give the final answer as <answer>text</answer>."
+)
+
+
+class ToolEnv:
+    def __init__(
+        self,
+        tools: ToolSet,
+        cfg: EnvConfig,
+        *,
+        system_prompt: str,
+        prompt_key: str,
+        answer_key: str,
+    ) -> None:
+        self.tools, self.cfg = tools, cfg
+        self.runner = ToolRunner(tools, max_chars=cfg.tool_max_chars)
+        self.system_prompt = system_prompt
+        self.prompt_key, self.answer_key = prompt_key, answer_key
+
+    def episode(self, row: dict[str, Any]) -> ToolEpisode:
+        return ToolEpisode(self, row)
+
+
+class ToolEpisode:
+    def __init__(self, env: ToolEnv, row: dict[str, Any]) -> None:
+        self.env, self.row = env, row
+
+    def start(self) -> list[dict[str, Any]]:
+        question = str(get_field(self.row, self.env.prompt_key))
+        return [
+            {"role": "system", "content": self.env.system_prompt},
+            {"role": "user", "content": question},
+        ]
+
+    def step(self, model_text: str) -> Step:
+        env = self.env
+        if extract_answer(model_text) is not None:
+            return Step(messages=[], done=True, stop_reason="answered")
+        calls = parse_tool_calls(model_text, tools=env.tools, fmt=env.cfg.tool_format)
+        if not calls:
+            return Step(messages=[], done=True, stop_reason="parse_error")
+        results = [env.runner.run(c, timeout_s=env.cfg.tool_timeout_s) for c in calls]
+        errors = sum(r.error is not None for r in results)
+        return Step(
+            messages=[tool_message(r) for r in results],
+            reward=self._turn_reward(results),
+            info={"tool_calls": len(results), "tool_errors": errors},
+        )
+
+    def _turn_reward(self, results: list[ToolResult]) -> float:
+        if self.env.cfg.turn_reward == "none":
+            return 0.0
+        aliases = [normalize_answer(a) for a in answer_aliases(self.row[self.env.answer_key])]
+        found = [normalize_answer(r.content) for r in results if r.error is None]
+        return float(any(alias and alias in text for alias in aliases for text in found))
+
+
+def make_env(cfg: EnvConfig, *, prompt_key: str, answer_key: str, cache_dir) -> ToolEnv | None:
+    """The configured environment; None for single-turn tasks (``env.name=single_turn``)."""
+    if cfg.name == "single_turn":
+        return None
+    from grouprl.envs.search import SearchIndex, make_search_tool, resolve_corpus
+
+    index = SearchIndex.load(resolve_corpus(cfg.corpus, cache_dir=cache_dir))
+    search = make_search_tool(index, k=cfg.search_k, max_chars=cfg.tool_max_chars)
+    return ToolEnv(
+        ToolSet([search]),
+        cfg,
+        system_prompt=cfg.system_prompt or SEARCH_SYSTEM_PROMPT,
+        prompt_key=prompt_key,
+        answer_key=answer_key,
+    )
