@@ -30,6 +30,8 @@ class ThreeTurns:
 
 
 class ThreeTurnEnv:
+    template_kwargs = {}
+
     def episode(self, row):
         return ThreeTurns(row)
 

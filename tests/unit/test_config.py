@@ -302,6 +302,7 @@ def test_dr_grpo_norm_tokens_default_to_max_tokens():
             r"algo\.dual_clip_c=3.0 applies to token ratios",
         ),
         (["algo.kl_target=0.05"], r"starting value algo\.beta, which is 0"),
+        (["algo.name=mt_grpo"], r"env\.name=single_turn has one turn.*env\.name=search_qa"),
         (
             ["algo.overlong_buffer=64"],
             r"algo\.overlong_buffer=64 must be smaller than rollout\.max_tokens=64.*=12",

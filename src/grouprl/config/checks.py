@@ -245,6 +245,12 @@ def _check_algo(cfg: RunConfig) -> list[str]:
             f"but {why}, so GSPO would average them away. Use algo.policy_loss=gspo_token "
             "(GSPO's per-token form) or a per-sequence estimator (algo.advantage=grpo)."
         )
+    if algo.advantage in ("mt_grpo", "turn_returns") and cfg.env.name == "single_turn":
+        problems.append(
+            f"algo.advantage={algo.advantage} credits the turns of multi-turn episodes, but "
+            "env.name=single_turn has one turn and no turn rewards; set env.name=search_qa "
+            "(a tool-using agent) or algo.advantage=grpo."
+        )
     if algo.dual_clip_c is not None and algo.policy_loss != "ppo_clip":
         problems.append(
             f"algo.dual_clip_c={show(algo.dual_clip_c)} applies to token ratios "

@@ -55,10 +55,12 @@ def render_prompt(
     return chat_prompt_ids(tokenizer, messages)
 
 
-def chat_prompt_ids(tokenizer, messages: list[dict[str, Any]]) -> list[int]:
+def chat_prompt_ids(tokenizer, messages: list[dict[str, Any]], **template_kwargs) -> list[int]:
     """Token ids of ``messages`` through the chat template, ending with the assistant's
-    generation prompt."""
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    generation prompt (``template_kwargs``, e.g. ``tools``, go to the template)."""
+    out = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, **template_kwargs
+    )
     return _as_ids(out)
 
 

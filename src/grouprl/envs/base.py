@@ -45,6 +45,11 @@ class Episode(Protocol):
 class Environment(Protocol):
     def episode(self, row: dict[str, Any]) -> Episode: ...
 
+    @property
+    def template_kwargs(self) -> dict[str, Any]:
+        """Extra chat-template arguments for every rendering (e.g. ``tools``)."""
+        ...
+
 
 def render_observation(tokenizer, messages: list[dict[str, Any]], **template_kwargs) -> list[int]:
     """Token ids of ``messages`` as the chat template renders them right after an

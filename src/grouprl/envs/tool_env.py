@@ -25,10 +25,15 @@ from grouprl.envs.base import Step
 from grouprl.envs.tools import ToolResult, ToolRunner, ToolSet, parse_tool_calls, tool_message
 from grouprl.rewards.qa import answer_aliases, extract_answer, normalize_answer
 
-SEARCH_SYSTEM_PROMPT = (
-    "Answer the question. To look something up, write <search>query</search> and wait for "
-    "the result. Give the final answer as <answer>text</answer>."
-)
+SYSTEM_PROMPTS = {
+    # the tool call format is explained in words: small models need no template support
+    "xml": "Answer the question. To look something up, write <search>query</search> and "
+    "wait for the result. Give the final answer as <answer>text</answer>.",
+    # the chat template lists the tools and their call format (Qwen2.5, Hermes)
+    "qwen": "Answer the question. Use the tools to look things up. Give the final answer "
+    "as <answer>text</answer>.",
+}
+SEARCH_SYSTEM_PROMPT = SYSTEM_PROMPTS["xml"]
 
 
 class ToolEnv:
@@ -48,6 +53,13 @@ class ToolEnv:
 
     def episode(self, row: dict[str, Any]) -> ToolEpisode:
         return ToolEpisode(self, row)
+
+    @property
+    def template_kwargs(self) -> dict[str, Any]:
+        """Passed to the chat template: the tool schemas when the model calls tools in the
+        template's own format (``qwen``); nothing for ``xml``, whose format the system
+        prompt explains."""
+        return {"tools": self.tools.schemas()} if self.cfg.tool_format == "qwen" else {}
 
 
 class ToolEpisode:
@@ -95,7 +107,7 @@ def make_env(cfg: EnvConfig, *, prompt_key: str, answer_key: str, cache_dir) -> 
     return ToolEnv(
         ToolSet([search]),
         cfg,
-        system_prompt=cfg.system_prompt or SEARCH_SYSTEM_PROMPT,
+        system_prompt=cfg.system_prompt or SYSTEM_PROMPTS[cfg.tool_format],
         prompt_key=prompt_key,
         answer_key=answer_key,
     )

@@ -10,14 +10,17 @@ observation: exactly the tokens the trainer will see (``train.batch.sequence_ids
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
 from grouprl.data.prompts import chat_prompt_ids
-from grouprl.envs.base import STOP_REASONS, Environment, render_observation
+from grouprl.envs.base import STOP_REASONS, Environment, Step, render_observation
 from grouprl.rollout.base import RolloutEngine, SamplingSettings
 from grouprl.train.batch import sequence_ids
 from grouprl.types import Trajectory, Turn
+
+ENV_WORKERS = 16  # episodes whose environment steps (tool calls) run at the same time
 
 
 def run_episodes(
@@ -33,7 +36,8 @@ def run_episodes(
     """``settings.n`` episodes per row, prompt-major, each ending with a stop reason."""
     episodes = [env.episode(row) for row in rows for _ in range(settings.n)]
     first_messages = [episode.start() for episode in episodes][:: settings.n]
-    prompts = [chat_prompt_ids(tokenizer, messages) for messages in first_messages]
+    template = env.template_kwargs
+    prompts = [chat_prompt_ids(tokenizer, m, **template) for m in first_messages]
     trajectories: list[Trajectory] = []
     for turn in range(max_turns):
         if turn == 0:
@@ -61,31 +65,37 @@ def run_episodes(
                 running, engine.generate(contexts, turn_settings), strict=True
             ):
                 trajectories[i].turns.append(Turn(completion))
-        for i, traj in enumerate(trajectories):
-            if not traj.stop_reason and len(traj.turns) == turn + 1:
-                _advance(traj, episodes[i], tokenizer, turn, max_turns, max_model_len, settings)
+        waiting = [
+            i for i, t in enumerate(trajectories) if not t.stop_reason and len(t.turns) == turn + 1
+        ]
+        # the environments answer side by side: a slow tool call holds up only its episode
+        with ThreadPoolExecutor(max_workers=ENV_WORKERS) as pool:
+            steps = list(pool.map(lambda i: _step(trajectories[i], episodes[i]), waiting))
+        for i, step in zip(waiting, steps, strict=True):
+            traj = trajectories[i]
+            if step is None or step.done:
+                traj.stop_reason = "max_tokens" if step is None else step.stop_reason or "answered"
+            elif turn + 1 == max_turns:
+                traj.stop_reason = "max_turns"
+            else:
+                observation = render_observation(tokenizer, step.messages, **template)
+                room = max_model_len - len(sequence_ids(traj)) - len(observation)
+                if room < settings.max_tokens:
+                    traj.stop_reason = "context_overflow"
+                else:
+                    traj.turns[-1].observation_ids = observation
     return trajectories
 
 
-def _advance(traj, episode, tokenizer, turn, max_turns, max_model_len, settings) -> None:
-    """Feed the model's latest turn to its episode; record the reply or the stop."""
+def _step(traj: Trajectory, episode) -> Step | None:
+    """The environment's answer to the model's latest turn (recorded on the turn); None
+    when the turn was cut off at the length limit, which ends the episode."""
     last = traj.turns[-1]
     if last.completion.finish_reason == "length":
-        traj.stop_reason = "max_tokens"
-        return
+        return None
     step = episode.step(last.completion.text)
     last.reward, last.info = step.reward, step.info
-    if step.done:
-        traj.stop_reason = step.stop_reason or "answered"
-        return
-    if turn + 1 == max_turns:
-        traj.stop_reason = "max_turns"
-        return
-    observation = render_observation(tokenizer, step.messages)
-    if len(sequence_ids(traj)) + len(observation) + settings.max_tokens > max_model_len:
-        traj.stop_reason = "context_overflow"
-        return
-    last.observation_ids = observation
+    return step
 
 
 def episode_metrics(trajectories: list[Trajectory], *, prefix: str = "") -> dict[str, float]:
