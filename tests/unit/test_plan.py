@@ -171,3 +171,11 @@ def test_human_bytes():
     assert human_bytes(512) == "512 B"
     assert human_bytes(16 * TINY_ARITH_PARAMS) == "18.8 MiB"
     assert human_bytes(16 * 494_032_768) == "7.36 GiB"
+
+
+def test_plan_shows_the_multi_turn_environment_and_turn_credit():
+    text = plan_text("qwen2.5-3b-triviaqa-search", [])
+    assert "search_qa" in text and "up to 4 model turns (env.max_turns)" in text
+    assert "indexes/wiki-bm25" in text and "qwen tool calls" in text
+    assert "turn_advantage_coef" in text  # mt_grpo's advantage explained
+    assert "single_turn" in plan_text("tiny-arith", [])

@@ -217,6 +217,7 @@ def _algo_rows(cfg: RunConfig, d: Derived) -> list[Row]:
             f"algo.num_iterations: {algo.num_iterations} {iters} over each step's samples, "
             "ratios taken to the policy that sampled them",
         ),
+        _env_row(cfg),
         ("reward", str(len(cfg.reward.functions)), f"weighted sum: {rewards}"),
         (
             "sampling",
@@ -225,6 +226,20 @@ def _algo_rows(cfg: RunConfig, d: Derived) -> list[Row]:
         ),
         ("learning rate", f"{train.lr:g}", f"{train.lr_schedule}{warmup}"),
     ]
+
+
+def _env_row(cfg: RunConfig) -> Row:
+    env = cfg.env
+    if env.name == "single_turn":
+        return ("environment", "single_turn", "one completion per prompt, scored as it ends")
+    return (
+        "environment",
+        env.name,
+        f"up to {env.max_turns} model turns (env.max_turns); the model searches {env.corpus} "
+        f"(env.corpus, {env.search_k} passage(s) per search) with {env.tool_format} tool calls, "
+        f"each limited to {show(env.tool_timeout_s)} s; turn reward {env.turn_reward}; the "
+        "episode ends at an <answer> turn, which the reward functions score",
+    )
 
 
 def _advantage_text(cfg: RunConfig) -> str:
