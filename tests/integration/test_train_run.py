@@ -216,3 +216,32 @@ def test_dynamic_sampling_warns_and_fills_when_no_group_has_signal(
     (line,) = [x for x in lines if x["step"] == 1]
     assert line["sampling/rounds"] == 2 and line["sampling/filled_groups"] == 4
     assert "found 0 of 4 groups" in caplog.text and "algo.max_sampling_rounds=2" in caplog.text
+
+
+def test_a_multi_turn_search_run_logs_episode_metrics(tmp_path, tiny_model_dir):
+    """The loop with a tool environment: MT-GRPO on the fictional encyclopedia (the
+    arithmetic model cannot search, so its episodes end in parse errors or answers)."""
+    cfg = _cfg(
+        tmp_path,
+        "search",
+        tiny_model_dir,
+        "algo.name=mt_grpo",
+        "env.name=search_qa",
+        "data.train={source: builtin:fictional, split: train}",
+        "data.eval={source: builtin:fictional, split: test, limit: 4}",
+        "reward.functions=[{name: qa_em}]",
+        "reward.correct_function=qa_em",
+        "data.max_prompt_tokens=400",
+        "rollout.max_model_len=1024",
+        "train.steps=2",
+        "trainer.eval_every=null",
+    )
+    summary = train(cfg)
+    assert summary["finished"]
+    lines = [json.loads(x) for x in (tmp_path / "search/metrics.jsonl").read_text().splitlines()]
+    step = next(x for x in lines if x["step"] == 1)
+    stops = sum(v for k, v in step.items() if k.startswith("episode/stop/"))
+    assert stops == pytest.approx(1.0)  # every episode ended with a reason
+    assert {"episode/turns", "episode/tool_calls", "episode/tool_error_rate"} <= step.keys()
+    assert any("eval/episode/turns" in x for x in lines)
+    assert (tmp_path / ".cache").is_dir()  # the built-in corpus was indexed once, shared
