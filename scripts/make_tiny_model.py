@@ -23,7 +23,6 @@ The result loads with ``AutoModelForCausalLM.from_pretrained(DIR)`` and
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
 import re
@@ -31,7 +30,7 @@ import time
 from pathlib import Path
 
 import torch
-from tiny_models import build_tokenizer, tiny_qwen2_config
+from tiny_models import build_tokenizer, save_tiny_model, tiny_qwen2_config
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 from grouprl.data.arith import arith_split
@@ -168,23 +167,18 @@ def main() -> None:
                 flush=True,
             )
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
-    model.save_pretrained(args.out, safe_serialization=True)
-    tok.save_pretrained(args.out)
-    (args.out / "TRAINING.json").write_text(
-        json.dumps(
-            {
-                "script": "scripts/make_tiny_model.py",
-                "args": vars(args) | {"out": None},
-                "seed": SEED,
-                "params": n_params,
-                "held_out_greedy_accuracy": acc,
-                "answers_with_every_step": worked,
-            },
-            indent=2,
-        )
+    save_tiny_model(
+        args.out,
+        model,
+        tok,
+        {
+            "script": "scripts/make_tiny_model.py",
+            "args": vars(args) | {"out": None},
+            "seed": SEED,
+            "params": n_params,
+            "held_out_greedy_accuracy": acc,
+            "answers_with_every_step": worked,
+        },
     )
     print(f"saved to {args.out}")
 

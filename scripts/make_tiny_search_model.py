@@ -51,7 +51,7 @@ import time
 from pathlib import Path
 
 import torch
-from tiny_models import build_tokenizer, tiny_qwen2_config
+from tiny_models import build_tokenizer, save_tiny_model, tiny_qwen2_config
 from transformers import Qwen2ForCausalLM
 
 from grouprl.config.schema import EnvConfig
@@ -420,23 +420,18 @@ def build(args, cache: Path) -> None:
                 flush=True,
             )
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
-    model.save_pretrained(args.out, safe_serialization=True)
-    tok.save_pretrained(args.out)
-    (args.out / "TRAINING.json").write_text(
-        json.dumps(
-            {
-                "script": "scripts/make_tiny_search_model.py",
-                "args": vars(args) | {"out": None},
-                "seed": SEED,
-                "params": n_params,
-                "seconds": round(time.time() - start),
-                "held_out_greedy": held_out,
-            },
-            indent=2,
-        )
+    save_tiny_model(
+        args.out,
+        model,
+        tok,
+        {
+            "script": "scripts/make_tiny_search_model.py",
+            "args": vars(args) | {"out": None},
+            "seed": SEED,
+            "params": n_params,
+            "seconds": round(time.time() - start),
+            "held_out_greedy": held_out,
+        },
     )
     print(f"saved to {args.out}")
 

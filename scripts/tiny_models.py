@@ -6,6 +6,9 @@ Used by ``make_tiny_model.py`` (builtin:tiny-arith) and ``make_tiny_search_model
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config
 
@@ -71,3 +74,14 @@ def tiny_qwen2_config(
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
     )
+
+
+def save_tiny_model(out: Path, model, tok: PreTrainedTokenizerFast, record: dict) -> None:
+    """The Hugging Face directory (weights, tokenizer, generation ids) and TRAINING.json,
+    the record of how it was made."""
+    out.mkdir(parents=True, exist_ok=True)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    (out / "TRAINING.json").write_text(json.dumps(record, indent=2))
