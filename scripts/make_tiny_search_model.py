@@ -25,15 +25,18 @@ Three seeded stages, all on CPU in about twenty minutes (2 cores):
    teaches copying). Besides the train questions, every train entity is also seen
    under ``--copies`` rewrites with fresh names, years and trades (``Renamer``),
    searched through a BM25 index of the rewritten passages built by the same code:
-   a model cannot memorise those, so it learns to copy. Some transcripts carry a
-   lazy habit instead: one turn, ``<answer>GUESS</answer>``, where GUESS is the answer of
-   the same question about another entity (it sounds right and is wrong). The
-   habit is frequent for questions that open with "In what year" or "What"
-   (``--lazy-frac`` of them) and rare for the others (``--lazy-frac-other``),
-   so the greedy model searches and copies the answer for some kinds of
-   question and guesses for the rest, while still sampling searches now and
-   then. MT-GRPO has a real lesson to learn from the turn and outcome rewards:
-   look it up before answering.
+   a model cannot memorise those, so it learns to copy. Every question is seen
+   searched once per epoch; on top of that come transcripts with a lazy habit: one
+   turn, ``<answer>GUESS</answer>``, where GUESS is the answer of the same question
+   about another entity (it sounds right and is wrong). The habit is heavy for
+   questions that open with "In what year" or "What" (``--lazy-weight`` lazy
+   transcripts per searched one) and light for the others
+   (``--lazy-weight-other``), so the greedy model searches and copies the answer
+   for some kinds of question and guesses for the rest, while still sampling
+   searches now and then. Because the habit is added rather than swapped in,
+   every kind of question gets the same copying practice: once the model
+   searches, it can answer. MT-GRPO has a real lesson to learn from the turn and
+   outcome rewards: look it up before answering.
 
 The result loads with ``AutoModelForCausalLM.from_pretrained(DIR)`` and
 ``AutoTokenizer.from_pretrained(DIR)`` like any Hugging Face model.
@@ -54,7 +57,7 @@ import torch
 from tiny_models import build_tokenizer, save_tiny_model, tiny_qwen2_config
 from transformers import Qwen2ForCausalLM
 
-from grouprl.config.schema import EnvConfig
+from grouprl.config.schema import DataConfig, EnvConfig
 from grouprl.data.fictional import DIETS, GOODS, PROFESSIONS, SYLLABLES, passages, questions
 from grouprl.data.prompts import chat_prompt_ids
 from grouprl.envs.base import render_observation
@@ -299,10 +302,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--steps", type=int, default=2500)
     parser.add_argument(
-        "--lazy-frac", type=float, default=0.8, help="lazy transcripts for LAZY_OPENINGS questions"
+        "--lazy-weight",
+        type=float,
+        default=2.0,
+        help="lazy transcripts per searched one, for LAZY_OPENINGS questions",
     )
     parser.add_argument(
-        "--lazy-frac-other", type=float, default=0.15, help="lazy transcripts for the others"
+        "--lazy-weight-other", type=float, default=0.15, help="the same, for the others"
     )
     parser.add_argument("--vocab", type=int, default=1024)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -329,8 +335,7 @@ def search_env(corpus: str, cache: Path) -> ToolEnv:
     """The ``search_qa`` environment with the recipe's settings (the defaults) over ``corpus``."""
     env = make_env(
         EnvConfig(name="search_qa", corpus=corpus),
-        prompt_key="question",
-        answer_key="answer",
+        DataConfig(prompt_key="question", answer_key="answer"),
         cache_dir=cache,
     )
     assert env is not None
@@ -375,15 +380,15 @@ def build(args, cache: Path) -> None:
     )
 
     def epoch() -> list[Example]:
-        """Every transcript once, each lazy with its kind's probability (drawn afresh)."""
-        lazy_frac = {True: args.lazy_frac, False: args.lazy_frac_other}
-        examples = []
-        for (row, e), search_first in zip(rows, good, strict=True):
-            if rng.random() < lazy_frac[is_lazy_kind(row)]:
-                search_first = transcript_ids(
-                    tok, e, row, model_turns(row, lazy=True, pool=pool, rng=rng)
-                )
-            examples.append(search_first)
+        """Every search-then-answer transcript once, plus lazy ones (their count is the
+        kind's weight, the fraction drawn afresh; each guess is drawn afresh)."""
+        lazy_weight = {True: args.lazy_weight, False: args.lazy_weight_other}
+        examples = list(good)
+        for row, e in rows:
+            weight = lazy_weight[is_lazy_kind(row)]
+            for _ in range(int(weight) + (rng.random() < weight % 1)):
+                lazy = model_turns(row, lazy=True, pool=pool, rng=rng)
+                examples.append(transcript_ids(tok, e, row, lazy))
         return examples
 
     batches = sft_batches(epoch, batch_size=args.batch_size, pad_id=tok.pad_token_id, rng=rng)

@@ -48,6 +48,7 @@ def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
 
     from grouprl.ckpt.export import find_checkpoint
     from grouprl.device import resolve_device, resolve_dtype
+    from grouprl.envs.tool_env import make_env
     from grouprl.train.model import load_causal_lm, load_tokenizer
     from grouprl.train.run import quiet_libraries, shared_cache
     from grouprl.train.setup import (
@@ -67,8 +68,9 @@ def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
     quiet_libraries()
     device = resolve_device(cfg.train.device)
     tokenizer = load_tokenizer(cfg.model)
+    env = make_env(cfg.env, cfg.data, cache_dir=shared_cache(cfg))
     prompt_set = load_prompt_set(
-        cfg.data.eval, tokenizer=tokenizer, data=cfg.data, config_key="data.eval"
+        cfg.data.eval, tokenizer=tokenizer, data=cfg.data, config_key="data.eval", env=env
     )
     policy = None
     if cfg.rollout.engine == "hf":
@@ -80,9 +82,7 @@ def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
     try:
         with torch.no_grad():
             score = make_score_fn(cfg.reward, answer_key=cfg.data.answer_key)
-            run = make_rollout(
-                cfg, engine=engine, tokenizer=tokenizer, score=score, cache_dir=shared_cache(cfg)
-            )
+            run = make_rollout(cfg, engine=engine, tokenizer=tokenizer, score=score, env=env)
             metrics = validate(
                 run=run,
                 prompt_set=prompt_set,

@@ -179,3 +179,9 @@ def test_plan_shows_the_multi_turn_environment_and_turn_credit():
     assert "indexes/wiki-bm25" in text and "qwen tool calls" in text
     assert "turn_advantage_coef" in text  # mt_grpo's advantage explained
     assert "single_turn" in plan_text("tiny-arith", [])
+
+
+def test_plan_counts_multi_turn_samples_up_to_max_model_len():
+    text = plan_text("tiny-search-mtgrpo", [])
+    assert "then up to 3 turns (env.max_turns) of 32 tokens" in text
+    assert "16,384" in text  # 32 episodes per micro-batch x 512 (rollout.max_model_len)

@@ -8,20 +8,16 @@ from typing import Literal, Optional
 
 import pytest
 
-from grouprl.envs.tools import (
+from grouprl.envs.tool_calls import (
     CALL_FORMATS,
     ParsedCall,
-    Tool,
     ToolArgumentError,
     ToolCall,
-    ToolResult,
-    ToolRunner,
-    ToolSet,
     check_arguments,
     parse_tool_calls,
-    tool_message,
-    tool_schema,
 )
+from grouprl.envs.tool_runner import ToolResult, ToolRunner, tool_message
+from grouprl.envs.tools import Tool, ToolSet, tool_schema
 
 
 def search(

@@ -51,7 +51,9 @@ class Derived:
     critic_model: bool  # a `critic:` section loads a value model with its own optimizer
     critic_warmup_steps: int  # first steps where only the critic learns
     device_text: str  # for display only; the trainer resolves `auto` with torch
-    max_tokens_per_sample: int  # data.max_prompt_tokens + rollout.max_tokens
+    max_tokens_per_sample: int
+    """data.max_prompt_tokens + rollout.max_tokens; a multi-turn episode grows with its
+    turns and tool replies up to rollout.max_model_len."""
     max_tokens_per_micro_batch: int
     max_tokens_per_step: int
     run_dir: str  # trainer.run_dir with {name} filled in
@@ -92,6 +94,8 @@ def derive(cfg: RunConfig) -> Derived:
     if total_steps is not None and train_rows:
         epochs = cfg.train.epochs or total_steps * prompts / train_rows
     sample_tokens = cfg.data.max_prompt_tokens + cfg.rollout.max_tokens
+    if cfg.env.name != "single_turn":
+        sample_tokens = cfg.rollout.max_model_len
     return Derived(
         prompts_per_step=prompts,
         samples_per_step=samples,

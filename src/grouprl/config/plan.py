@@ -157,14 +157,21 @@ def _length_rows(cfg: RunConfig, d: Derived) -> list[Row]:
 
 def _token_rows(cfg: RunConfig, d: Derived) -> list[Row]:
     per = d.max_tokens_per_sample
-    return [
-        (
-            "max tokens per sample",
-            str(per),
+    if cfg.env.name == "single_turn":
+        why = (
             f"{cfg.data.max_prompt_tokens} prompt (data.max_prompt_tokens) + "
             f"{cfg.rollout.max_tokens} completion (rollout.max_tokens) <= "
-            f"{cfg.rollout.max_model_len} (rollout.max_model_len)",
-        ),
+            f"{cfg.rollout.max_model_len} (rollout.max_model_len)"
+        )
+    else:
+        why = (
+            f"an episode: {cfg.data.max_prompt_tokens} prompt (data.max_prompt_tokens), then up "
+            f"to {cfg.env.max_turns} turns (env.max_turns) of {cfg.rollout.max_tokens} tokens "
+            "(rollout.max_tokens) with a tool reply after each; it stops (context_overflow) "
+            "at rollout.max_model_len"
+        )
+    return [
+        ("max tokens per sample", str(per), why),
         (
             "max tokens per micro-batch",
             f"{d.max_tokens_per_micro_batch:,}",

@@ -52,9 +52,11 @@ class DataConfig(Section):
     answer_key: str = "answer"
     """Column holding the reference answer given to reward functions."""
     system_prompt: str | None = None
-    """Optional system message placed before every question."""
+    """Optional system message placed before every question. With an environment
+    (`env.name`), null uses the environment's own (it explains the tool format)."""
     prompt_template: str = "{question}"
-    """User message; `{question}` is replaced by the prompt column."""
+    """User message; `{question}` is replaced by the prompt column (also the first user
+    message of an environment's episodes)."""
     batch_size: int = Field(default=16, ge=1)
     """Prompts per training step (each sampled `rollout.n` times)."""
     shuffle: bool = True
@@ -215,8 +217,6 @@ class EnvConfig(Section):
     turn_reward: Literal["retrieved_answer", "none"] = "retrieved_answer"
     """Turn-level reward: `retrieved_answer` is 1 for a turn whose tool results contain an
     answer alias; `none` gives 0 (only the outcome counts)."""
-    system_prompt: str | None = None
-    """The system message; null uses the environment's own (it explains the tool format)."""
 
 
 class CriticConfig(Section):

@@ -13,8 +13,10 @@ tokens; this warns once.
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from grouprl.config.schema import DataConfig
@@ -34,12 +36,7 @@ def render_prompt(
     prompt_template: str,
 ) -> list[int]:
     """Prompt token ids for one row, ending with the assistant's generation prompt."""
-    if PLACEHOLDER not in prompt_template:
-        raise DataError(
-            f"data.prompt_template={prompt_template!r} has no {PLACEHOLDER} placeholder, "
-            f"so the question would never reach the model; add {PLACEHOLDER} where it belongs"
-        )
-    user = prompt_template.replace(PLACEHOLDER, str(get_field(row, prompt_key)))
+    user = user_text(row, prompt_key=prompt_key, prompt_template=prompt_template)
     if getattr(tokenizer, "chat_template", None) is None:
         name = getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
         warnings.warn(
@@ -55,6 +52,16 @@ def render_prompt(
     return chat_prompt_ids(tokenizer, messages)
 
 
+def user_text(row: dict[str, Any], *, prompt_key: str, prompt_template: str) -> str:
+    """The user message: ``prompt_template`` with the row's prompt column in place."""
+    if PLACEHOLDER not in prompt_template:
+        raise DataError(
+            f"data.prompt_template={prompt_template!r} has no {PLACEHOLDER} placeholder, "
+            f"so the question would never reach the model; add {PLACEHOLDER} where it belongs"
+        )
+    return prompt_template.replace(PLACEHOLDER, str(get_field(row, prompt_key)))
+
+
 def chat_prompt_ids(tokenizer, messages: list[dict[str, Any]], **template_kwargs) -> list[int]:
     """Token ids of ``messages`` through the chat template, ending with the assistant's
     generation prompt (``template_kwargs``, e.g. ``tools``, go to the template)."""
@@ -65,24 +72,32 @@ def chat_prompt_ids(tokenizer, messages: list[dict[str, Any]], **template_kwargs
 
 
 def render_prompts(
-    tokenizer: Any, rows: list[dict[str, Any]], *, data_cfg: DataConfig
+    tokenizer: Any,
+    rows: list[dict[str, Any]],
+    *,
+    data_cfg: DataConfig,
+    render: Callable[[dict[str, Any]], list[int]] | None = None,
 ) -> tuple[list[list[int]], list[dict[str, Any]]]:
     """Prompt ids and the rows they came from, without rows over ``data.max_prompt_tokens``.
 
-    Dropped rows are logged (count and their ``_index``); if every row is too
-    long, this raises with the shortest length seen.
+    ``render`` gives a row's prompt ids (an environment's first observation); by
+    default the row's question through ``data.system_prompt`` and
+    ``data.prompt_template``. Dropped rows are logged (count and their ``_index``); if
+    every row is too long, this raises with the shortest length seen.
     """
-    kept_ids: list[list[int]] = []
-    kept_rows: list[dict[str, Any]] = []
-    too_long: list[tuple[int, int]] = []  # (row index, prompt length)
-    for position, row in enumerate(rows):
-        ids = render_prompt(
+    if render is None:
+        render = functools.partial(
+            render_prompt,
             tokenizer,
-            row,
             prompt_key=data_cfg.prompt_key,
             system_prompt=data_cfg.system_prompt,
             prompt_template=data_cfg.prompt_template,
         )
+    kept_ids: list[list[int]] = []
+    kept_rows: list[dict[str, Any]] = []
+    too_long: list[tuple[int, int]] = []  # (row index, prompt length)
+    for position, row in enumerate(rows):
+        ids = render(row)
         if len(ids) > data_cfg.max_prompt_tokens:
             too_long.append((row.get("_index", position), len(ids)))
             continue

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from grouprl.config.schema import EnvConfig
-from grouprl.data.sources import get_field
+from grouprl.config.schema import DataConfig, EnvConfig
+from grouprl.data.prompts import PLACEHOLDER, user_text
 from grouprl.envs.base import Step
-from grouprl.envs.tools import ToolResult, ToolRunner, ToolSet, parse_tool_calls, tool_message
+from grouprl.envs.tool_calls import parse_tool_calls
+from grouprl.envs.tool_runner import ToolResult, ToolRunner, tool_message
+from grouprl.envs.tools import ToolSet
 from grouprl.rewards.qa import answer_aliases, extract_answer, normalize_answer
 
 SYSTEM_PROMPTS = {
@@ -45,11 +47,13 @@ class ToolEnv:
         system_prompt: str,
         prompt_key: str,
         answer_key: str,
+        prompt_template: str = PLACEHOLDER,
     ) -> None:
         self.tools, self.cfg = tools, cfg
         self.runner = ToolRunner(tools, max_chars=cfg.tool_max_chars)
         self.system_prompt = system_prompt
         self.prompt_key, self.answer_key = prompt_key, answer_key
+        self.prompt_template = prompt_template
 
     def episode(self, row: dict[str, Any]) -> ToolEpisode:
         return ToolEpisode(self, row)
@@ -67,9 +71,12 @@ class ToolEpisode:
         self.env, self.row = env, row
 
     def start(self) -> list[dict[str, Any]]:
-        question = str(get_field(self.row, self.env.prompt_key))
+        env = self.env
+        question = user_text(
+            self.row, prompt_key=env.prompt_key, prompt_template=env.prompt_template
+        )
         return [
-            {"role": "system", "content": self.env.system_prompt},
+            {"role": "system", "content": env.system_prompt},
             {"role": "user", "content": question},
         ]
 
@@ -96,8 +103,10 @@ class ToolEpisode:
         return float(any(alias and alias in text for alias in aliases for text in found))
 
 
-def make_env(cfg: EnvConfig, *, prompt_key: str, answer_key: str, cache_dir) -> ToolEnv | None:
-    """The configured environment; None for single-turn tasks (``env.name=single_turn``)."""
+def make_env(cfg: EnvConfig, data: DataConfig, *, cache_dir) -> ToolEnv | None:
+    """The configured environment; None for single-turn tasks (``env.name=single_turn``).
+    Its episodes open with ``data.system_prompt`` (or the environment's own, which explains
+    the tool format) and the question through ``data.prompt_template``."""
     if cfg.name == "single_turn":
         return None
     from grouprl.envs.search import SearchIndex, make_search_tool, resolve_corpus
@@ -107,7 +116,8 @@ def make_env(cfg: EnvConfig, *, prompt_key: str, answer_key: str, cache_dir) -> 
     return ToolEnv(
         ToolSet([search]),
         cfg,
-        system_prompt=cfg.system_prompt or SYSTEM_PROMPTS[cfg.tool_format],
-        prompt_key=prompt_key,
-        answer_key=answer_key,
+        system_prompt=data.system_prompt or SYSTEM_PROMPTS[cfg.tool_format],
+        prompt_key=data.prompt_key,
+        answer_key=data.answer_key,
+        prompt_template=data.prompt_template,
     )

@@ -23,6 +23,7 @@ from grouprl.config.redact import redacted_dict, save_resolved
 from grouprl.config.schema import RunConfig
 from grouprl.data.sampler import PromptSampler
 from grouprl.device import resolve_device, resolve_dtype
+from grouprl.envs.tool_env import make_env
 from grouprl.metrics.progress import TrainProgress
 from grouprl.metrics.report import write_report
 from grouprl.metrics.samples import SamplesWriter
@@ -73,13 +74,14 @@ def build(cfg: RunConfig) -> Components:
     engine_dtype = resolve_dtype(cfg.model.dtype, device)
     console.log(f"loading tokenizer and data (model {cfg.model.path}, device {device})")
     tokenizer = load_tokenizer(cfg.model)
+    env = make_env(cfg.env, cfg.data, cache_dir=shared_cache(cfg))
     train_set = load_prompt_set(
-        cfg.data.train, tokenizer=tokenizer, data=cfg.data, config_key="data.train"
+        cfg.data.train, tokenizer=tokenizer, data=cfg.data, config_key="data.train", env=env
     )
     eval_set = None
     if cfg.data.eval is not None:
         eval_set = load_prompt_set(
-            cfg.data.eval, tokenizer=tokenizer, data=cfg.data, config_key="data.eval"
+            cfg.data.eval, tokenizer=tokenizer, data=cfg.data, config_key="data.eval", env=env
         )
     total_steps = derived.total_steps or steps_for_epochs(
         epochs=cfg.train.epochs, rows=len(train_set), batch_size=cfg.data.batch_size
@@ -121,9 +123,7 @@ def build(cfg: RunConfig) -> Components:
         eval_set=eval_set,
         sampler=PromptSampler(len(train_set), seed=cfg.train.seed, shuffle=cfg.data.shuffle),
         score=score,
-        rollout=make_rollout(
-            cfg, engine=engine, tokenizer=tokenizer, score=score, cache_dir=shared_cache(cfg)
-        ),
+        rollout=make_rollout(cfg, engine=engine, tokenizer=tokenizer, score=score, env=env),
         mini_batch_size=derived.mini_batch_size,
         total_steps=total_steps,
         critic=critic,

@@ -15,9 +15,9 @@ import torch
 
 from grouprl.assets import resolve_model_path
 from grouprl.config.schema import DataConfig, DataSource, RewardConfig, RunConfig, TrainConfig
-from grouprl.data.prompts import render_prompts
+from grouprl.data.prompts import chat_prompt_ids, render_prompts
 from grouprl.data.sources import load_rows
-from grouprl.envs.tool_env import make_env
+from grouprl.envs.base import Environment
 from grouprl.rewards.registry import resolve_rewards
 from grouprl.rewards.scoring import RewardRunner, RewardScores, score_completions
 from grouprl.rollout.base import RolloutEngine, SamplingSettings
@@ -41,12 +41,26 @@ class PromptSet:
 
 
 def load_prompt_set(
-    source: DataSource, *, tokenizer, data: DataConfig, config_key: str
+    source: DataSource,
+    *,
+    tokenizer,
+    data: DataConfig,
+    config_key: str,
+    env: Environment | None = None,
 ) -> PromptSet:
+    """The rows of ``source`` and their prompt ids: the question through the data keys, or
+    an environment's first observation (so ``data.max_prompt_tokens`` measures what the
+    engine receives)."""
     rows = load_rows(
         source, prompt_key=data.prompt_key, answer_key=data.answer_key, config_key=config_key
     )
-    prompts, kept = render_prompts(tokenizer, rows, data_cfg=data)
+    render = None
+    if env is not None:
+
+        def render(row: dict[str, Any]) -> list[int]:
+            return chat_prompt_ids(tokenizer, env.episode(row).start(), **env.template_kwargs)
+
+    prompts, kept = render_prompts(tokenizer, rows, data_cfg=data, render=render)
     return PromptSet(prompts, kept)
 
 
@@ -65,16 +79,15 @@ RolloutFn = Callable[[PromptSet, SamplingSettings], tuple[list[Trajectory], Rewa
 
 
 def make_rollout(
-    cfg: RunConfig, *, engine: RolloutEngine, tokenizer, score: ScoreFn, cache_dir: Path
+    cfg: RunConfig,
+    *,
+    engine: RolloutEngine,
+    tokenizer,
+    score: ScoreFn,
+    env: Environment | None,
 ) -> RolloutFn:
     """Episodes for a prompt set, scored: single completions, or multi-turn episodes in
-    the configured environment (``env``)."""
-    env = make_env(
-        cfg.env,
-        prompt_key=cfg.data.prompt_key,
-        answer_key=cfg.data.answer_key,
-        cache_dir=cache_dir,
-    )
+    ``env`` (the configured environment, ``make_env``)."""
     correct = cfg.reward.correct_function
 
     def run(prompt_set: PromptSet, settings: SamplingSettings):
