@@ -1,7 +1,10 @@
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from s3_server import MotoServer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -17,3 +20,36 @@ def tiny_model_dir() -> str:
         f"tiny model missing at {path}: run scripts/make_tiny_model.py"
     )
     return str(path)
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Fake credentials, no profile, no instance metadata, no proxy: boto3 can only reach
+    the loopback test server, never AWS."""
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws-credentials",
+        "AWS_CONFIG_FILE": "/nonexistent/aws-config",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    for key in ("AWS_PROFILE", "AWS_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(key, raising=False)
+    return env
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[MotoServer]:
+    """moto's S3 server on a free 127.0.0.1 port; tests may stop and restart it (same port),
+    which empties it, so each test creates its own buckets."""
+    server = MotoServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()

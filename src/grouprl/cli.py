@@ -109,9 +109,14 @@ def train(recipe: Recipe, overrides: Overrides = None) -> None:
     """Train: validate the config, then load the model and run."""
     with _user_errors():
         cfg = _load_checked(recipe, overrides)
+        from grouprl.ckpt.preempt import Preempted
         from grouprl.train.run import train as run_training
 
-        run_training(cfg)
+        try:
+            run_training(cfg)
+        except Preempted as stop:
+            Console(stderr=True).print(Text(str(stop), style="yellow"), soft_wrap=True)
+            raise typer.Exit(stop.exit_code) from None
 
 
 @app.command("eval")

@@ -46,7 +46,7 @@ def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
 
     import torch
 
-    from grouprl.ckpt.export import find_checkpoint
+    from grouprl.ckpt.export import export_checkpoint, find_checkpoint
     from grouprl.device import resolve_device, resolve_dtype
     from grouprl.envs.tool_env import make_env
     from grouprl.train.model import load_causal_lm, load_tokenizer
@@ -62,7 +62,11 @@ def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
         raise EvalError("data.eval is null: set data.eval.source (and split) to evaluate on.")
     run_dir = Path(target) if (Path(target) / "checkpoints").is_dir() else None
     if run_dir is not None:
-        cfg.model.path = str(find_checkpoint(run_dir) / "model")
+        ckpt = find_checkpoint(run_dir)
+        exported = run_dir / "cache" / "export" / ckpt.name
+        if not (exported / "config.json").is_file():
+            export_checkpoint(ckpt, exported)
+        cfg.model.path = str(exported)
     else:
         cfg.model.path = target
     quiet_libraries()

@@ -222,7 +222,19 @@ def _all_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
     return paths
 
 
+MOVED = {
+    "trainer.save_every": "checkpoint.disk.every",
+    "trainer.keep_last": "checkpoint.disk.keep",
+}
+"""Keys that moved: the error names the new place."""
+
+
 def _unknown_key(*, path: str, bad: str, model: type[BaseModel], origin: str) -> ConfigError:
+    if path in MOVED:
+        return ConfigError(
+            f"{path} (in {origin}) has moved to {MOVED[path]}; rename the key (the `checkpoint:` "
+            "section sets each tier: memory, disk, s3)"
+        )
     fields = list(model.model_fields)
     near = difflib.get_close_matches(bad, fields, n=3, cutoff=0.6)
     section = path.rpartition(".")[0]

@@ -389,7 +389,6 @@ def _dapo_rows(cfg: RunConfig) -> list[Row]:
 
 def _output_rows(cfg: RunConfig, d: Derived) -> list[Row]:
     trainer = cfg.trainer
-    saves = f"every {trainer.save_every}" if trainer.save_every else "end only"
     evals = f"every {trainer.eval_every} steps, " if trainer.eval_every else ""
     evals += "before training and " if trainer.eval_before_train else ""
     evals += "at the end"
@@ -397,12 +396,53 @@ def _output_rows(cfg: RunConfig, d: Derived) -> list[Row]:
         evals = "data.eval=null"
     return [
         ("run directory", d.run_dir, f"trainer.run_dir={show(trainer.run_dir)}"),
-        ("resume", trainer.resume, "trainer.resume"),
-        (
-            "checkpoints",
-            saves,
-            f"trainer.save_every={show(trainer.save_every)} (steps) and at the end; "
-            f"keep last {trainer.keep_last}",
-        ),
+        ("resume", trainer.resume, "trainer.resume (auto: newest complete across tiers)"),
+        *_checkpoint_rows(cfg, d),
         ("validation", "on" if cfg.data.eval is not None else "off", evals),
     ]
+
+
+def _checkpoint_rows(cfg: RunConfig, d: Derived) -> list[Row]:
+    ckpt = cfg.checkpoint
+    namespace = ckpt.namespace.replace("{name}", cfg.name)
+
+    def when(every: int | None) -> str:
+        return (f"every {every} steps, " if every else "") + "at the end and on preemption"
+
+    rows = []
+    if ckpt.memory.every is not None:
+        rows.append(
+            (
+                "checkpoints: memory",
+                f"every {ckpt.memory.every}",
+                f"{ckpt.memory.dir}/{namespace}, keep {ckpt.memory.keep}, at most "
+                f"{show(ckpt.memory.max_gb)} GB (checkpoint.memory)",
+            )
+        )
+    disk = ckpt.disk.dir or f"{d.run_dir}/checkpoints"
+    rows.append(
+        (
+            "checkpoints: disk",
+            f"every {ckpt.disk.every}" if ckpt.disk.every else "end only",
+            f"{disk}, {when(ckpt.disk.every)}, keep {ckpt.disk.keep} (checkpoint.disk)",
+        )
+    )
+    if ckpt.s3.uri is not None:
+        rows.append(
+            (
+                "checkpoints: s3",
+                f"every {ckpt.s3.every}" if ckpt.s3.every else "end only",
+                f"{ckpt.s3.uri.rstrip('/')}/{namespace}, {when(ckpt.s3.every)}, keep "
+                f"{ckpt.s3.keep} (checkpoint.s3)",
+            )
+        )
+    rows.append(
+        (
+            "saving",
+            "async",
+            f"the loop waits only to copy the state to host memory; a save due while one "
+            f"is written: {ckpt.on_busy} (checkpoint.on_busy); SIGTERM: save and exit 75 "
+            f"within {show(ckpt.grace_period_s)} s",
+        )
+    )
+    return rows

@@ -266,11 +266,8 @@ class TrainerConfig(Section):
     run_dir: str = "runs/{name}"
     """Run directory; `{name}` is the recipe name."""
     resume: str = "never"
-    """`never`, `auto` (latest checkpoint in run_dir) or a checkpoint path."""
-    save_every: int | None = Field(default=None, ge=1)
-    """Save a checkpoint every N steps (and at the end); null saves only at the end."""
-    keep_last: int = Field(default=2, ge=1)
-    """Checkpoints kept in the run directory."""
+    """`never`; `auto` (the newest complete checkpoint across the tiers: memory, then disk,
+    then S3); or one checkpoint: a directory or `s3://bucket/prefix/NAMESPACE/step_N`."""
     eval_every: int | None = Field(default=None, ge=1)
     """Validate every N steps; null validates only before and after training."""
     eval_before_train: bool = True
@@ -279,6 +276,54 @@ class TrainerConfig(Section):
     would; a later `trainer.resume=auto` run continues to `train.steps`."""
     log_samples: int = Field(default=4, ge=0)
     """Completions per step written to samples.jsonl."""
+
+
+class MemoryTierConfig(Section):
+    every: int | None = Field(default=None, ge=1)
+    """Save to node memory every N steps; null: no memory tier. The fastest restart: it
+    outlives the trainer process (not the node)."""
+    keep: int = Field(default=2, ge=1)
+    dir: str = "/dev/shm/grouprl"
+    """A RAM-backed directory; checkpoints go to DIR/NAMESPACE/step_N."""
+    max_gb: float = Field(default=8.0, gt=0)
+    """Memory budget: older memory checkpoints are dropped to fit a new one; a checkpoint
+    bigger than the budget skips this tier (and says so)."""
+
+
+class DiskTierConfig(Section):
+    every: int | None = Field(default=None, ge=1)
+    """Save to local disk every N steps; null: only at the end and on preemption."""
+    keep: int = Field(default=2, ge=1)
+    dir: str | None = None
+    """Null: RUN_DIR/checkpoints."""
+
+
+class S3TierConfig(Section):
+    uri: str | None = None
+    """`s3://bucket/prefix`; checkpoints go to PREFIX/NAMESPACE/step_N. Credentials come from
+    the standard AWS chain (environment, ~/.aws, instance role), never from the recipe.
+    Null: no S3 tier."""
+    every: int | None = Field(default=None, ge=1)
+    """Upload every N steps; null: only at the end and on preemption."""
+    keep: int = Field(default=3, ge=1)
+    endpoint_url: str | None = None
+    """An S3-compatible server (MinIO, Ceph, R2...); null: AWS."""
+    region: str | None = None
+
+
+class CheckpointConfig(Section):
+    namespace: str = "{name}"
+    """Names this run's checkpoints in the shared tiers (memory, S3); `{name}` is the
+    recipe name. Two runs must not share one."""
+    memory: MemoryTierConfig = MemoryTierConfig()
+    disk: DiskTierConfig = DiskTierConfig()
+    s3: S3TierConfig = S3TierConfig()
+    on_busy: Literal["wait", "skip"] = "wait"
+    """When a save is due while the previous one is still being written: `wait` for it
+    (the loop blocks, and the wait is logged) or `skip` this save (logged)."""
+    grace_period_s: float = Field(default=60.0, gt=0)
+    """On SIGTERM/SIGINT: time to finish the step, save to disk (and S3) and exit with code
+    75; past it the process exits at once. A second signal exits at once."""
 
 
 class WandbConfig(Section):
@@ -311,6 +356,8 @@ class RunConfig(Section):
     """The value model for `algo.advantage=gae` (PPO); null for critic-free algorithms."""
     train: TrainConfig = TrainConfig()
     trainer: TrainerConfig = TrainerConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    """Where checkpoints go (memory, disk, S3), how often, how many are kept."""
     metrics: MetricsConfig = MetricsConfig()
 
     @model_validator(mode="after")

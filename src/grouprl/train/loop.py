@@ -69,6 +69,7 @@ class Components:
     autocast: Any = nullcontext
     weight_version: int = 0
     step: int = 0
+    checkpoint_files: dict[str, bytes] | None = None  # config/tokenizer files, read once
 
     def algo_state(self) -> dict[str, float]:
         """Algorithm state a checkpoint carries."""

@@ -10,14 +10,8 @@ from typing import Any
 import torch
 from rich.console import Console
 
-from grouprl.ckpt.local import (
-    TrainerState,
-    load_checkpoint,
-    resolve_resume,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
-)
+from grouprl.ckpt.checkpointer import Checkpointer
+from grouprl.ckpt.preempt import Preempted, Preemption
 from grouprl.config.checks import derive, steps_for_epochs
 from grouprl.config.redact import redacted_dict, save_resolved
 from grouprl.config.schema import RunConfig
@@ -29,6 +23,7 @@ from grouprl.metrics.report import write_report
 from grouprl.metrics.samples import SamplesWriter
 from grouprl.metrics.sinks import make_sinks
 from grouprl.rollout.runner import TimedScore
+from grouprl.train.checkpointing import make_checkpointer, resume, save
 from grouprl.train.critic import load_critic, make_critic_optimizer
 from grouprl.train.loop import Components, one_step, run_validation
 from grouprl.train.model import load_causal_lm, load_tokenizer
@@ -133,53 +128,6 @@ def build(cfg: RunConfig) -> Components:
     )
 
 
-def save(c: Components, run_dir: Path, *, eval_before: dict[str, float]) -> Path:
-    state = TrainerState(
-        step=c.step,
-        weight_version=c.weight_version,
-        sampler=c.sampler.state_dict(),
-        scheduler=c.scheduler.state_dict(),
-        rng=rng_state(),
-        eval_before=eval_before,
-        algo=c.algo_state(),
-    )
-    return save_checkpoint(
-        run_dir,
-        model=c.policy,
-        tokenizer=c.tokenizer,
-        optimizer=c.optimizer,
-        state=state,
-        keep_last=c.cfg.trainer.keep_last,
-        critic=c.critic,
-        critic_optimizer=c.critic_optimizer,
-    )
-
-
-def resume(c: Components, run_dir: Path) -> dict[str, float] | None:
-    """Restores a checkpoint if ``trainer.resume`` asks for one; returns its eval_before."""
-    ckpt = resolve_resume(run_dir, c.cfg.trainer.resume)
-    if ckpt is None:
-        if c.cfg.trainer.resume == "auto":
-            console.log(f"trainer.resume=auto: no checkpoint in {run_dir}, starting fresh")
-        return None
-    state = load_checkpoint(
-        ckpt,
-        model=c.policy,
-        optimizer=c.optimizer,
-        critic=c.critic,
-        critic_optimizer=c.critic_optimizer,
-    )
-    c.load_algo_state(state.algo)
-    c.scheduler.load_state_dict(state.scheduler)
-    c.sampler.load_state_dict(state.sampler)
-    set_rng_state(state.rng)
-    c.step = state.step
-    c.weight_version = state.weight_version
-    c.engine.update_weights(c.policy.named_parameters(), version=c.weight_version)
-    console.log(f"resumed from {ckpt} at step {c.step}")
-    return state.eval_before
-
-
 def sample_records(trajectories: list[Trajectory], tokenizer, *, n: int, group: int) -> list[dict]:
     """The first sample of each of the first ``n`` prompts, readable."""
     picked = trajectories[::group][:n]
@@ -203,10 +151,12 @@ def train(cfg: RunConfig) -> dict[str, Any]:
     run_dir = run_dir_of(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_resolved(cfg, run_dir / "config.yaml")
-    c = build(cfg)
-    sinks = None
+    show_logs()
+    ckpt = make_checkpointer(cfg, run_dir)  # before loading models: a bad bucket fails fast
+    sinks = c = None
     try:
-        eval_before = resume(c, run_dir)
+        c = build(cfg)
+        eval_before = resume(c, ckpt, run_dir)
         sinks = make_sinks(
             cfg.metrics,
             run_dir=run_dir,
@@ -214,16 +164,41 @@ def train(cfg: RunConfig) -> dict[str, Any]:
             config_dict=redacted_dict(cfg),
             resume_step=c.step,
         )
-        summary = _loop(c, run_dir, sinks, eval_before=eval_before)
+        with Preemption(cfg.checkpoint.grace_period_s) as preemption:
+            summary = _loop(c, ckpt, run_dir, sinks, eval_before=eval_before, preemption=preemption)
     finally:
-        c.engine.close()
+        ckpt.close()
+        if c is not None:
+            c.engine.close()
         if sinks is not None:
             sinks.close()
     write_report(run_dir, run_name=cfg.name)
     return summary
 
 
-def _loop(c: Components, run_dir: Path, sinks, *, eval_before: dict[str, float] | None):
+def show_logs() -> None:
+    """grouprl's own log lines (checkpoints, skipped rows) go to stderr through rich."""
+    import logging
+
+    from rich.logging import RichHandler
+
+    root = logging.getLogger("grouprl")
+    if not any(isinstance(h, RichHandler) for h in root.handlers):
+        root.addHandler(
+            RichHandler(console=console, show_path=False, markup=False, log_time_format="[%X]")
+        )
+    root.setLevel(logging.INFO)
+
+
+def _loop(
+    c: Components,
+    ckpt: Checkpointer,
+    run_dir: Path,
+    sinks,
+    *,
+    eval_before: dict[str, float] | None,
+    preemption: Preemption,
+):
     cfg = c.cfg
     samples = SamplesWriter(run_dir)
     samples.truncate_after(c.step)
@@ -244,6 +219,12 @@ def _loop(c: Components, run_dir: Path, sinks, *, eval_before: dict[str, float] 
             last = c.step == c.total_steps
             if last or (cfg.trainer.eval_every and c.step % cfg.trainer.eval_every == 0):
                 metrics.update(run_validation(c))
+            stopping = (
+                cfg.trainer.stop_after is not None and done_this_session >= cfg.trainer.stop_after
+            )
+            final = last or stopping or preemption.requested
+            save(c, ckpt, eval_before=eval_before, final=final)
+            metrics.update(ckpt.drain_metrics())
             sinks.log(c.step, metrics)
             samples.write(
                 c.step,
@@ -252,13 +233,10 @@ def _loop(c: Components, run_dir: Path, sinks, *, eval_before: dict[str, float] 
                 ),
             )
             progress.update(c.step, metrics)
-            stopping = (
-                cfg.trainer.stop_after is not None and done_this_session >= cfg.trainer.stop_after
-            )
-            every = cfg.trainer.save_every
-            if last or stopping or (every and c.step % every == 0):
-                path = save(c, run_dir, eval_before=eval_before)
-                progress.log(f"saved checkpoint {path}")
+            if preemption.requested:
+                _finish_preempted(ckpt, preemption, step=c.step)
+            if final:
+                ckpt.wait()
             if stopping and not last:
                 progress.log(
                     f"stopped after {done_this_session} steps (trainer.stop_after); "
@@ -266,6 +244,13 @@ def _loop(c: Components, run_dir: Path, sinks, *, eval_before: dict[str, float] 
                 )
                 break
     return _summarize(c, run_dir, eval_before=eval_before, metrics=metrics)
+
+
+def _finish_preempted(ckpt: Checkpointer, preemption: Preemption, *, step: int) -> None:
+    """After the emergency save has started: wait for it within the grace period."""
+    if not ckpt.wait(timeout=preemption.time_left()):
+        raise Preempted(f"preempted at step {step}; the save did not finish in time")
+    raise Preempted(f"preempted at step {step}; checkpoint saved, resume with trainer.resume=auto")
 
 
 def _summarize(c: Components, run_dir: Path, *, eval_before: dict[str, float], metrics) -> dict:

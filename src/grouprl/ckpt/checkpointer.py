@@ -1,0 +1,286 @@
+"""The asynchronous tiered checkpointer.
+
+    loop ──save(step)──► stage to host memory (the loop waits only for this)
+                          │
+           writer thread  ▼  DCP shards + trainer.json + manifest into the fastest due
+                          │  local tier (memory, else disk), then copies to the other
+                          │
+         uploader thread  ▼  S3 upload (retried with backoff), newest save first
+
+Each tier saves on its own schedule (``checkpoint.<tier>.every``, and always at the end
+and on preemption) and keeps its own number of checkpoints. A save due while the
+previous one is still being written waits for it or is skipped (``checkpoint.on_busy``),
+and says so. An S3 save due while an upload runs replaces any upload still queued: the
+newest state is the one worth having. Per-save figures come back as metrics
+(``ckpt/blocking_s``, ``ckpt/<tier>_s``, ``ckpt/<tier>_bytes``) through ``drain_metrics``.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from grouprl.ckpt.s3 import S3Store
+from grouprl.ckpt.snapshot import Snapshot, stage, write_checkpoint
+from grouprl.ckpt.state import CheckpointError, TrainerState
+from grouprl.ckpt.tiers import Found, LocalTier, S3Tier, due
+from grouprl.config.schema import CheckpointConfig
+
+logger = logging.getLogger(__name__)
+
+GB = 1 << 30
+
+
+class Checkpointer:
+    def __init__(
+        self,
+        cfg: CheckpointConfig,
+        *,
+        run_dir: Path,
+        run_name: str,
+        config_hash: str,
+        world_size: int = 1,
+        process_group=None,
+    ) -> None:
+        self.cfg, self.config_hash = cfg, config_hash
+        self.world_size, self.process_group = world_size, process_group
+        self.namespace = cfg.namespace.replace("{name}", run_name)
+        self.memory = None
+        if cfg.memory.every is not None:
+            self.memory = LocalTier(
+                "memory",
+                Path(cfg.memory.dir) / self.namespace,
+                every=cfg.memory.every,
+                keep=cfg.memory.keep,
+                budget=int(cfg.memory.max_gb * GB),
+            )
+        disk_root = Path(cfg.disk.dir) if cfg.disk.dir else run_dir / "checkpoints"
+        self.disk = LocalTier("disk", disk_root, every=cfg.disk.every, keep=cfg.disk.keep)
+        self.outbox = LocalTier("outbox", disk_root / ".outbox", every=None, keep=1)
+        self.s3 = None
+        if cfg.s3.uri is not None:
+            store = S3Store(
+                f"{cfg.s3.uri.rstrip('/')}/{self.namespace}",
+                endpoint_url=cfg.s3.endpoint_url,
+                region=cfg.s3.region,
+            )
+            store.check()
+            self.s3 = S3Tier(store, every=cfg.s3.every, keep=cfg.s3.keep)
+            self.s3.remove_leftovers()
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="ckpt-writer")
+        self._write: Future | None = None
+        self._buffers: Any = None
+        self._held: set[str] = set()
+        self._lock = threading.Condition()
+        self._next_upload: tuple[Path, int] | None = None
+        self._uploading = False
+        self._stop = threading.Event()
+        self._results: queue.Queue[dict[str, float]] = queue.Queue()
+        self._uploader = threading.Thread(target=self._upload_loop, name="ckpt-s3", daemon=True)
+        if self.s3 is not None:
+            self._uploader.start()
+
+    # --- the loop's side ------------------------------------------------------
+
+    def tiers(self) -> list[LocalTier | S3Tier]:
+        return [t for t in (self.memory, self.disk, self.s3) if t is not None]
+
+    def due_tiers(self, step: int, *, final: bool = False) -> list[str]:
+        """Tiers saving at ``step``; ``final`` (end of run, preemption) adds disk and S3."""
+        names = []
+        for tier in self.tiers():
+            at_end = final and tier.name != "memory"
+            if due(tier.every, step, final=at_end):
+                names.append(tier.name)
+        return names
+
+    def save(
+        self,
+        step: int,
+        *,
+        state: Callable[[], dict[str, Any]],
+        trainer: TrainerState,
+        files: dict[str, bytes],
+        final: bool = False,
+    ) -> bool:
+        """Stages the state (``state()``: nested state dicts) if any tier is due at ``step``
+        and hands it to the writer; returns whether a save started."""
+        tiers = self.due_tiers(step, final=final)
+        if not tiers:
+            return False
+        if self._write is not None and not self._write.done():
+            if self.cfg.on_busy == "skip" and not final:
+                logger.warning(
+                    "checkpoint at step %d skipped: the previous save is still being written "
+                    "(checkpoint.on_busy=skip; `wait` would block the loop until it is done)",
+                    step,
+                )
+                self._results.put({"ckpt/skipped": 1.0})
+                return False
+            started = time.perf_counter()
+            self._write.exception()
+            logger.warning(
+                "checkpoint at step %d waited %.1f s for the previous save to be written "
+                "(checkpoint.on_busy=wait)",
+                step,
+                time.perf_counter() - started,
+            )
+        started = time.perf_counter()
+        tensors, nbytes = stage(state(), self._buffers)
+        self._buffers = tensors
+        snap = Snapshot(step, trainer.weight_version, tensors, trainer, files, nbytes)
+        blocking = time.perf_counter() - started
+        self._write = self._writer.submit(self._write_tiers, snap, tiers, blocking)
+        return True
+
+    def drain_metrics(self) -> dict[str, float]:
+        """Figures of the saves finished since the last call (newest wins)."""
+        merged: dict[str, float] = {}
+        while True:
+            try:
+                merged.update(self._results.get_nowait())
+            except queue.Empty:
+                return merged
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Blocks until every save is written and uploaded; False if ``timeout`` passed.
+        Raises ``CheckpointError`` if the newest local write failed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._write is not None:
+            try:
+                error = self._write.exception(timeout=timeout)
+            except TimeoutError:
+                return False
+            if error is not None:
+                raise CheckpointError(f"the last checkpoint could not be written: {error}")
+        with self._lock:
+            while self._uploading or self._next_upload is not None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._lock.wait(left)
+        return True
+
+    def close(self, *, abandon_uploads: bool = False) -> None:
+        if abandon_uploads:
+            self._stop.set()
+        self._writer.shutdown(wait=True)
+        with self._lock:
+            self._stop.set()
+            self._lock.notify_all()
+        if self._uploader.is_alive():
+            self._uploader.join()
+
+    # --- the writer thread -----------------------------------------------------
+
+    def _write_tiers(self, snap: Snapshot, tiers: list[str], blocking: float) -> None:
+        metrics = {"ckpt/blocking_s": blocking, "ckpt/state_bytes": float(snap.nbytes)}
+        local = [t for t in (self.memory, self.disk) if t is not None and t.name in tiers]
+        if self.memory in local and not self.memory.make_room(snap.nbytes, self._held_now()):
+            logger.warning(
+                "checkpoint at step %d skips the memory tier: %.2f GB does not fit "
+                "checkpoint.memory.max_gb=%s; raise it to keep a copy in memory",
+                snap.step,
+                snap.nbytes / GB,
+                self.cfg.memory.max_gb,
+            )
+            local.remove(self.memory)
+        first = local[0] if local else self.outbox
+        try:
+            started = time.perf_counter()
+            tmp = first.staging_dir(snap.step)
+            manifest = write_checkpoint(
+                snap,
+                tmp,
+                world_size=self.world_size,
+                config_hash=self.config_hash,
+                process_group=self.process_group,
+            )
+            path = first.publish(tmp, snap.step)
+            metrics[f"ckpt/{first.name}_s"] = time.perf_counter() - started
+            metrics[f"ckpt/{first.name}_bytes"] = float(manifest.bytes)
+            for other in local[1:]:
+                started = time.perf_counter()
+                other.copy_in(path, snap.step)
+                metrics[f"ckpt/{other.name}_s"] = time.perf_counter() - started
+                metrics[f"ckpt/{other.name}_bytes"] = float(manifest.bytes)
+        except Exception as err:
+            logger.error(
+                "checkpoint at step %d failed in the %s tier: %s", snap.step, first.name, err
+            )
+            self._results.put(metrics | {"ckpt/failed": 1.0})
+            raise
+        for tier in local:
+            tier.prune(self._held_now())
+        self._results.put(metrics)
+        if "s3" in tiers:
+            self._queue_upload(path, snap.step)
+        logger.info("checkpoint at step %d saved to %s", snap.step, ", ".join(tiers))
+
+    def _held_now(self) -> set[str]:
+        with self._lock:
+            return set(self._held)
+
+    # --- the uploader thread ---------------------------------------------------
+
+    def _queue_upload(self, path: Path, step: int) -> None:
+        with self._lock:
+            if self._next_upload is not None:
+                replaced, old_step = self._next_upload
+                logger.warning(
+                    "s3: upload of step %d dropped, step %d is newer and the upload before "
+                    "it is still running",
+                    old_step,
+                    step,
+                )
+                self._release(replaced)
+            self._held.add(str(path))
+            self._next_upload = (path, step)
+            self._lock.notify_all()
+
+    def _upload_loop(self) -> None:
+        assert self.s3 is not None
+        while True:
+            with self._lock:
+                while self._next_upload is None and not self._stop.is_set():
+                    self._lock.wait()
+                if self._next_upload is None:
+                    return
+                path, step = self._next_upload
+                self._next_upload, self._uploading = None, True
+            try:
+                started = time.perf_counter()
+                sent = self.s3.upload(path, step, stop=self._stop)
+                self.s3.prune()
+                self._results.put(
+                    {"ckpt/s3_s": time.perf_counter() - started, "ckpt/s3_bytes": float(sent)}
+                )
+                logger.info("checkpoint at step %d uploaded to S3", step)
+            except Exception as err:
+                logger.error("s3: the upload of step %d failed: %s", step, err)
+                self._results.put({"ckpt/s3_failed": 1.0})
+            finally:
+                with self._lock:
+                    self._release(path)
+                    self._uploading = False
+                    self._lock.notify_all()
+
+    def _release(self, path: Path) -> None:
+        """Called with the lock held: ``path`` is no longer needed for an upload."""
+        self._held.discard(str(path))
+        if path.parent == self.outbox.root:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def newest(self) -> list[Found]:
+        """Every complete checkpoint of every tier, newest first (memory before disk
+        before S3 at the same step)."""
+        order = {"memory": 0, "disk": 1, "s3": 2}
+        found = [f for tier in self.tiers() for f in tier.complete()]
+        return sorted(found, key=lambda f: (-f.step, order[f.tier]))

@@ -1,0 +1,127 @@
+"""Finding the checkpoint to resume from, and loading it.
+
+``trainer.resume=auto`` takes the newest complete checkpoint across the tiers (memory
+first, then disk, then S3 at the same step), verifies every file against its manifest,
+and falls back to the next one when a check fails. ``trainer.resume=PATH`` names one
+checkpoint: a directory, or ``s3://bucket/prefix/NAMESPACE/step_N``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from grouprl.ckpt.checkpointer import Checkpointer
+from grouprl.ckpt.manifest import MANIFEST, Manifest, verify
+from grouprl.ckpt.s3 import S3Store
+from grouprl.ckpt.shards import load_shards
+from grouprl.ckpt.snapshot import SHARDS
+from grouprl.ckpt.state import TRAINER_FILE, CheckpointError, TrainerState
+from grouprl.ckpt.tiers import step_of
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Resumable:
+    path: Path  # a local directory (an S3 checkpoint is downloaded first)
+    tier: str
+    manifest: Manifest
+
+
+def find_resume(resume: str, ckpt: Checkpointer, *, restore_dir: Path) -> Resumable | None:
+    """The verified checkpoint ``trainer.resume`` asks for; None to start fresh."""
+    if resume == "never":
+        return None
+    if resume != "auto":
+        return _explicit(resume, ckpt, restore_dir=restore_dir)
+    for found in ckpt.newest():
+        try:
+            path = Path(found.where)
+            if found.tier == "s3":
+                assert ckpt.s3 is not None
+                path = ckpt.s3.fetch(found, restore_dir / Path(found.where).name)
+            manifest = verify(path)
+        except Exception as err:  # a damaged or unreachable copy: the next one may do
+            logger.warning(
+                "checkpoint step %d in the %s tier (%s) cannot be used: %s; trying the next",
+                found.step,
+                found.tier,
+                found.where,
+                err,
+            )
+            continue
+        logger.info("resuming from step %d, %s tier (%s)", found.step, found.tier, found.where)
+        return Resumable(path, found.tier, manifest)
+    logger.info("trainer.resume=auto: no checkpoint in any tier, starting fresh")
+    return None
+
+
+def _explicit(resume: str, ckpt: Checkpointer, *, restore_dir: Path) -> Resumable:
+    where, tier = Path(resume), "path"
+    if resume.startswith("s3://"):
+        parent, _, name = resume.rstrip("/").rpartition("/")
+        if step_of(name) is None:
+            raise CheckpointError(
+                f"trainer.resume={resume!r}: an S3 checkpoint ends with /step_N (e.g. "
+                "s3://bucket/prefix/NAMESPACE/step_000040); list them with `grouprl ckpt ls`"
+            )
+        store = S3Store(parent, endpoint_url=ckpt.cfg.s3.endpoint_url, region=ckpt.cfg.s3.region)
+        where, tier = restore_dir / name, "s3"
+        store.download_dir(name, where)
+    if not (where / MANIFEST).is_file():
+        raise CheckpointError(
+            f"trainer.resume={resume!r} is not a complete checkpoint (no {MANIFEST}). Give "
+            "a checkpoint such as RUN/checkpoints/step_000040, or trainer.resume=auto."
+        )
+    manifest = verify(where)
+    logger.info("resuming from step %d (%s)", manifest.step, resume)
+    return Resumable(where, tier, manifest)
+
+
+def training_state(*, model, optimizer, critic=None, critic_optimizer=None) -> dict[str, Any]:
+    """The tensors a checkpoint holds, as state dicts keyed by parameter name (DTensor
+    shards under FSDP2): what ``Checkpointer.save`` stages and ``load_training`` fills."""
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    state = {"model": model_sd, "optimizer": optim_sd}
+    if critic is not None:
+        critic_sd, critic_optim_sd = get_state_dict(critic, critic_optimizer)
+        state |= {"critic": critic_sd, "critic_optimizer": critic_optim_sd}
+    return state
+
+
+def load_training(
+    ckpt_dir: Path, *, model, optimizer, critic=None, critic_optimizer=None, process_group=None
+) -> TrainerState:
+    """Loads the checkpoint's tensors into the models and optimizers in place (resharding
+    as needed) and returns the trainer state."""
+    state = training_state(
+        model=model, optimizer=optimizer, critic=critic, critic_optimizer=critic_optimizer
+    )
+    try:
+        load_shards(state, ckpt_dir / SHARDS, process_group=process_group)
+    except Exception as err:
+        if critic is not None and "critic" in str(err):
+            raise CheckpointError(
+                f"checkpoint {ckpt_dir} has no critic, but this run trains one (critic: is "
+                "set). Resume it with the config it was saved with, or start a new run."
+            ) from None
+        raise CheckpointError(
+            f"checkpoint {ckpt_dir} does not fit this run's model ({err}); resume with the "
+            "model.path the run was started with"
+        ) from None
+    set_state_dict(
+        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
+    )
+    if critic is not None:
+        set_state_dict(
+            critic,
+            critic_optimizer,
+            model_state_dict=state["critic"],
+            optim_state_dict=state["critic_optimizer"],
+        )
+    return TrainerState.read(ckpt_dir / TRAINER_FILE)

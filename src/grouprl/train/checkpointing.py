@@ -1,0 +1,105 @@
+"""The training run's side of checkpoints: what goes in, and putting it back."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from grouprl.ckpt.checkpointer import Checkpointer
+from grouprl.ckpt.resume import find_resume, load_training, training_state
+from grouprl.ckpt.state import TrainerState, rng_state, set_rng_state
+from grouprl.config.redact import redacted_dict
+from grouprl.config.schema import RunConfig
+from grouprl.train.loop import Components
+
+logger = logging.getLogger(__name__)
+
+RUN_ONLY_SECTIONS = ("trainer", "checkpoint", "metrics")
+"""Sections that may change between a run and its resumption without changing the run."""
+
+
+def config_hash(cfg: RunConfig) -> str:
+    """Identifies what the run computes (its config without the run-only sections)."""
+    data = {k: v for k, v in redacted_dict(cfg).items() if k not in RUN_ONLY_SECTIONS}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def make_checkpointer(cfg: RunConfig, run_dir: Path) -> Checkpointer:
+    return Checkpointer(
+        cfg.checkpoint, run_dir=run_dir, run_name=cfg.name, config_hash=config_hash(cfg)
+    )
+
+
+def small_files(c: Components) -> dict[str, bytes]:
+    """The model's config and tokenizer files (``hf/``, for export) and the resolved config."""
+    with tempfile.TemporaryDirectory() as tmp:
+        c.policy.config.save_pretrained(tmp)
+        if getattr(c.policy, "generation_config", None) is not None:
+            c.policy.generation_config.save_pretrained(tmp)
+        c.tokenizer.save_pretrained(tmp)
+        files = {f"hf/{p.name}": p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}
+    files["config.yaml"] = yaml.safe_dump(redacted_dict(c.cfg), sort_keys=False).encode()
+    return files
+
+
+def save(
+    c: Components, ckpt: Checkpointer, *, eval_before: dict[str, float], final: bool = False
+) -> bool:
+    """Starts a save at ``c.step`` if a tier is due (``final``: the end of a session)."""
+    if not ckpt.due_tiers(c.step, final=final):
+        return False
+    trainer = TrainerState(
+        step=c.step,
+        weight_version=c.weight_version,
+        sampler=c.sampler.state_dict(),
+        scheduler=c.scheduler.state_dict(),
+        rng=rng_state(),
+        eval_before=eval_before,
+        algo=c.algo_state(),
+    )
+    if c.checkpoint_files is None:
+        c.checkpoint_files = small_files(c)
+    return ckpt.save(
+        c.step,
+        state=lambda: training_state(
+            model=c.policy,
+            optimizer=c.optimizer,
+            critic=c.critic,
+            critic_optimizer=c.critic_optimizer,
+        ),
+        trainer=trainer,
+        files=c.checkpoint_files,
+        final=final,
+    )
+
+
+def resume(c: Components, ckpt: Checkpointer, run_dir: Path) -> dict[str, float] | None:
+    """Restores the checkpoint ``trainer.resume`` asks for; returns its eval_before."""
+    found = find_resume(c.cfg.trainer.resume, ckpt, restore_dir=run_dir / "cache" / "restore")
+    if found is None:
+        return None
+    if found.manifest.config_hash != config_hash(c.cfg):
+        logger.warning(
+            "the checkpoint was written by a run with another config (model, data, rollout, "
+            "algo or train sections differ); continuing with this run's config"
+        )
+    state = load_training(
+        found.path,
+        model=c.policy,
+        optimizer=c.optimizer,
+        critic=c.critic,
+        critic_optimizer=c.critic_optimizer,
+    )
+    c.load_algo_state(state.algo)
+    c.scheduler.load_state_dict(state.scheduler)
+    c.sampler.load_state_dict(state.sampler)
+    set_rng_state(state.rng)
+    c.step = state.step
+    c.weight_version = state.weight_version
+    c.engine.update_weights(c.policy.named_parameters(), version=c.weight_version)
+    return state.eval_before
