@@ -12,16 +12,21 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich import box
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 from grouprl.config.checks import derive
 from grouprl.config.loader import list_recipes, load_config
 from grouprl.config.redact import RESOLVED_CONFIG_FILE
 from grouprl.config.schema import RunConfig
+
+if TYPE_CHECKING:
+    from grouprl.ckpt.inspect import Row
 
 USER_ERROR_EXIT = 2
 DEFAULT_EVAL_RECIPE = "tiny-arith"
@@ -146,17 +151,16 @@ def eval_(
 
 @app.command()
 def export(
-    run: Annotated[str, typer.Argument(help="The run directory.")],
+    run: Annotated[
+        str, typer.Argument(help="A run directory or a checkpoint (as for `grouprl ckpt export`).")
+    ],
     out: Annotated[str, typer.Argument(help="Output directory for the Hugging Face model.")],
     step: Annotated[
         int | None, typer.Option(help="Checkpoint step to export; default: the latest.")
     ] = None,
 ) -> None:
-    """Export a run's checkpoint as a Hugging Face model directory."""
-    with _user_errors():
-        from grouprl.ckpt.export import export_run
-
-        export_run(run, out, step=step)
+    """Export a run's checkpoint as a Hugging Face model directory (= `grouprl ckpt export`)."""
+    ckpt_export(run, out, step=step, endpoint_url=None)
 
 
 index_app = typer.Typer(
@@ -188,6 +192,142 @@ def index_build(
         )
         if report.skipped:
             Console(stderr=True).print(Text(f"warning: {report.summary()}", style="yellow"))
+
+
+ckpt_app = typer.Typer(
+    help="List, verify, prune and export checkpoints in any tier (disk, memory, S3).",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(ckpt_app, name="ckpt")
+
+Target = Annotated[
+    str,
+    typer.Argument(
+        help="A run directory (its RUN/checkpoints), a tier directory holding step_N "
+        "checkpoints (e.g. /dev/shm/grouprl/NAMESPACE), one checkpoint directory, or "
+        "s3://BUCKET/PREFIX/NAMESPACE (verify, export: also .../step_N).",
+        show_default=False,
+    ),
+]
+EndpointUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--endpoint-url",
+        help="S3-compatible server for s3:// targets (MinIO, Ceph, R2...); default: AWS. "
+        "Credentials come from the standard AWS chain.",
+    ),
+]
+
+
+@ckpt_app.command("ls")
+def ckpt_ls(target: Target, endpoint_url: EndpointUrl = None) -> None:
+    """List complete checkpoints, oldest first, from their manifests alone."""
+    with _user_errors():
+        from grouprl.ckpt.inspect import list_checkpoints
+
+        rows = list_checkpoints(target, endpoint_url=endpoint_url)
+    console = Console()
+    console.print(_checkpoint_table(rows))
+    for row in rows:
+        if row.problem is not None:
+            console.print(
+                Text(f"step {row.found.step}: {row.problem}", style="red"), soft_wrap=True
+            )
+
+
+def _checkpoint_table(rows: list[Row]) -> Table:
+    """One row per checkpoint; locations relative to the tier named in the title."""
+    from datetime import datetime
+
+    from grouprl.config.memory import human_bytes
+
+    root = rows[0].found.where.rstrip("/").rpartition("/")[0]
+    total = sum(row.manifest.bytes for row in rows if row.manifest is not None)
+    title = f"{len(rows)} checkpoint{'s' * (len(rows) != 1)} in {root}, {human_bytes(total)}"
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        collapse_padding=True,
+        pad_edge=False,
+    )
+    for column in ("step", "location", "size", "files", "created", "world", "config hash"):
+        right = column in ("step", "size", "files", "world")
+        table.add_column(column, justify="right" if right else "left", no_wrap=True)
+    for row in rows:
+        m, name = row.manifest, row.found.where.rstrip("/").rpartition("/")[2]
+        if m is None:  # its problem is printed below the table
+            table.add_row(str(row.found.step), name, *[Text("?", style="red")] * 5)
+            continue
+        created = datetime.fromtimestamp(m.created).strftime("%Y-%m-%d %H:%M")
+        cells = (human_bytes(m.bytes), str(len(m.files)), created, str(m.world_size))
+        table.add_row(str(row.found.step), name, *cells, m.config_hash)
+    return table
+
+
+@ckpt_app.command("verify")
+def ckpt_verify(
+    target: Target,
+    step: Annotated[int | None, typer.Option(help="Verify only this step.")] = None,
+    endpoint_url: EndpointUrl = None,
+) -> None:
+    """Check each checkpoint's files against its manifest; exit 1 if any is damaged.
+
+    Checks every file's size and SHA-256. S3 checkpoints are fetched to $TMPDIR one by one.
+    """
+    with _user_errors():
+        from grouprl.ckpt.inspect import verify_checkpoints
+
+        results = verify_checkpoints(target, step=step, endpoint_url=endpoint_url)
+    for found, problem in results:
+        typer.echo(
+            f"ok      step {found.step}  {found.where}"
+            if problem is None
+            else f"DAMAGED step {found.step}  {problem}"
+        )
+    damaged = sum(problem is not None for _, problem in results)
+    typer.echo(f"{len(results) - damaged} of {len(results)} checkpoints ok")
+    if damaged:
+        raise typer.Exit(1)
+
+
+@ckpt_app.command("prune")
+def ckpt_prune(
+    target: Target,
+    keep: Annotated[int, typer.Option(help="How many of the newest checkpoints to keep.")],
+    endpoint_url: EndpointUrl = None,
+) -> None:
+    """Remove all but the newest --keep checkpoints of a tier.
+
+    Manifest first: a half-removed checkpoint is never listed. Mind a run still uploading.
+    """
+    with _user_errors():
+        from grouprl.ckpt.inspect import prune
+
+        removed = prune(target, keep=keep, endpoint_url=endpoint_url)
+    for found in removed:
+        typer.echo(f"removed step {found.step}  {found.where}")
+    if not removed:
+        typer.echo(f"nothing to remove: {target} holds at most {keep} checkpoints")
+
+
+@ckpt_app.command("export")
+def ckpt_export(
+    target: Target,
+    out: Annotated[str, typer.Argument(help="New or empty directory for the model.")],
+    step: Annotated[int | None, typer.Option(help="Step to export; default: the newest.")] = None,
+    endpoint_url: EndpointUrl = None,
+) -> None:
+    """Write a checkpoint's policy and tokenizer as a Hugging Face model directory.
+
+    The checkpoint is verified first; an S3 checkpoint is downloaded to $TMPDIR.
+    """
+    with _user_errors():
+        from grouprl.ckpt.inspect import export as export_ckpt
+
+        found, written = export_ckpt(target, out, step=step, endpoint_url=endpoint_url)
+    typer.echo(f"exported step {found.step} ({found.where}) -> {written}")
 
 
 def main() -> None:

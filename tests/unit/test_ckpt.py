@@ -165,6 +165,7 @@ def test_memory_budget_drops_old_copies_and_skips_what_cannot_fit(tmp_path, capl
     _save(ckpt, model, optimizer, 1)
     ckpt.wait()
     assert ckpt.newest() == [] and "skips the memory tier" in caplog.text
+    assert not list(tmp_path.rglob("step_*"))  # and it is not written anywhere else
     ckpt.close()
 
 
@@ -192,7 +193,7 @@ def test_a_save_due_while_the_writer_is_busy_is_skipped_or_waits(tmp_path, monke
     ckpt.cfg.on_busy = "wait"
     release.clear()
     assert _save(ckpt, model, optimizer, 3)
-    threading.Timer(0.3, release.set).start()
+    threading.Timer(1.0, release.set).start()
     assert _save(ckpt, model, optimizer, 4)  # waits for step 3's write, then goes on
     ckpt.wait()
     assert [f.step for f in ckpt.newest()] == [4, 3, 1]

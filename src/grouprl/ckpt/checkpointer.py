@@ -36,6 +36,7 @@ from grouprl.config.schema import CheckpointConfig
 logger = logging.getLogger(__name__)
 
 GB = 1 << 30
+NOTICE_WAIT_S = 0.5  # shorter waits for the previous save are not worth a log line
 
 
 class Checkpointer:
@@ -70,6 +71,8 @@ class Checkpointer:
                 f"{cfg.s3.uri.rstrip('/')}/{self.namespace}",
                 endpoint_url=cfg.s3.endpoint_url,
                 region=cfg.s3.region,
+                backoff_s=min(1.0, cfg.s3.max_backoff_s),
+                max_backoff_s=cfg.s3.max_backoff_s,
             )
             store.check()
             self.s3 = S3Tier(store, every=cfg.s3.every, keep=cfg.s3.keep)
@@ -115,6 +118,7 @@ class Checkpointer:
         tiers = self.due_tiers(step, final=final)
         if not tiers:
             return False
+        started = time.perf_counter()
         if self._write is not None and not self._write.done():
             if self.cfg.on_busy == "skip" and not final:
                 logger.warning(
@@ -124,19 +128,19 @@ class Checkpointer:
                 )
                 self._results.put({"ckpt/skipped": 1.0})
                 return False
-            started = time.perf_counter()
             self._write.exception()
-            logger.warning(
-                "checkpoint at step %d waited %.1f s for the previous save to be written "
-                "(checkpoint.on_busy=wait)",
-                step,
-                time.perf_counter() - started,
-            )
-        started = time.perf_counter()
+            waited = time.perf_counter() - started
+            if waited > NOTICE_WAIT_S:
+                logger.warning(
+                    "checkpoint at step %d waited %.1f s for the previous save to be written "
+                    "(checkpoint.on_busy=wait; save less often, or `skip`)",
+                    step,
+                    waited,
+                )
         tensors, nbytes = stage(state(), self._buffers)
         self._buffers = tensors
         snap = Snapshot(step, trainer.weight_version, tensors, trainer, files, nbytes)
-        blocking = time.perf_counter() - started
+        blocking = time.perf_counter() - started  # waiting for the writer, then staging
         self._write = self._writer.submit(self._write_tiers, snap, tiers, blocking)
         return True
 
@@ -149,9 +153,9 @@ class Checkpointer:
             except queue.Empty:
                 return merged
 
-    def wait(self, timeout: float | None = None) -> bool:
-        """Blocks until every save is written and uploaded; False if ``timeout`` passed.
-        Raises ``CheckpointError`` if the newest local write failed."""
+    def wait(self, timeout: float | None = None, *, uploads: bool = True) -> bool:
+        """Blocks until every save is written (and uploaded, with ``uploads``); False if
+        ``timeout`` passed. Raises ``CheckpointError`` if the newest local write failed."""
         deadline = None if timeout is None else time.monotonic() + timeout
         if self._write is not None:
             try:
@@ -160,6 +164,8 @@ class Checkpointer:
                 return False
             if error is not None:
                 raise CheckpointError(f"the last checkpoint could not be written: {error}")
+        if not uploads:
+            return True
         with self._lock:
             while self._uploading or self._next_upload is not None:
                 left = None if deadline is None else deadline - time.monotonic()
@@ -192,6 +198,9 @@ class Checkpointer:
                 self.cfg.memory.max_gb,
             )
             local.remove(self.memory)
+            if not local and "s3" not in tiers:
+                self._results.put(metrics)
+                return
         first = local[0] if local else self.outbox
         try:
             started = time.perf_counter()

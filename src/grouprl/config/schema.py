@@ -309,6 +309,9 @@ class S3TierConfig(Section):
     endpoint_url: str | None = None
     """An S3-compatible server (MinIO, Ceph, R2...); null: AWS."""
     region: str | None = None
+    max_backoff_s: float = Field(default=60.0, gt=0)
+    """A failed upload is retried until it succeeds (training goes on meanwhile), waiting
+    1 s, 2 s, 4 s... up to this long between tries."""
 
 
 class CheckpointConfig(Section):
