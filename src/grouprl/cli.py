@@ -228,6 +228,7 @@ def ckpt_ls(target: Target, endpoint_url: EndpointUrl = None) -> None:
 
         rows = list_checkpoints(target, endpoint_url=endpoint_url)
     console = Console()
+    console.print(Text(_tier_line(rows)), soft_wrap=True)
     console.print(_checkpoint_table(rows))
     for row in rows:
         if row.problem is not None:
@@ -236,22 +237,21 @@ def ckpt_ls(target: Target, endpoint_url: EndpointUrl = None) -> None:
             )
 
 
-def _checkpoint_table(rows: list[Row]) -> Table:
-    """One row per checkpoint; locations relative to the tier named in the title."""
-    from datetime import datetime
-
+def _tier_line(rows: list[Row]) -> str:
     from grouprl.config.memory import human_bytes
 
     root = rows[0].found.where.rstrip("/").rpartition("/")[0]
     total = sum(row.manifest.bytes for row in rows if row.manifest is not None)
-    title = f"{len(rows)} checkpoint{'s' * (len(rows) != 1)} in {root}, {human_bytes(total)}"
-    table = Table(
-        title=title,
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        collapse_padding=True,
-        pad_edge=False,
-    )
+    return f"{len(rows)} checkpoint{'s' * (len(rows) != 1)} in {root}, {human_bytes(total)}"
+
+
+def _checkpoint_table(rows: list[Row]) -> Table:
+    """One row per checkpoint, located relative to the tier printed above it."""
+    from datetime import datetime
+
+    from grouprl.config.memory import human_bytes
+
+    table = Table(box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
     for column in ("step", "location", "size", "files", "created", "world", "config hash"):
         right = column in ("step", "size", "files", "world")
         table.add_column(column, justify="right" if right else "left", no_wrap=True)

@@ -65,6 +65,10 @@ class Checkpointer:
         disk_root = Path(cfg.disk.dir) if cfg.disk.dir else run_dir / "checkpoints"
         self.disk = LocalTier("disk", disk_root, every=cfg.disk.every, keep=cfg.disk.keep)
         self.outbox = LocalTier("outbox", disk_root / ".outbox", every=None, keep=1)
+        for tier in (self.memory, self.disk, self.outbox):
+            if tier is not None:
+                tier.remove_leftovers()
+        shutil.rmtree(self.outbox.root, ignore_errors=True)  # uploads a crash cut short
         self.s3 = None
         if cfg.s3.uri is not None:
             store = S3Store(
@@ -84,7 +88,8 @@ class Checkpointer:
         self._lock = threading.Condition()
         self._next_upload: tuple[Path, int] | None = None
         self._uploading = False
-        self._stop = threading.Event()
+        self._stop = threading.Event()  # abandon uploads
+        self._closing = False  # finish the queued upload, then end
         self._results: queue.Queue[dict[str, float]] = queue.Queue()
         self._uploader = threading.Thread(target=self._upload_loop, name="ckpt-s3", daemon=True)
         if self.s3 is not None:
@@ -179,7 +184,7 @@ class Checkpointer:
             self._stop.set()
         self._writer.shutdown(wait=True)
         with self._lock:
-            self._stop.set()
+            self._closing = True
             self._lock.notify_all()
         if self._uploader.is_alive():
             self._uploader.join()
@@ -258,8 +263,12 @@ class Checkpointer:
         assert self.s3 is not None
         while True:
             with self._lock:
-                while self._next_upload is None and not self._stop.is_set():
+                while self._next_upload is None and not (self._closing or self._stop.is_set()):
                     self._lock.wait()
+                if self._stop.is_set() and self._next_upload is not None:
+                    logger.warning("s3: upload of step %d abandoned", self._next_upload[1])
+                    self._release(self._next_upload[0])
+                    self._next_upload = None
                 if self._next_upload is None:
                     return
                 path, step = self._next_upload

@@ -26,7 +26,7 @@ from grouprl.ckpt.export import export_checkpoint
 from grouprl.ckpt.manifest import MANIFEST, Manifest, parse_manifest, read_manifest, verify
 from grouprl.ckpt.s3 import S3Error, S3Store
 from grouprl.ckpt.state import CheckpointError
-from grouprl.ckpt.tiers import Found, S3Tier, remove_local, step_name, step_of
+from grouprl.ckpt.tiers import Found, LocalTier, S3Tier, remove_local, step_name, step_of
 
 RUN_CHECKPOINTS = "checkpoints"
 _CLI_NAMES = {  # in this order
@@ -103,7 +103,7 @@ def list_checkpoints(target: str, *, endpoint_url: str | None = None) -> list[Ro
             else:
                 manifest = read_manifest(Path(found.where))
             rows.append(Row(found, manifest))
-        except CheckpointError as err:
+        except (CheckpointError, OSError) as err:  # OSError: removed since it was listed
             rows.append(Row(found, None, str(err)))
     return rows
 
@@ -121,7 +121,7 @@ def verify_checkpoints(
             with _local_copy(source, found) as path:
                 verify(path)
             results.append((found, None))
-        except CheckpointError as err:
+        except (CheckpointError, OSError) as err:
             results.append((found, str(err)))
     return results
 
@@ -202,12 +202,8 @@ def _resolve_local(target: str) -> Source:
             f"Fix: pick a complete one (`grouprl ckpt ls {path.parent}`)."
         )
     root = path / RUN_CHECKPOINTS if (path / RUN_CHECKPOINTS).is_dir() else path
-    found = [
-        Found("local", step, str(p))
-        for p in root.iterdir()
-        if (step := step_of(p.name)) is not None and (p / MANIFEST).is_file()
-    ]
-    return Source(target, sorted(found, key=lambda f: f.step), single=False)
+    found = LocalTier("local", root, every=None, keep=1).complete()
+    return Source(target, found, single=False)
 
 
 def _children_hint(target: str, store: S3Store | None) -> str:

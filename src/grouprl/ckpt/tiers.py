@@ -56,13 +56,18 @@ class LocalTier:
         self, name: str, root: Path, *, every: int | None, keep: int, budget: int | None = None
     ) -> None:
         self.name, self.root, self.every, self.keep, self.budget = name, root, every, keep, budget
+
+    def remove_leftovers(self) -> None:
+        """Removes what interrupted saves left (only the run that owns the tier may)."""
         self.root.mkdir(parents=True, exist_ok=True)
         for leftover in self.root.glob(f"{TMP}*"):
-            logger.info("%s tier: removing %s, left by an interrupted save", name, leftover)
+            logger.info("%s tier: removing %s, left by an interrupted save", self.name, leftover)
             shutil.rmtree(leftover, ignore_errors=True)
 
     def complete(self) -> list[Found]:
-        """Complete checkpoints, oldest first."""
+        """Complete checkpoints, oldest first (reading only names and manifests)."""
+        if not self.root.is_dir():
+            return []
         found = [
             Found(self.name, step, str(p))
             for p in self.root.iterdir()

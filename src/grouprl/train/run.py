@@ -167,7 +167,9 @@ def train(cfg: RunConfig) -> dict[str, Any]:
         with Preemption(cfg.checkpoint.grace_period_s) as preemption:
             summary = _loop(c, ckpt, run_dir, sinks, eval_before=eval_before, preemption=preemption)
     finally:
-        ckpt.close()
+        # the loop waited for its final save; an upload still running here is cut short
+        # by an error or a preemption past its grace period, so it is not awaited
+        ckpt.close(abandon_uploads=True)
         if c is not None:
             c.engine.close()
         if sinks is not None:
