@@ -229,3 +229,18 @@ def test_manifest_is_written_last(tmp_path):
         p.stat().st_size for p in path.rglob("*") if p.is_file() and p.name != MANIFEST
     )
     ckpt.close()
+
+
+def test_an_unwritable_tier_directory_is_named_with_its_key(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(CheckpointError, match=r"checkpoint.memory.dir: cannot use"):
+        _checkpointer(tmp_path, memory={"every": 1, "dir": str(blocker)})
+
+
+def test_moved_trainer_keys_name_their_new_place():
+    from grouprl.config.errors import ConfigError
+    from grouprl.config.loader import load_config
+
+    with pytest.raises(ConfigError, match="trainer.save_every .* moved to checkpoint.disk.every"):
+        load_config("tiny-arith", ["trainer.save_every=5"])

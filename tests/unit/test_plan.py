@@ -185,3 +185,14 @@ def test_plan_counts_multi_turn_samples_up_to_max_model_len():
     text = plan_text("tiny-search-mtgrpo", [])
     assert "then up to 3 turns (env.max_turns) of 32 tokens" in text
     assert "16,384" in text  # 32 episodes per micro-batch x 512 (rollout.max_model_len)
+
+
+def test_plan_shows_each_checkpoint_tier():
+    text = plan_text(
+        "tiny-arith",
+        ["checkpoint.memory.every=2", "checkpoint.s3.uri=s3://bkt/runs", "checkpoint.s3.every=10"],
+    )
+    assert "/dev/shm/grouprl/tiny-arith, keep 2" in text
+    assert "runs/tiny-arith/checkpoints, at the end and on preemption" in text
+    assert "s3://bkt/runs/tiny-arith, every 10 steps" in text
+    assert "checkpoints: s3" not in plan_text("tiny-arith", [])

@@ -65,9 +65,16 @@ class Checkpointer:
         disk_root = Path(cfg.disk.dir) if cfg.disk.dir else run_dir / "checkpoints"
         self.disk = LocalTier("disk", disk_root, every=cfg.disk.every, keep=cfg.disk.keep)
         self.outbox = LocalTier("outbox", disk_root / ".outbox", every=None, keep=1)
-        for tier in (self.memory, self.disk, self.outbox):
-            if tier is not None:
+        for tier, key in ((self.memory, "memory"), (self.disk, "disk"), (self.outbox, "disk")):
+            if tier is None:
+                continue
+            try:
                 tier.remove_leftovers()
+            except OSError as err:
+                raise CheckpointError(
+                    f"checkpoint.{key}.dir: cannot use {tier.root} ({err.strerror}); give a "
+                    "writable directory (memory: a RAM-backed one such as /dev/shm/grouprl)"
+                ) from None
         shutil.rmtree(self.outbox.root, ignore_errors=True)  # uploads a crash cut short
         self.s3 = None
         if cfg.s3.uri is not None:
