@@ -53,41 +53,8 @@ class Checkpointer:
         self.cfg, self.config_hash = cfg, config_hash
         self.world_size, self.process_group = world_size, process_group
         self.namespace = cfg.namespace.replace("{name}", run_name)
-        self.memory = None
-        if cfg.memory.every is not None:
-            self.memory = LocalTier(
-                "memory",
-                Path(cfg.memory.dir) / self.namespace,
-                every=cfg.memory.every,
-                keep=cfg.memory.keep,
-                budget=int(cfg.memory.max_gb * GB),
-            )
-        disk_root = Path(cfg.disk.dir) if cfg.disk.dir else run_dir / "checkpoints"
-        self.disk = LocalTier("disk", disk_root, every=cfg.disk.every, keep=cfg.disk.keep)
-        self.outbox = LocalTier("outbox", disk_root / ".outbox", every=None, keep=1)
-        for tier, key in ((self.memory, "memory"), (self.disk, "disk"), (self.outbox, "disk")):
-            if tier is None:
-                continue
-            try:
-                tier.remove_leftovers()
-            except OSError as err:
-                raise CheckpointError(
-                    f"checkpoint.{key}.dir: cannot use {tier.root} ({err.strerror}); give a "
-                    "writable directory (memory: a RAM-backed one such as /dev/shm/grouprl)"
-                ) from None
-        shutil.rmtree(self.outbox.root, ignore_errors=True)  # uploads a crash cut short
-        self.s3 = None
-        if cfg.s3.uri is not None:
-            store = S3Store(
-                f"{cfg.s3.uri.rstrip('/')}/{self.namespace}",
-                endpoint_url=cfg.s3.endpoint_url,
-                region=cfg.s3.region,
-                backoff_s=min(1.0, cfg.s3.max_backoff_s),
-                max_backoff_s=cfg.s3.max_backoff_s,
-            )
-            store.check()
-            self.s3 = S3Tier(store, every=cfg.s3.every, keep=cfg.s3.keep)
-            self.s3.remove_leftovers()
+        self.memory, self.disk, self.outbox = _local_tiers(cfg, run_dir, self.namespace)
+        self.s3 = _s3_tier(cfg, self.namespace) if cfg.s3.uri is not None else None
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="ckpt-writer")
         self._write: Future | None = None
         self._buffers: Any = None
@@ -309,3 +276,49 @@ class Checkpointer:
         order = {"memory": 0, "disk": 1, "s3": 2}
         found = [f for tier in self.tiers() for f in tier.complete()]
         return sorted(found, key=lambda f: (-f.step, order[f.tier]))
+
+
+def _local_tiers(
+    cfg: CheckpointConfig, run_dir: Path, namespace: str
+) -> tuple[LocalTier | None, LocalTier, LocalTier]:
+    """Memory (if on), disk, and the outbox (S3-only saves wait there for their upload),
+    with the leftovers of interrupted saves removed."""
+    memory = None
+    if cfg.memory.every is not None:
+        memory = LocalTier(
+            "memory",
+            Path(cfg.memory.dir) / namespace,
+            every=cfg.memory.every,
+            keep=cfg.memory.keep,
+            budget=int(cfg.memory.max_gb * GB),
+        )
+    disk_root = Path(cfg.disk.dir) if cfg.disk.dir else run_dir / "checkpoints"
+    disk = LocalTier("disk", disk_root, every=cfg.disk.every, keep=cfg.disk.keep)
+    for tier in (memory, disk):
+        try:
+            if tier is not None:
+                tier.remove_leftovers()
+        except OSError as err:
+            raise CheckpointError(
+                f"checkpoint.{tier.name}.dir: cannot use {tier.root} ({err.strerror}); give a "
+                "writable directory (memory: a RAM-backed one such as /dev/shm/grouprl)"
+            ) from None
+    outbox = LocalTier("outbox", disk_root / ".outbox", every=None, keep=1)
+    shutil.rmtree(outbox.root, ignore_errors=True)  # uploads a crash cut short
+    return memory, disk, outbox
+
+
+def _s3_tier(cfg: CheckpointConfig, namespace: str) -> S3Tier:
+    """The S3 tier, checked reachable now (a wrong bucket fails before any model loads)."""
+    assert cfg.s3.uri is not None
+    store = S3Store(
+        f"{cfg.s3.uri.rstrip('/')}/{namespace}",
+        endpoint_url=cfg.s3.endpoint_url,
+        region=cfg.s3.region,
+        backoff_s=min(1.0, cfg.s3.max_backoff_s),
+        max_backoff_s=cfg.s3.max_backoff_s,
+    )
+    store.check()
+    tier = S3Tier(store, every=cfg.s3.every, keep=cfg.s3.keep)
+    tier.remove_leftovers()
+    return tier
