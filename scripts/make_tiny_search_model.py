@@ -2,7 +2,7 @@
 
     python scripts/make_tiny_search_model.py [--out DIR] [--steps N]
 
-Three seeded stages, all on CPU in about twenty-five minutes (2 idle cores):
+Three seeded stages, all on CPU in about forty minutes (2 idle cores):
 
 1. a byte-level BPE tokenizer trained on the warm-up transcripts, with the
    ChatML chat template of tiny-arith (it renders system, user, assistant and
@@ -300,7 +300,7 @@ def greedy_episodes(model, tok, env: ToolEnv, rows: list[dict], *, max_turns: in
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--steps", type=int, default=5000)
     parser.add_argument(
         "--lazy-weight",
         type=float,
@@ -315,7 +315,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--hidden", type=int, default=192)
     parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--eval-every", type=int, default=500)
+    parser.add_argument("--eval-every", type=int, default=1000)
     parser.add_argument("--eval-limit", type=int, default=200)
     parser.add_argument(
         "--context-weight", type=float, default=0.5, help="loss weight of non-model tokens"
