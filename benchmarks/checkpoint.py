@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from machine import cpu_model
 
 WIDTH = 1024
 """Each layer is Linear(WIDTH, WIDTH): ~1.05M parameters, two tensors."""
@@ -189,16 +190,6 @@ def measure(args, root: Path, *, model, optimizer, sources: list, state_bytes: i
 
 def log(message: str) -> None:
     print(f"[checkpoint] {message}", file=sys.stderr, flush=True)
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def main() -> None:

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from machine import cpu_model
+
 HERE = Path(__file__).resolve().parent
 TRL_VENV = HERE / ".venv-trl"
 TRL_PIN = "1.16.0"
@@ -313,16 +315,6 @@ def run_trl(s: Settings, work: Path, python: Path) -> tuple[SideResult, dict]:
 
 def log(message: str) -> None:
     print(f"[step_time] {message}", file=sys.stderr, flush=True)
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def header(s: Settings, *, params: int | None, trl: dict | None, load_at_start: float) -> list[str]:
