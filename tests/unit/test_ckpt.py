@@ -244,3 +244,20 @@ def test_moved_trainer_keys_name_their_new_place():
 
     with pytest.raises(ConfigError, match="trainer.save_every .* moved to checkpoint.disk.every"):
         load_config("tiny-arith", ["trainer.save_every=5"])
+
+
+def test_a_run_with_a_critic_refuses_a_checkpoint_without_one(tmp_path):
+    model, optimizer = _model_and_optimizer()
+    ckpt = _checkpointer(tmp_path)
+    _save(ckpt, model, optimizer, 1, final=True)
+    ckpt.wait()
+    ckpt.close()
+    critic, critic_optimizer = _model_and_optimizer(seed=2)
+    with pytest.raises(CheckpointError, match="has no critic"):
+        load_training(
+            Path(ckpt.newest()[0].where),
+            model=model,
+            optimizer=optimizer,
+            critic=critic,
+            critic_optimizer=critic_optimizer,
+        )

@@ -18,7 +18,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from grouprl.ckpt.checkpointer import Checkpointer
 from grouprl.ckpt.manifest import MANIFEST, Manifest, verify
 from grouprl.ckpt.s3 import S3Store
-from grouprl.ckpt.shards import load_shards
+from grouprl.ckpt.shards import load_shards, shard_parts
 from grouprl.ckpt.snapshot import SHARDS
 from grouprl.ckpt.state import TRAINER_FILE, CheckpointError, TrainerState
 from grouprl.ckpt.tiers import step_of
@@ -99,17 +99,17 @@ def load_training(
 ) -> TrainerState:
     """Loads the checkpoint's tensors into the models and optimizers in place (resharding
     as needed) and returns the trainer state."""
+    if critic is not None and "critic" not in shard_parts(ckpt_dir / SHARDS):
+        raise CheckpointError(
+            f"checkpoint {ckpt_dir} has no critic, but this run trains one (critic: is "
+            "set). Resume it with the config it was saved with, or start a new run."
+        )
     state = training_state(
         model=model, optimizer=optimizer, critic=critic, critic_optimizer=critic_optimizer
     )
     try:
         load_shards(state, ckpt_dir / SHARDS, process_group=process_group)
     except Exception as err:
-        if critic is not None and "critic" in str(err):
-            raise CheckpointError(
-                f"checkpoint {ckpt_dir} has no critic, but this run trains one (critic: is "
-                "set). Resume it with the config it was saved with, or start a new run."
-            ) from None
         raise CheckpointError(
             f"checkpoint {ckpt_dir} does not fit this run's model ({err}); resume with the "
             "model.path the run was started with"

@@ -76,3 +76,9 @@ def load_shards(state: dict[str, Any], src: Path, *, process_group=None) -> None
     reader = SafeReader(src)
     reader.read_metadata()  # refuses a crafted pickle with its own message, before DCP does
     dcp.load(state, storage_reader=reader, process_group=process_group)
+
+
+def shard_parts(src: Path) -> set[str]:
+    """The top-level parts the shards hold (``model``, ``optimizer``, ``critic``, ...)."""
+    metadata = SafeReader(src).read_metadata()
+    return {key.split(".", 1)[0] for key in metadata.state_dict_metadata}
