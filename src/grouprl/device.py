@@ -51,3 +51,13 @@ def resolve_dtype(name: DtypeName, device: torch.device) -> torch.dtype:
 def dtype_name(dtype: torch.dtype) -> str:
     """``torch.bfloat16`` -> ``"bfloat16"`` (the spelling vLLM and the config use)."""
     return str(dtype).removeprefix("torch.")
+
+
+def autocast_for(device: torch.device, dtype: torch.dtype):
+    """A no-argument context factory: mixed precision on CUDA when ``dtype`` is 16-bit,
+    nothing on CPU (float32 there)."""
+    import functools
+
+    if device.type == "cuda" and dtype != torch.float32:
+        return functools.partial(torch.autocast, device_type="cuda", dtype=dtype)
+    return functools.partial(torch.autocast, device_type=device.type, enabled=False)

@@ -47,9 +47,9 @@ def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
     import torch
 
     from grouprl.ckpt.export import export_checkpoint, find_checkpoint
-    from grouprl.device import resolve_device, resolve_dtype
+    from grouprl.device import resolve_device
     from grouprl.envs.tool_env import make_env
-    from grouprl.train.model import load_causal_lm, load_tokenizer
+    from grouprl.train.model import load_tokenizer
     from grouprl.train.run import quiet_libraries, shared_cache
     from grouprl.train.setup import (
         load_prompt_set,
@@ -76,13 +76,8 @@ def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
     prompt_set = load_prompt_set(
         cfg.data.eval, tokenizer=tokenizer, data=cfg.data, config_key="data.eval", env=env
     )
-    policy = None
-    if cfg.rollout.engine == "hf":
-        policy = load_causal_lm(
-            cfg.model, dtype=resolve_dtype(cfg.model.dtype, device), device=device
-        )
     cache = run_dir / "cache" if run_dir is not None else Path("runs") / ".cache"
-    engine = start_engine(cfg, tokenizer=tokenizer, policy=policy, device=device, cache_dir=cache)
+    engine = start_engine(cfg, tokenizer=tokenizer, device=device, cache_dir=cache)
     try:
         with torch.no_grad():
             score = make_score_fn(cfg.reward, answer_key=cfg.data.answer_key)

@@ -8,8 +8,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from grouprl.config.schema import AlgoConfig, CriticConfig, TrainConfig
 from grouprl.train.batch import build_batch
-from grouprl.train.critic import batch_values, critic_update, token_values
-from grouprl.train.logprobs import token_logprobs
+from grouprl.train.critic import ValueScorer, batch_values, critic_update, token_values
+from grouprl.train.logprobs import TokenScorer, token_logprobs
 from grouprl.train.update import policy_update
 from grouprl.types import Completion, Trajectory, Turn
 
@@ -84,7 +84,7 @@ def _update(model, batch, *, micro: int, mini: int, iterations: int = 1, lr: flo
     m = copy.deepcopy(model)
     opt = torch.optim.SGD(m.parameters(), lr=lr)
     metrics = policy_update(
-        model=m,
+        scorer=TokenScorer(m, chunk_tokens=16),
         optimizer=opt,
         batch=batch,
         algo=AlgoConfig(num_iterations=iterations),
@@ -170,19 +170,19 @@ def test_values_are_read_from_the_position_before_each_generated_token(critic):
 
 def test_critic_update_moves_values_towards_the_returns(critic):
     batch = build_batch(_trajectories(8, seed=13), pad_id=0)
-    batch.old_values_BT = batch_values(critic, batch, micro_batch_size=4)
+    batch.old_values_BT = batch_values(ValueScorer(critic), batch, micro_batch_size=4)
     batch.returns_BT = torch.where(batch.loss_mask_BT.bool(), 1.0, 0.0)
     m = copy.deepcopy(critic)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
 
     def error() -> float:
         with torch.no_grad():
-            values_BT = batch_values(m, batch, micro_batch_size=4)
+            values_BT = batch_values(ValueScorer(m), batch, micro_batch_size=4)
         return float(((values_BT - batch.returns_BT) ** 2).sum())
 
     before = error()
     metrics = critic_update(
-        critic=m,
+        scorer=ValueScorer(m),
         optimizer=opt,
         batch=batch,
         cfg=CriticConfig(path="unused", value_clip=None),

@@ -83,45 +83,53 @@ def _explicit(resume: str, ckpt: Checkpointer, *, restore_dir: Path) -> Resumabl
     return Resumable(where, tier, manifest)
 
 
-def training_state(*, model, optimizer, critic=None, critic_optimizer=None) -> dict[str, Any]:
-    """The tensors a checkpoint holds, as state dicts keyed by parameter name (DTensor
-    shards under FSDP2): what ``Checkpointer.save`` stages and ``load_training`` fills."""
+PARTS = {"model": "optimizer", "critic": "critic_optimizer"}
+"""The shards' top-level parts: a model and its optimizer's state."""
+
+
+def part_state(model, optimizer, *, part: str = "model") -> dict[str, Any]:
+    """``{part: model state dict, PARTS[part]: optimizer state dict}``, keyed by parameter
+    name (DTensor shards under FSDP2)."""
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    state = {"model": model_sd, "optimizer": optim_sd}
+    return {part: model_sd, PARTS[part]: optim_sd}
+
+
+def load_part(ckpt_dir: Path, model, optimizer, *, part: str = "model", process_group=None):
+    """Loads one part of the checkpoint's shards into ``model`` and ``optimizer`` in place,
+    resharding as needed (every rank of a group calls this)."""
+    if part not in shard_parts(ckpt_dir / SHARDS):
+        raise CheckpointError(
+            f"checkpoint {ckpt_dir} has no {part}, but this run trains one. Resume it with "
+            "the config it was saved with, or start a new run."
+        )
+    state = part_state(model, optimizer, part=part)
+    try:
+        load_shards(state, ckpt_dir / SHARDS, process_group=process_group)
+    except Exception as err:
+        raise CheckpointError(
+            f"checkpoint {ckpt_dir} does not fit this run's {part} ({err}); resume with the "
+            "model.path (and critic.path) the run was started with"
+        ) from None
+    set_state_dict(
+        model, optimizer, model_state_dict=state[part], optim_state_dict=state[PARTS[part]]
+    )
+
+
+def training_state(*, model, optimizer, critic=None, critic_optimizer=None) -> dict[str, Any]:
+    """The tensors a checkpoint holds: what ``Checkpointer.save`` stages and
+    ``load_training`` fills."""
+    state = part_state(model, optimizer)
     if critic is not None:
-        critic_sd, critic_optim_sd = get_state_dict(critic, critic_optimizer)
-        state |= {"critic": critic_sd, "critic_optimizer": critic_optim_sd}
+        state |= part_state(critic, critic_optimizer, part="critic")
     return state
 
 
 def load_training(
     ckpt_dir: Path, *, model, optimizer, critic=None, critic_optimizer=None, process_group=None
 ) -> TrainerState:
-    """Loads the checkpoint's tensors into the models and optimizers in place (resharding
-    as needed) and returns the trainer state."""
-    if critic is not None and "critic" not in shard_parts(ckpt_dir / SHARDS):
-        raise CheckpointError(
-            f"checkpoint {ckpt_dir} has no critic, but this run trains one (critic: is "
-            "set). Resume it with the config it was saved with, or start a new run."
-        )
-    state = training_state(
-        model=model, optimizer=optimizer, critic=critic, critic_optimizer=critic_optimizer
-    )
-    try:
-        load_shards(state, ckpt_dir / SHARDS, process_group=process_group)
-    except Exception as err:
-        raise CheckpointError(
-            f"checkpoint {ckpt_dir} does not fit this run's model ({err}); resume with the "
-            "model.path the run was started with"
-        ) from None
-    set_state_dict(
-        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
-    )
+    """Loads the checkpoint's tensors into the models and optimizers in place and returns
+    the trainer state."""
     if critic is not None:
-        set_state_dict(
-            critic,
-            critic_optimizer,
-            model_state_dict=state["critic"],
-            optim_state_dict=state["critic_optimizer"],
-        )
+        load_part(ckpt_dir, critic, critic_optimizer, part="critic", process_group=process_group)
+    load_part(ckpt_dir, model, optimizer, process_group=process_group)
     return TrainerState.read(ckpt_dir / TRAINER_FILE)

@@ -57,6 +57,7 @@ class Derived:
     max_tokens_per_micro_batch: int
     max_tokens_per_step: int
     run_dir: str  # trainer.run_dir with {name} filled in
+    world_size: int  # training ranks: cluster.nodes x ranks per node
 
 
 def check_config(cfg: RunConfig) -> None:
@@ -68,6 +69,7 @@ def check_config(cfg: RunConfig) -> None:
         *_check_data(cfg),
         *_check_reward(cfg),
         *_check_trainer(cfg),
+        *_check_cluster(cfg),
     ]
     if len(problems) == 1:
         raise ConfigError(problems[0])
@@ -118,6 +120,7 @@ def derive(cfg: RunConfig) -> Derived:
         max_tokens_per_micro_batch=micro * sample_tokens,
         max_tokens_per_step=samples * sample_tokens,
         run_dir=cfg.trainer.run_dir.replace("{name}", cfg.name),
+        world_size=cfg.cluster.world_size,
     )
 
 
@@ -341,6 +344,34 @@ def _check_reward(cfg: RunConfig) -> list[str]:
             f"names ({', '.join(names)}); set it to one of them or to null."
         ]
     return []
+
+
+def _check_cluster(cfg: RunConfig) -> list[str]:
+    c, problems = cfg.cluster, []
+    world = c.world_size
+    mini = cfg.train.mini_batch_size or cfg.data.batch_size * cfg.rollout.n
+    if mini % world:
+        fits = [w for w in _divisors(mini) if w <= 4 * world]
+        problems.append(
+            f"{world} training ranks (cluster.nodes={c.nodes} x {c.ranks_per_node} per node) "
+            f"cannot split a mini-batch of {mini} samples evenly (train.mini_batch_size="
+            f"{cfg.train.mini_batch_size}, data.batch_size x rollout.n = "
+            f"{cfg.data.batch_size * cfg.rollout.n}); every rank trains on an equal share. Use "
+            f"a rank count in {choices(fits, more=False)}, or a mini-batch that is a multiple "
+            f"of {world} (train.mini_batch_size, data.batch_size or rollout.n)."
+        )
+    if c.gpus_per_node and cfg.train.device == "cpu":
+        problems.append(
+            f"cluster.gpus_per_node={c.gpus_per_node} but train.device=cpu; set "
+            "train.device=auto (or cuda) to train on the GPUs, or cluster.gpus_per_node=0."
+        )
+    if c.workers_per_node and c.gpus_per_node and c.workers_per_node > c.gpus_per_node:
+        problems.append(
+            f"cluster.workers_per_node={c.workers_per_node} is more than cluster.gpus_per_node="
+            f"{c.gpus_per_node}: each GPU worker needs its own GPU. Set cluster.workers_per_node"
+            f" to at most {c.gpus_per_node}, or null (one worker per GPU)."
+        )
+    return problems
 
 
 def _check_trainer(cfg: RunConfig) -> list[str]:

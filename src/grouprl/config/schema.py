@@ -337,6 +337,39 @@ class WandbConfig(Section):
     """Prefer the WANDB_API_KEY environment variable; never saved unredacted."""
 
 
+class ClusterConfig(Section):
+    """Where the training workers run. One worker (the default) trains in this process,
+    without Ray; more start one Ray actor per rank, which join a torch.distributed group
+    (gloo on CPU, nccl on GPU) and shard the policy, reference and critic with FSDP2."""
+
+    nodes: int = Field(default=1, ge=1)
+    """Nodes of the Ray cluster the training workers span."""
+    gpus_per_node: int = Field(default=0, ge=0)
+    """GPUs per node for training workers (one worker per GPU); 0: CPU workers."""
+    workers_per_node: int | None = Field(default=None, ge=1)
+    """Training ranks per node; null: `gpus_per_node` on GPU nodes, 1 on CPU nodes."""
+    cpus_per_worker: float = Field(default=1.0, gt=0)
+    """CPUs Ray reserves for each worker (and torch threads it uses on CPU)."""
+    address: str | None = None
+    """Ray cluster to join (`HOST:PORT`, `ray://HOST:10001` or `auto`); null: the cluster
+    in RAY_ADDRESS (set inside `grouprl submit` jobs), else a Ray instance started here."""
+    collective_timeout_s: float = Field(default=600.0, gt=0)
+    """A collective that waits longer (a rank died or hangs) fails the run, naming it."""
+    offload: bool = False
+    """FSDP2 CPU offload: parameters, gradients and optimizer states live in CPU memory
+    between uses (fits bigger models on fewer GPUs, slower steps)."""
+
+    @property
+    def ranks_per_node(self) -> int:
+        if self.workers_per_node is not None:
+            return self.workers_per_node
+        return self.gpus_per_node or 1
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+
 class MetricsConfig(Section):
     tensorboard: bool = True
     wandb: WandbConfig = WandbConfig()
@@ -361,6 +394,8 @@ class RunConfig(Section):
     trainer: TrainerConfig = TrainerConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     """Where checkpoints go (memory, disk, S3), how often, how many are kept."""
+    cluster: ClusterConfig = ClusterConfig()
+    """Training workers: in this process, or Ray actors over nodes and GPUs."""
     metrics: MetricsConfig = MetricsConfig()
 
     @model_validator(mode="after")

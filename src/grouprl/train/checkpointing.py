@@ -11,11 +11,11 @@ from pathlib import Path
 import yaml
 
 from grouprl.ckpt.checkpointer import Checkpointer
-from grouprl.ckpt.resume import find_resume, load_training, training_state
-from grouprl.ckpt.state import TrainerState, rng_state, set_rng_state
+from grouprl.ckpt.resume import find_resume
+from grouprl.ckpt.state import TRAINER_FILE, TrainerState, rng_state, set_rng_state
 from grouprl.config.redact import redacted_dict
 from grouprl.config.schema import RunConfig
-from grouprl.train.loop import Components
+from grouprl.train.loop import Components, sync_weights
 
 logger = logging.getLogger(__name__)
 
@@ -37,12 +37,10 @@ def make_checkpointer(cfg: RunConfig, run_dir: Path) -> Checkpointer:
 
 def small_files(c: Components) -> dict[str, bytes]:
     """The model's config and tokenizer files (``hf/``, for export) and the resolved config."""
+    files = {f"hf/{name}": data for name, data in c.policy.run("hf_files").items()}
     with tempfile.TemporaryDirectory() as tmp:
-        c.policy.config.save_pretrained(tmp)
-        if getattr(c.policy, "generation_config", None) is not None:
-            c.policy.generation_config.save_pretrained(tmp)
         c.tokenizer.save_pretrained(tmp)
-        files = {f"hf/{p.name}": p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}
+        files |= {f"hf/{p.name}": p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}
     files["config.yaml"] = yaml.safe_dump(redacted_dict(c.cfg), sort_keys=False).encode()
     return files
 
@@ -57,7 +55,7 @@ def save(
         step=c.step,
         weight_version=c.weight_version,
         sampler=c.sampler.state_dict(),
-        scheduler=c.scheduler.state_dict(),
+        scheduler=c.policy.run("scheduler_state"),
         rng=rng_state(),
         eval_before=eval_before,
         algo=c.algo_state(),
@@ -66,12 +64,7 @@ def save(
         c.checkpoint_files = small_files(c)
     return ckpt.save(
         c.step,
-        state=lambda: training_state(
-            model=c.policy,
-            optimizer=c.optimizer,
-            critic=c.critic,
-            critic_optimizer=c.critic_optimizer,
-        ),
+        state=lambda: training_state(c),
         trainer=trainer,
         files=c.checkpoint_files,
         final=final,
@@ -88,18 +81,22 @@ def resume(c: Components, ckpt: Checkpointer, run_dir: Path) -> dict[str, float]
             "the checkpoint was written by a run with another config (model, data, rollout, "
             "algo or train sections differ); continuing with this run's config"
         )
-    state = load_training(
-        found.path,
-        model=c.policy,
-        optimizer=c.optimizer,
-        critic=c.critic,
-        critic_optimizer=c.critic_optimizer,
-    )
+    for role in (c.policy, c.critic):
+        if role is not None:
+            role.run("load", found.path)
+    state = TrainerState.read(found.path / TRAINER_FILE)
     c.load_algo_state(state.algo)
-    c.scheduler.load_state_dict(state.scheduler)
+    c.policy.run("load_scheduler_state", state.scheduler)
     c.sampler.load_state_dict(state.sampler)
     set_rng_state(state.rng)
     c.step = state.step
-    c.weight_version = state.weight_version
-    c.engine.update_weights(c.policy.named_parameters(), version=c.weight_version)
+    sync_weights(c, version=state.weight_version)
     return state.eval_before
+
+
+def training_state(c: Components) -> dict:
+    """The roles' state dicts (model, optimizer, critic, critic optimizer) in one dict."""
+    state = c.policy.run("state")
+    if c.critic is not None:
+        state |= c.critic.run("state")
+    return state

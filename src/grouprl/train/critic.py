@@ -21,6 +21,7 @@ from grouprl.algo.aggregate import LossNorm, token_mean
 from grouprl.algo.value import clipped_value_loss
 from grouprl.assets import resolve_model_path
 from grouprl.config.schema import CriticConfig, ModelConfig
+from grouprl.dist.rank import SINGLE, Rank
 from grouprl.train.model import ModelLoadError
 from grouprl.train.update import micro_batches, run_updates
 from grouprl.types import TrainingBatch
@@ -64,15 +65,27 @@ def token_values(critic: torch.nn.Module, batch: TrainingBatch) -> Tensor:
     return values_BT * batch.loss_mask_BT
 
 
+class ValueScorer(torch.nn.Module):
+    """``token_values`` as one module: the FSDP2 root unit of a sharded critic, so its
+    embeddings and value head are gathered for the whole computation."""
+
+    def __init__(self, critic: torch.nn.Module) -> None:
+        super().__init__()
+        self.critic = critic
+
+    def forward(self, batch: TrainingBatch) -> Tensor:
+        return token_values(self.critic, batch)
+
+
 def batch_values(
-    critic: torch.nn.Module, batch: TrainingBatch, *, micro_batch_size: int, autocast=nullcontext
+    scorer: ValueScorer, batch: TrainingBatch, *, micro_batch_size: int, autocast=nullcontext
 ) -> Tensor:
     """Values for the whole batch, no gradient, full width."""
     out = torch.zeros_like(batch.loss_mask_BT)
     with torch.no_grad():
         for start, micro in micro_batches(batch, micro_batch_size):
             with autocast():
-                values_BT = token_values(critic, micro)
+                values_BT = scorer(micro)
             out[start : start + len(micro), : values_BT.shape[1]] = values_BT
     return out
 
@@ -90,7 +103,7 @@ def explained_variance(values_BT: Tensor, returns_BT: Tensor, mask_BT: Tensor) -
 
 def critic_update(
     *,
-    critic: torch.nn.Module,
+    scorer: ValueScorer,
     optimizer: torch.optim.Optimizer,
     batch: TrainingBatch,
     cfg: CriticConfig,
@@ -98,6 +111,7 @@ def critic_update(
     mini_batch_size: int,
     micro_batch_size: int,
     autocast=nullcontext,
+    rank: Rank = SINGLE,
 ) -> dict[str, float]:
     """Regress values on ``batch.returns_BT`` with the same schedule as the policy.
     Needs ``batch.old_values_BT`` (the values the advantages were computed with)."""
@@ -106,7 +120,7 @@ def critic_update(
     def micro_loss(micro: TrainingBatch, norm: LossNorm, iteration: int):
         del iteration
         with autocast():
-            values_BT = token_values(critic, micro)
+            values_BT = scorer(micro)
         loss_BT, clipped_BT = clipped_value_loss(
             values_BT=values_BT,
             old_values_BT=micro.old_values_BT,
@@ -117,7 +131,7 @@ def critic_update(
         return token_mean(loss_BT, micro.loss_mask_BT, norm=norm), metrics
 
     metrics = run_updates(
-        model=critic,
+        model=scorer,
         optimizer=optimizer,
         batch=batch,
         micro_loss=micro_loss,
@@ -125,6 +139,7 @@ def critic_update(
         mini_batch_size=mini_batch_size,
         micro_batch_size=micro_batch_size,
         max_grad_norm=cfg.max_grad_norm,
+        rank=rank,
     )
     out = {f"critic/{name}": value for name, value in metrics.items()}
     out["critic/explained_variance"] = explained

@@ -6,6 +6,9 @@ The decoder runs once over the batch; the LM head, log-softmax and gather run
 over chunks of ``chunk_tokens`` positions. With gradients on, each chunk is
 recomputed in the backward pass (activation checkpointing), so at most one
 chunk of V-sized activations is alive at a time.
+
+``TokenScorer`` wraps this as a module: on a sharded policy it is FSDP2's root unit,
+whose forward keeps the embeddings and head gathered while the chunks use them.
 """
 
 from __future__ import annotations
@@ -72,4 +75,29 @@ def token_logprobs(
     if picked:
         logprobs_BT = logprobs_BT.masked_scatter(wanted_BT, torch.cat(picked))
         entropy_BT = entropy_BT.masked_scatter(wanted_BT, torch.cat(entropies))
+    elif torch.is_grad_enabled():
+        # nothing scored, but the backward must still reach every weight: sharded ranks
+        # reduce their gradients together and would wait forever for this one
+        anchor = hidden_BTH.sum() + sum(p.sum() for p in head.parameters())
+        logprobs_BT = logprobs_BT + 0.0 * anchor
     return logprobs_BT, entropy_BT
+
+
+class TokenScorer(torch.nn.Module):
+    """``token_logprobs`` of a causal LM as one module (see the module docstring)."""
+
+    def __init__(self, model: torch.nn.Module, *, chunk_tokens: int) -> None:
+        super().__init__()
+        self.model = model
+        self.chunk_tokens = chunk_tokens
+
+    def forward(
+        self, input_ids_BT: Tensor, attention_mask_BT: Tensor, score_mask_BT: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        return token_logprobs(
+            self.model,
+            input_ids_BT=input_ids_BT,
+            attention_mask_BT=attention_mask_BT,
+            chunk_tokens=self.chunk_tokens,
+            score_mask_BT=score_mask_BT,
+        )

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +29,7 @@ from grouprl.algo.kl import KL_ESTIMATORS, adaptive_kl_coef
 from grouprl.algo.shaping import overlong_penalty
 from grouprl.config.schema import RunConfig
 from grouprl.data.sampler import PromptSampler
+from grouprl.dist.group import Role, WorkerGroup
 from grouprl.evaluate import validate
 from grouprl.rewards.scoring import RewardScores
 from grouprl.rewards.scoring import metrics as reward_metrics
@@ -37,10 +37,8 @@ from grouprl.rollout.base import RolloutEngine, SamplingSettings
 from grouprl.rollout.episodes import episode_metrics
 from grouprl.rollout.runner import TimedScore
 from grouprl.train.batch import build_batch, turn_tensors
-from grouprl.train.critic import batch_values, critic_update
 from grouprl.train.setup import PromptSet, RolloutFn
-from grouprl.train.update import batch_logprobs, policy_update
-from grouprl.types import TrainingBatch, Trajectory
+from grouprl.types import Trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -51,10 +49,9 @@ class Components:
 
     cfg: RunConfig
     tokenizer: Any
-    policy: torch.nn.Module
-    reference: torch.nn.Module | None
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
+    group: WorkerGroup  # the training ranks (this process, or Ray actors)
+    policy: Role  # PolicyWorker: weights, optimizer, LR schedule
+    reference: Role | None  # ReferenceWorker, when algo.beta > 0
     engine: RolloutEngine
     train_set: PromptSet
     eval_set: PromptSet | None
@@ -63,10 +60,8 @@ class Components:
     rollout: RolloutFn  # episodes for a prompt set, scored (single- or multi-turn)
     mini_batch_size: int
     total_steps: int
-    critic: torch.nn.Module | None = None
-    critic_optimizer: torch.optim.Optimizer | None = None
+    critic: Role | None = None  # CriticWorker, with a critic: section
     kl_coef: float = 0.0  # algo.beta, moved by the adaptive controller when kl_target is set
-    autocast: Any = nullcontext
     weight_version: int = 0
     step: int = 0
     checkpoint_files: dict[str, bytes] | None = None  # config/tokenizer files, read once
@@ -179,38 +174,25 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
     return batch, metrics
 
 
-def _logprobs(c: Components, model: torch.nn.Module, batch: TrainingBatch) -> torch.Tensor:
-    return batch_logprobs(
-        model,
-        batch,
-        micro_batch_size=c.cfg.train.micro_batch_size,
-        chunk_tokens=c.cfg.train.logprob_chunk_tokens,
-        autocast=c.autocast,
-    )
-
-
 def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict[str, float]:
     cfg, algo = c.cfg, c.cfg.algo
-    device = next(c.policy.parameters()).device
     batch = build_batch(
         trajectories, pad_id=c.tokenizer.pad_token_id, mask_truncated=algo.mask_truncated
-    ).to(device)
+    )
     mask_BT = batch.loss_mask_BT
     metrics: dict[str, float] = {}
     if c.reference is not None:
-        batch.ref_logprobs_BT = _logprobs(c, c.reference, batch)
+        batch.ref_logprobs_BT = c.reference.rows("logprobs", batch)
     token_rewards_BT = None
     if algo.kl_in == "reward" and c.reference is not None:
-        batch.old_logprobs_BT = _logprobs(c, c.policy, batch)
+        batch.old_logprobs_BT = c.policy.rows("logprobs", batch)
         kl_BT = KL_ESTIMATORS[algo.kl_estimator](batch.old_logprobs_BT, batch.ref_logprobs_BT)
         token_rewards_BT = -c.kl_coef * kl_BT * mask_BT
         norm = LossNorm(tokens=int(mask_BT.sum()), sequences=len(batch))
         metrics["kl"] = float(token_mean(kl_BT, mask_BT, norm=norm))
     if c.critic is not None:
-        batch.old_values_BT = batch_values(
-            c.critic, batch, micro_batch_size=cfg.train.micro_batch_size, autocast=c.autocast
-        )
-    scores_B = torch.tensor([t.reward for t in trajectories], device=device)
+        batch.old_values_BT = c.critic.rows("values", batch)
+    scores_B = torch.tensor([t.reward for t in trajectories])
     turn_rewards_BK, turn_counts_B, credit_turns_B = turn_tensors(trajectories)
     advantages = ADVANTAGES[algo.advantage](
         AdvantageInputs(
@@ -220,43 +202,21 @@ def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict
             token_rewards_BT=token_rewards_BT,
             values_BT=batch.old_values_BT,
             turn_index_BT=batch.turn_index_BT,
-            turn_rewards_BK=turn_rewards_BK.to(device),
-            turn_counts_B=turn_counts_B.to(device),
-            credit_turns_B=credit_turns_B.to(device),
+            turn_rewards_BK=turn_rewards_BK,
+            turn_counts_B=turn_counts_B,
+            credit_turns_B=credit_turns_B,
         ),
         cfg=algo,
     )
     batch.advantages_BT = advantages.advantages_BT
     batch.returns_BT = advantages.returns_BT
     if c.critic is not None:
-        metrics.update(
-            critic_update(
-                critic=c.critic,
-                optimizer=c.critic_optimizer,
-                batch=batch,
-                cfg=cfg.critic,
-                num_iterations=algo.num_iterations,
-                mini_batch_size=c.mini_batch_size,
-                micro_batch_size=cfg.train.micro_batch_size,
-                autocast=c.autocast,
-            )
-        )
+        metrics.update(c.critic.run("update", batch, mini_batch_size=c.mini_batch_size))
     critic_warmup = cfg.critic.warmup_steps if cfg.critic is not None else 0
     if step > critic_warmup:
         metrics.update(
-            policy_update(
-                model=c.policy,
-                optimizer=c.optimizer,
-                batch=batch,
-                algo=algo,
-                train=cfg.train,
-                mini_batch_size=c.mini_batch_size,
-                kl_coef=c.kl_coef,
-                autocast=c.autocast,
-            )
+            c.policy.run("update", batch, kl_coef=c.kl_coef, mini_batch_size=c.mini_batch_size)
         )
-        metrics["lr"] = c.optimizer.param_groups[0]["lr"]
-        c.scheduler.step()
     if algo.kl_target is not None and "kl" in metrics:
         c.kl_coef = adaptive_kl_coef(
             c.kl_coef,
@@ -274,9 +234,10 @@ def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict
     return metrics
 
 
-def sync_weights(c: Components) -> None:
-    c.weight_version += 1
-    c.engine.update_weights(c.policy.named_parameters(), version=c.weight_version)
+def sync_weights(c: Components, *, version: int) -> None:
+    """Pushes the policy's weights into the engine as ``version``."""
+    c.engine.update_weights(c.policy.run("weights").items(), version=version)
+    c.weight_version = version
 
 
 def run_validation(c: Components) -> dict[str, float]:
@@ -296,10 +257,9 @@ def one_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, floa
     t0 = time.perf_counter()
     trajectories, metrics = rollout_step(c, step)
     t1 = time.perf_counter()
-    c.policy.train()
     metrics.update(train_step(c, trajectories, step))
     t2 = time.perf_counter()
-    sync_weights(c)
+    sync_weights(c, version=c.weight_version + 1)
     t3 = time.perf_counter()
     metrics.update({"time/train_s": t2 - t1, "time/weight_sync_s": t3 - t2, "time/step_s": t3 - t0})
     metrics["weight_version"] = float(c.weight_version)

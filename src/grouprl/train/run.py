@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Any
 
-import torch
 from rich.console import Console
 
 from grouprl.ckpt.checkpointer import Checkpointer
@@ -16,18 +14,20 @@ from grouprl.config.checks import derive, steps_for_epochs
 from grouprl.config.redact import redacted_dict, save_resolved
 from grouprl.config.schema import RunConfig
 from grouprl.data.sampler import PromptSampler
-from grouprl.device import resolve_device, resolve_dtype
+from grouprl.device import resolve_device
+from grouprl.dist.group import Role, make_group
 from grouprl.envs.tool_env import make_env
 from grouprl.metrics.progress import TrainProgress
 from grouprl.metrics.report import write_report
 from grouprl.metrics.samples import SamplesWriter
 from grouprl.metrics.sinks import make_sinks
+from grouprl.roles.critic import CriticWorker
+from grouprl.roles.policy import PolicyWorker
+from grouprl.roles.reference import ReferenceWorker
 from grouprl.rollout.runner import TimedScore
 from grouprl.train.checkpointing import make_checkpointer, resume, save
-from grouprl.train.critic import load_critic, make_critic_optimizer
 from grouprl.train.loop import Components, one_step, run_validation
-from grouprl.train.model import load_causal_lm, load_tokenizer
-from grouprl.train.optim import make_optimizer, make_scheduler
+from grouprl.train.model import load_tokenizer
 from grouprl.train.setup import (
     load_prompt_set,
     make_rollout,
@@ -66,7 +66,6 @@ def build(cfg: RunConfig) -> Components:
     quiet_libraries()
     seed_everything(cfg.train)
     device = resolve_device(cfg.train.device)
-    engine_dtype = resolve_dtype(cfg.model.dtype, device)
     console.log(f"loading tokenizer and data (model {cfg.model.path}, device {device})")
     tokenizer = load_tokenizer(cfg.model)
     env = make_env(cfg.env, cfg.data, cache_dir=shared_cache(cfg))
@@ -84,35 +83,28 @@ def build(cfg: RunConfig) -> Components:
     models = (
         ["policy"] + ["reference"] * derived.reference_model + ["critic"] * derived.critic_model
     )
-    console.log(f"loading {', '.join(models)}")
-    policy = load_causal_lm(cfg.model, dtype=torch.float32, device=device)
-    reference = None
+    where = "here" if derived.world_size == 1 else f"on {derived.world_size} Ray workers"
+    console.log(f"loading {', '.join(models)} ({where})")
+    group = make_group(cfg, run_dir=run_dir_of(cfg))
+    # the policy's schedule starts when it starts learning, after the critic's warmup
+    learning_steps = total_steps - derived.critic_warmup_steps
+    group.add("policy", PolicyWorker, cfg=cfg, learning_steps=learning_steps)
     if derived.reference_model:
-        reference = load_causal_lm(cfg.model, dtype=engine_dtype, device=device)
-        reference.eval().requires_grad_(False)
-    critic = critic_optimizer = None
+        group.add("reference", ReferenceWorker, cfg=cfg)
     if cfg.critic is not None:
-        critic = load_critic(cfg.critic, cfg.model, device=device)
-        critic_optimizer = make_critic_optimizer(critic, cfg.critic)
-    optimizer = make_optimizer(policy, cfg.train)
-    autocast = functools.partial(torch.autocast, device_type=device.type, enabled=False)
-    if device.type == "cuda" and engine_dtype != torch.float32:
-        autocast = functools.partial(torch.autocast, device_type="cuda", dtype=engine_dtype)
+        group.add("critic", CriticWorker, cfg=cfg)
     console.log(f"starting the {cfg.rollout.engine} rollout engine")
     engine = start_engine(
-        cfg, tokenizer=tokenizer, policy=policy, device=device, cache_dir=run_dir_of(cfg) / "cache"
+        cfg, tokenizer=tokenizer, device=device, cache_dir=run_dir_of(cfg) / "cache"
     )
     score = TimedScore(make_score_fn(cfg.reward, answer_key=cfg.data.answer_key))
     return Components(
         cfg=cfg,
         tokenizer=tokenizer,
-        policy=policy,
-        reference=reference,
-        optimizer=optimizer,
-        # the policy's schedule starts when it starts learning, after the critic's warmup
-        scheduler=make_scheduler(
-            optimizer, cfg.train, total_steps=total_steps - derived.critic_warmup_steps
-        ),
+        group=group,
+        policy=Role(group, "policy"),
+        reference=Role(group, "reference") if derived.reference_model else None,
+        critic=Role(group, "critic") if cfg.critic is not None else None,
         engine=engine,
         train_set=train_set,
         eval_set=eval_set,
@@ -121,10 +113,7 @@ def build(cfg: RunConfig) -> Components:
         rollout=make_rollout(cfg, engine=engine, tokenizer=tokenizer, score=score, env=env),
         mini_batch_size=derived.mini_batch_size,
         total_steps=total_steps,
-        critic=critic,
-        critic_optimizer=critic_optimizer,
         kl_coef=cfg.algo.beta,
-        autocast=autocast,
     )
 
 
@@ -172,6 +161,7 @@ def train(cfg: RunConfig) -> dict[str, Any]:
         ckpt.close(abandon_uploads=True)
         if c is not None:
             c.engine.close()
+            c.group.close()
         if sinks is not None:
             sinks.close()
     write_report(run_dir, run_name=cfg.name)

@@ -114,15 +114,14 @@ def make_rollout(
     return run
 
 
-def start_engine(cfg: RunConfig, *, tokenizer, policy, device, cache_dir: Path) -> RolloutEngine:
-    """The configured rollout engine over ``model.path`` (``policy`` for the hf engine)."""
+def start_engine(cfg: RunConfig, *, tokenizer, device, cache_dir: Path) -> RolloutEngine:
+    """The configured rollout engine over ``model.path``."""
     from grouprl.rollout.factory import make_engine
 
     return make_engine(
         cfg,
         model_dir=resolve_model_path(cfg.model.path),
         tokenizer=tokenizer,
-        policy_model=policy,
         device=device,
         cache_dir=cache_dir,
     )

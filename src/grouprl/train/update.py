@@ -7,8 +7,11 @@
                     loss denominators = the whole mini-batch's counts
 
 Because denominators are the mini-batch's, micro-batch size changes the
-arithmetic order but not the update. The policy and the critic share this
-schedule (``run_updates``); each brings its own micro-batch loss.
+arithmetic order but not the update. On a group of ranks each rank runs the
+micro-batches of its block of every mini-batch (``Rank.block``) with the same
+denominators, and FSDP2 sums the gradients: the update is the one-process update.
+The policy and the critic share this schedule (``run_updates``); each brings its
+own micro-batch loss.
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ from collections.abc import Callable
 from contextlib import nullcontext
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from grouprl.algo.aggregate import LossNorm, token_mean
 from grouprl.algo.objective import micro_batch_loss
 from grouprl.config.schema import AlgoConfig, TrainConfig
-from grouprl.train.logprobs import token_logprobs
+from grouprl.dist.rank import SINGLE, Rank, all_sum
+from grouprl.train.logprobs import TokenScorer
 from grouprl.types import TrainingBatch
 
 # (micro-batch, the mini-batch's norm, iteration) -> (loss to backpropagate, metrics)
@@ -43,25 +48,14 @@ def micro_batches(batch: TrainingBatch, size: int):
 
 
 def batch_logprobs(
-    model: torch.nn.Module,
-    batch: TrainingBatch,
-    *,
-    micro_batch_size: int,
-    chunk_tokens: int,
-    autocast=nullcontext,
+    scorer: TokenScorer, batch: TrainingBatch, *, micro_batch_size: int, autocast=nullcontext
 ) -> torch.Tensor:
-    """Logprobs of the batch's tokens under ``model``, no gradient, full width."""
+    """Logprobs of the batch's loss tokens under ``scorer``, no gradient, full width."""
     out = torch.zeros_like(batch.engine_logprobs_BT)
     with torch.no_grad():
         for start, micro in micro_batches(batch, micro_batch_size):
             with autocast():
-                lp, _ = token_logprobs(
-                    model,
-                    input_ids_BT=micro.input_ids_BT,
-                    attention_mask_BT=micro.attention_mask_BT,
-                    chunk_tokens=chunk_tokens,
-                    score_mask_BT=micro.loss_mask_BT,
-                )
+                lp, _ = scorer(micro.input_ids_BT, micro.attention_mask_BT, micro.loss_mask_BT)
             out[start : start + len(micro), : lp.shape[1]] = lp.float()
     return out
 
@@ -76,30 +70,36 @@ def run_updates(
     mini_batch_size: int,
     micro_batch_size: int,
     max_grad_norm: float | None,
+    rank: Rank = SINGLE,
 ) -> dict[str, float]:
-    """Runs the optimizer steps; returns the metrics summed per optimizer step, then
-    averaged over them, plus ``grad_norm``. Metrics a micro-loss reports only in
-    iteration 0 are averaged over the first pass's steps."""
+    """Runs the optimizer steps; returns the metrics summed per optimizer step (over
+    micro-batches and ranks), then averaged over them, plus ``grad_norm``. Metrics a
+    micro-loss reports only in iteration 0 are averaged over the first pass's steps. A
+    mini-batch without loss tokens (all masked) makes no update."""
     totals: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     for iteration in range(num_iterations):
         for start in range(0, len(batch), mini_batch_size):
             mini = batch.select(slice(start, start + mini_batch_size))
             norm = LossNorm(tokens=int(mini.loss_mask_BT.sum()), sequences=len(mini))
+            if norm.tokens == 0:
+                continue
             optimizer.zero_grad(set_to_none=True)
             step_metrics: dict[str, float] = defaultdict(float)
-            for _, micro in micro_batches(mini, micro_batch_size):
+            for _, micro in micro_batches(mini.select(rank.block(len(mini))), micro_batch_size):
                 loss, metrics = micro_loss(micro, norm, iteration)
-                if loss.requires_grad:  # False when no token of the micro-batch is in the loss
-                    loss.backward()
+                loss.backward()
                 metrics["loss"] = loss.detach()
                 for name, value in metrics.items():
                     step_metrics[name] += float(value)
             limit = max_grad_norm if max_grad_norm is not None else math.inf
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), limit)
+            if isinstance(grad_norm, DTensor):
+                grad_norm = grad_norm.full_tensor()
             if not torch.isfinite(grad_norm):
                 raise FloatingPointError(f"gradient norm is {float(grad_norm)}; update skipped")
             optimizer.step()
+            step_metrics = all_sum(step_metrics)
             step_metrics["grad_norm"] = float(grad_norm)
             for name, value in step_metrics.items():
                 totals[name] += value
@@ -109,7 +109,7 @@ def run_updates(
 
 def policy_update(
     *,
-    model: torch.nn.Module,
+    scorer: TokenScorer,
     optimizer: torch.optim.Optimizer,
     batch: TrainingBatch,
     algo: AlgoConfig,
@@ -117,26 +117,23 @@ def policy_update(
     mini_batch_size: int,
     kl_coef: float = 0.0,
     autocast=nullcontext,
+    rank: Rank = SINGLE,
 ) -> dict[str, float]:
     """Runs the policy's update and returns metrics averaged over its optimizer steps."""
     single_update = algo.num_iterations == 1 and mini_batch_size == len(batch)
     if not single_update and batch.old_logprobs_BT is None:
-        batch.old_logprobs_BT = batch_logprobs(
-            model,
-            batch,
-            micro_batch_size=train.micro_batch_size,
-            chunk_tokens=train.logprob_chunk_tokens,
-            autocast=autocast,
+        # the sampling policy's logprobs, once, for the rows this rank trains on
+        rows = rank.rows(len(batch), mini_batch_size=mini_batch_size)
+        old_BT = torch.zeros_like(batch.engine_logprobs_BT)
+        old_BT[rows] = batch_logprobs(
+            scorer, batch.select(rows), micro_batch_size=train.micro_batch_size, autocast=autocast
         )
+        batch.old_logprobs_BT = old_BT
 
     def micro_loss(micro: TrainingBatch, norm: LossNorm, iteration: int):
         with autocast():
-            logprobs_BT, entropy_BT = token_logprobs(
-                model,
-                input_ids_BT=micro.input_ids_BT,
-                attention_mask_BT=micro.attention_mask_BT,
-                chunk_tokens=train.logprob_chunk_tokens,
-                score_mask_BT=micro.loss_mask_BT,
+            logprobs_BT, entropy_BT = scorer(
+                micro.input_ids_BT, micro.attention_mask_BT, micro.loss_mask_BT
             )
         logprobs_BT = logprobs_BT.float()
         # one update per batch: the sampling policy is the current one
@@ -161,7 +158,7 @@ def policy_update(
         return loss, metrics
 
     return run_updates(
-        model=model,
+        model=scorer,
         optimizer=optimizer,
         batch=batch,
         micro_loss=micro_loss,
@@ -169,4 +166,5 @@ def policy_update(
         mini_batch_size=mini_batch_size,
         micro_batch_size=train.micro_batch_size,
         max_grad_norm=train.max_grad_norm,
+        rank=rank,
     )
