@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from ray_cluster import LocalRayCluster
 from s3_server import MotoServer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -53,3 +54,13 @@ def s3_server() -> Iterator[MotoServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[LocalRayCluster]:
+    """A 2-node Ray cluster (1 CPU each) started for the session, stopped by PID."""
+    cluster = LocalRayCluster(nodes=2, cpus_per_node=1).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -25,10 +25,10 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from grouprl.ckpt.s3 import S3Store
-from grouprl.ckpt.snapshot import Snapshot, stage, write_checkpoint
+from grouprl.ckpt.snapshot import Shards, Snapshot, StagedShards, write_checkpoint
 from grouprl.ckpt.state import CheckpointError, TrainerState
 from grouprl.ckpt.tiers import Found, LocalTier, S3Tier, due
 from grouprl.config.schema import CheckpointConfig
@@ -36,6 +36,14 @@ from grouprl.config.schema import CheckpointConfig
 logger = logging.getLogger(__name__)
 
 GB = 1 << 30
+
+
+class RemoteShards(Shards, Protocol):
+    """Shards staged by the ranks that hold them: ``stage()`` returns the bytes staged."""
+
+    def stage(self) -> int: ...
+
+
 NOTICE_WAIT_S = 0.5  # shorter waits for the previous save are not worth a log line
 
 
@@ -48,16 +56,15 @@ class Checkpointer:
         run_name: str,
         config_hash: str,
         world_size: int = 1,
-        process_group=None,
     ) -> None:
         self.cfg, self.config_hash = cfg, config_hash
-        self.world_size, self.process_group = world_size, process_group
+        self.world_size = world_size
         self.namespace = cfg.namespace.replace("{name}", run_name)
         self.memory, self.disk, self.outbox = _local_tiers(cfg, run_dir, self.namespace)
         self.s3 = _s3_tier(cfg, self.namespace) if cfg.s3.uri is not None else None
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="ckpt-writer")
         self._write: Future | None = None
-        self._buffers: Any = None
+        self._staged = StagedShards()
         self._held: set[str] = set()
         self._lock = threading.Condition()
         self._next_upload: tuple[Path, int] | None = None
@@ -87,13 +94,14 @@ class Checkpointer:
         self,
         step: int,
         *,
-        state: Callable[[], dict[str, Any]],
+        state: Callable[[], dict[str, Any]] | RemoteShards,
         trainer: TrainerState,
         files: dict[str, bytes],
         final: bool = False,
     ) -> bool:
-        """Stages the state (``state()``: nested state dicts) if any tier is due at ``step``
-        and hands it to the writer; returns whether a save started."""
+        """Stages the state if any tier is due at ``step`` and hands it to the writer;
+        returns whether a save started. ``state`` is ``() -> nested state dicts`` (staged
+        here) or the ranks' shards of a worker group (each rank stages its own)."""
         tiers = self.due_tiers(step, final=final)
         if not tiers:
             return False
@@ -116,9 +124,12 @@ class Checkpointer:
                     step,
                     waited,
                 )
-        tensors, nbytes = stage(state(), self._buffers)
-        self._buffers = tensors
-        snap = Snapshot(step, trainer.weight_version, tensors, trainer, files, nbytes)
+        if callable(state):
+            shards: Shards = self._staged
+            nbytes = self._staged.stage(state())
+        else:
+            shards, nbytes = state, state.stage()
+        snap = Snapshot(step, trainer.weight_version, shards, trainer, files, nbytes)
         blocking = time.perf_counter() - started  # waiting for the writer, then staging
         self._write = self._writer.submit(self._write_tiers, snap, tiers, blocking)
         return True
@@ -185,11 +196,7 @@ class Checkpointer:
             started = time.perf_counter()
             tmp = first.staging_dir(snap.step)
             manifest = write_checkpoint(
-                snap,
-                tmp,
-                world_size=self.world_size,
-                config_hash=self.config_hash,
-                process_group=self.process_group,
+                snap, tmp, world_size=self.world_size, config_hash=self.config_hash
             )
             path = first.publish(tmp, snap.step)
             metrics[f"ckpt/{first.name}_s"] = time.perf_counter() - started

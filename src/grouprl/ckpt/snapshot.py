@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -29,11 +29,34 @@ from grouprl.ckpt.state import TRAINER_FILE, TrainerState
 SHARDS = "shards"
 
 
+class Shards(Protocol):
+    """Staged tensors that can write themselves as DCP shards: ``StagedShards`` in this
+    process, or the ranks' own staged copies in a Ray group (``dist.ray_group``)."""
+
+    def write(self, out: Path) -> None: ...
+
+
+class StagedShards:
+    """Host copies of a state (nested state dicts), reused from save to save."""
+
+    def __init__(self, *, process_group=None) -> None:
+        self.tensors: Any = None
+        self.process_group = process_group
+
+    def stage(self, state: dict[str, Any]) -> int:
+        """Copies ``state`` into the buffers; returns its bytes."""
+        self.tensors, nbytes = stage(state, self.tensors)
+        return nbytes
+
+    def write(self, out: Path) -> None:
+        save_shards(self.tensors, out, process_group=self.process_group)
+
+
 @dataclass
 class Snapshot:
     step: int
     weight_version: int
-    tensors: dict[str, Any]  # host copies: {"model": {...}, "optimizer": {...}, ...}
+    shards: Shards
     trainer: TrainerState
     files: dict[str, bytes] = field(default_factory=dict)  # relative path -> content
     nbytes: int = 0
@@ -52,7 +75,9 @@ def stage(state: Any, buffers: Any = None) -> tuple[Any, int]:
         out = buffers if reuse else _host_buffer(local)
         out.copy_(local.detach(), non_blocking=False)
         if local is not state:  # a DTensor shard: keep its placement for DCP
-            out = type(state).from_local(out, state.device_mesh, state.placements)
+            out = type(state).from_local(
+                out, state.device_mesh, state.placements, shape=state.shape, stride=state.stride()
+            )
         return out, local.numel() * local.element_size()
     if isinstance(state, dict):
         total, out = 0, {}
@@ -74,11 +99,9 @@ def _host_buffer(tensor: torch.Tensor) -> torch.Tensor:
     return torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu", pin_memory=pin)
 
 
-def write_checkpoint(
-    snap: Snapshot, out: Path, *, world_size: int, config_hash: str, process_group=None
-) -> Manifest:
+def write_checkpoint(snap: Snapshot, out: Path, *, world_size: int, config_hash: str) -> Manifest:
     """Everything of ``snap`` into the empty directory ``out``, the manifest last."""
-    save_shards(snap.tensors, out / SHARDS, process_group=process_group)
+    snap.shards.write(out / SHARDS)
     snap.trainer.write(out / TRAINER_FILE)
     for relative, content in snap.files.items():
         path = out / relative

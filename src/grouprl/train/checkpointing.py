@@ -31,7 +31,11 @@ def config_hash(cfg: RunConfig) -> str:
 
 def make_checkpointer(cfg: RunConfig, run_dir: Path) -> Checkpointer:
     return Checkpointer(
-        cfg.checkpoint, run_dir=run_dir, run_name=cfg.name, config_hash=config_hash(cfg)
+        cfg.checkpoint,
+        run_dir=run_dir,
+        run_name=cfg.name,
+        config_hash=config_hash(cfg),
+        world_size=cfg.cluster.world_size,
     )
 
 
@@ -64,7 +68,7 @@ def save(
         c.checkpoint_files = small_files(c)
     return ckpt.save(
         c.step,
-        state=lambda: training_state(c),
+        state=c.group.shards(["policy"] + ["critic"] * (c.critic is not None)),
         trainer=trainer,
         files=c.checkpoint_files,
         final=final,
@@ -92,11 +96,3 @@ def resume(c: Components, ckpt: Checkpointer, run_dir: Path) -> dict[str, float]
     c.step = state.step
     sync_weights(c, version=state.weight_version)
     return state.eval_before
-
-
-def training_state(c: Components) -> dict:
-    """The roles' state dicts (model, optimizer, critic, critic optimizer) in one dict."""
-    state = c.policy.run("state")
-    if c.critic is not None:
-        state |= c.critic.run("state")
-    return state

@@ -1,0 +1,141 @@
+"""Training on a 2-node Ray cluster (started by the test on this machine): 2 FSDP2
+ranks reach the parameters 1 process reaches on the same data, a run resumes on them
+from its checkpoint, and a killed rank fails the run quickly with a message naming it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from grouprl.ckpt.export import find_checkpoint, part_state
+from grouprl.ckpt.manifest import parse_manifest
+from grouprl.config.loader import load_config
+from grouprl.train.run import train
+from ray_cluster import ray_env
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
+STEPS = 3
+
+
+def _overrides(run_dir: Path, tiny_model_dir: str) -> list[str]:
+    return [
+        f"model.path={tiny_model_dir}",
+        "rollout.engine=hf",
+        "rollout.n=4",
+        "rollout.max_tokens=32",
+        "data.batch_size=4",
+        "data.eval=null",
+        "algo.beta=0.02",  # a reference role too
+        "train.mini_batch_size=8",  # 2 updates per step: old logprobs, rank rows
+        "train.micro_batch_size=2",
+        f"train.steps={STEPS}",
+        "train.lr=1e-3",
+        "train.num_threads=1",
+        "metrics.progress=false",
+        "metrics.tensorboard=false",
+        f"trainer.run_dir={run_dir}",
+        "checkpoint.disk.every=1",
+        "checkpoint.disk.keep=5",
+    ]
+
+
+def _on_cluster(cluster) -> list[str]:
+    return [f"cluster.address={cluster.address}", "cluster.nodes=2"]
+
+
+def _train_on_cluster(run_dir: Path, args: list[str], *, log: Path) -> subprocess.Popen:
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "grouprl", "train", "tiny-arith", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=os.environ | ray_env() | {"PYTHONUNBUFFERED": "1", "COLUMNS": "200"},
+        )
+
+
+def _finish(proc: subprocess.Popen, log: Path) -> str:
+    proc.wait(timeout=600)
+    output = log.read_text()
+    assert proc.returncode == 0, output
+    return output
+
+
+def _rewards(run_dir: Path) -> dict[int, float]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return {x["step"]: x["reward/mean"] for x in map(json.loads, lines) if "reward/mean" in x}
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory, tiny_model_dir) -> Path:
+    run_dir = tmp_path_factory.mktemp("one") / "run"
+    train(load_config("tiny-arith", _overrides(run_dir, tiny_model_dir)))
+    return run_dir
+
+
+def _assert_same_parameters(a_dir: Path, b_dir: Path) -> None:
+    a, b = part_state(find_checkpoint(a_dir)), part_state(find_checkpoint(b_dir))
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], rtol=0, atol=2e-5, msg=key)
+    initial = part_state(find_checkpoint(a_dir, step=1))
+    moved = max(float((a[k] - initial[k]).abs().max()) for k in a)
+    assert moved > 1e-4  # the steps after the first changed the weights
+
+
+def test_two_ranks_on_two_nodes_match_one_process(
+    ray_cluster, one_process, tmp_path, tiny_model_dir
+):
+    run_dir = tmp_path / "two"
+    log = tmp_path / "two.log"
+    args = [*_overrides(run_dir, tiny_model_dir), *_on_cluster(ray_cluster)]
+    output = _finish(_train_on_cluster(run_dir, args, log=log), log)
+    assert "2 training ranks (gloo) on 2 node(s)" in output
+    path = find_checkpoint(run_dir) / "manifest.json"
+    manifest = parse_manifest(path.read_text(), where=str(path))
+    assert manifest.world_size == 2
+    assert _rewards(run_dir) == pytest.approx(_rewards(one_process))  # the same samples
+    _assert_same_parameters(one_process, run_dir)
+
+
+def test_a_run_resumes_on_two_ranks(ray_cluster, one_process, tmp_path, tiny_model_dir):
+    run_dir = tmp_path / "resumed"
+    args = [*_overrides(run_dir, tiny_model_dir), *_on_cluster(ray_cluster)]
+    log = tmp_path / "first.log"
+    _finish(_train_on_cluster(run_dir, [*args, "trainer.stop_after=1"], log=log), log)
+    assert find_checkpoint(run_dir).name == "step_000001"
+    log = tmp_path / "second.log"
+    output = _finish(_train_on_cluster(run_dir, [*args, "trainer.resume=auto"], log=log), log)
+    assert "resuming from step 1" in output
+    _assert_same_parameters(one_process, run_dir)
+
+
+def test_a_killed_rank_fails_the_run_naming_it(ray_cluster, tmp_path, tiny_model_dir):
+    run_dir = tmp_path / "killed"
+    log = tmp_path / "killed.log"
+    args = [*_overrides(run_dir, tiny_model_dir), *_on_cluster(ray_cluster), "train.steps=200"]
+    proc = _train_on_cluster(run_dir, args, log=log)
+    deadline = time.monotonic() + 300
+    pid = None
+    while pid is None or not (run_dir / "metrics.jsonl").is_file():
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, log.read_text()
+        found = re.search(r"rank 1 \S+ pid (\d+)", log.read_text())
+        pid = int(found.group(1)) if found else None
+        time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)  # a rank's process, started for this run
+    killed_at = time.monotonic()
+    proc.wait(timeout=180)
+    output = log.read_text()
+    assert proc.returncode not in (0, None), output
+    assert time.monotonic() - killed_at < 120, "the failure took too long to surface"
+    assert "training rank 1 of 2" in output and "its process died" in output, output
+    assert "trainer.resume=auto" in output

@@ -1,0 +1,115 @@
+"""A multi-node Ray cluster on this machine for tests: `ray start --block` processes
+(a head with the dashboard, then workers), each in its own session, stopped by PID.
+
+Ray gives every node this machine's own interface address (it refuses loopback for a
+multi-node cluster); the dashboard listens on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ray_env() -> dict[str, str]:
+    """What every Ray process of a test shares: no auth token, no usage reports."""
+    return {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+class LocalRayCluster:
+    def __init__(self, *, nodes: int = 2, cpus_per_node: int = 1) -> None:
+        self.nodes, self.cpus = nodes, cpus_per_node
+        # short: Ray's socket paths must fit in 107 characters
+        self.temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+        self.port, self.dashboard_port = free_port(), free_port()
+        self.procs: list[subprocess.Popen] = []
+
+    @property
+    def address(self) -> str:
+        return f"{socket.gethostname()}:{self.port}"
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def _start(self, args: list[str], name: str) -> None:
+        log = open(Path(self.temp_dir) / f"{name}.log", "wb")  # noqa: SIM115 (kept open)
+        env = {**os.environ, **ray_env()}
+        common = ["--block", "--disable-usage-stats", f"--num-cpus={self.cpus}"]
+        common += ["--object-store-memory=200000000"]
+        self.procs.append(
+            subprocess.Popen(
+                [RAY, "start", *common, *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        )
+
+    def start(self, timeout_s: float = 120) -> LocalRayCluster:
+        self._start(
+            [
+                "--head",
+                f"--port={self.port}",
+                f"--temp-dir={self.temp_dir}",
+                "--dashboard-host=127.0.0.1",
+                f"--dashboard-port={self.dashboard_port}",
+            ],
+            "head",
+        )
+        self._wait_nodes(1, timeout_s)
+        for i in range(1, self.nodes):
+            self._start([f"--address={self.address}"], f"node{i}")
+        self._wait_nodes(self.nodes, timeout_s)
+        return self
+
+    def _wait_nodes(self, count: int, timeout_s: float) -> None:
+        script = (
+            "import ray,sys;ray.init(address=sys.argv[1],logging_level='ERROR');"
+            "print(sum(n['Alive'] for n in ray.nodes()))"
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for proc in self.procs:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"ray start exited {proc.returncode}; see {self.temp_dir}")
+            out = subprocess.run(
+                [sys.executable, "-c", script, self.address],
+                capture_output=True,
+                text=True,
+                env={**os.environ, **ray_env()},
+                timeout=60,
+            )
+            if out.returncode == 0 and out.stdout.strip().isdigit():
+                if int(out.stdout.strip()) >= count:
+                    return
+            time.sleep(1)
+        raise RuntimeError(f"{count} Ray nodes not up after {timeout_s} s; see {self.temp_dir}")
+
+    def stop(self) -> None:
+        """SIGTERM each `ray start` (it stops its raylet, GCS and workers), newest first."""
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self.procs.clear()
