@@ -26,8 +26,10 @@ def free_port() -> int:
 
 
 def ray_env() -> dict[str, str]:
-    """What every Ray process of a test shares: no auth token, no usage reports."""
-    return {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    """What every Ray process of a test shares: no auth token, no usage reports, and this
+    environment's python first on PATH (as in a cluster image, jobs run `python`)."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    return {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "PATH": path}
 
 
 class LocalRayCluster:

@@ -330,6 +330,118 @@ def ckpt_export(
     typer.echo(f"exported step {found.step} ({found.where}) -> {written}")
 
 
+# --- Ray Jobs ------------------------------------------------------------------------
+
+Address = Annotated[
+    str | None,
+    typer.Option(
+        help="Ray dashboard URL (default: $RAY_API_SERVER_ADDRESS, else http://127.0.0.1:8265)."
+    ),
+]
+JobId = Annotated[str, typer.Argument(help="The job's submission id (see `grouprl jobs ls`).")]
+jobs_app = typer.Typer(help="Ray Jobs submitted with `grouprl submit`.", no_args_is_help=True)
+app.add_typer(jobs_app, name="jobs")
+
+
+@app.command()
+def submit(
+    recipe: Recipe,
+    overrides: Overrides = None,
+    address: Address = None,
+    working_dir: Annotated[
+        Path, typer.Option(help="Uploaded as the job's working dir (code, recipe files).")
+    ] = Path("."),
+    requirements: Annotated[
+        Path | None, typer.Option(help="pip requirements file installed for the job.")
+    ] = None,
+    job_id: Annotated[str | None, typer.Option(help="Submission id (default: Ray's).")] = None,
+    wait: Annotated[
+        bool, typer.Option(help="Stream the job's log until it ends; exit 1 unless it succeeds.")
+    ] = True,
+) -> None:
+    """Run `grouprl train RECIPE [overrides]` as a Ray Job on a cluster (config checked here
+    first). With cluster.nodes > 1 the training ranks spread over the cluster's nodes."""
+    with _user_errors():
+        _load_checked(recipe, overrides)
+        from grouprl.dist import jobs
+
+        submitted = jobs.submit(
+            recipe,
+            overrides or [],
+            address=address,
+            working_dir=working_dir,
+            requirements=requirements,
+            job_id=job_id,
+        )
+        typer.echo(f"submitted job {submitted}; `grouprl jobs logs {submitted}` shows its log")
+        if not wait:
+            return
+        final = jobs.follow(address, submitted)
+    typer.echo(f"job {submitted}: {final}")
+    if final != "SUCCEEDED":
+        raise typer.Exit(1)
+
+
+@jobs_app.command("ls")
+def jobs_ls(address: Address = None) -> None:
+    """The cluster's jobs, oldest first."""
+    from datetime import datetime
+
+    with _user_errors():
+        from grouprl.dist import jobs
+
+        found = jobs.list_jobs(address)
+    table = Table(box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
+    for column in ("job", "status", "recipe", "started", "entrypoint"):
+        table.add_column(column, no_wrap=column != "entrypoint")
+    for job in found:
+        started = job.start_time and datetime.fromtimestamp(job.start_time / 1000)
+        table.add_row(
+            job.submission_id or job.job_id or "?",
+            str(getattr(job.status, "value", job.status)),
+            (job.metadata or {}).get("grouprl_recipe", ""),
+            started.strftime("%Y-%m-%d %H:%M:%S") if started else "",
+            job.entrypoint,
+        )
+    Console().print(table)
+
+
+@jobs_app.command("status")
+def jobs_status(job: JobId, address: Address = None) -> None:
+    """The job's status and Ray's message about it."""
+    with _user_errors():
+        from grouprl.dist import jobs
+
+        state, message = jobs.status(address, job)
+    typer.echo(f"{job}: {state}" + (f" ({message})" if message else ""))
+
+
+@jobs_app.command("logs")
+def jobs_logs(
+    job: JobId,
+    address: Address = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Stream until it ends.")] = False,
+) -> None:
+    """The job's log (its driver's stdout and stderr)."""
+    with _user_errors():
+        from grouprl.dist import jobs
+
+        if follow:
+            jobs.follow(address, job)
+        else:
+            typer.echo(jobs.logs(address, job), nl=False)
+
+
+@jobs_app.command("stop")
+def jobs_stop(job: JobId, address: Address = None) -> None:
+    """Stop the job (SIGTERM to its driver: grouprl saves a checkpoint and exits)."""
+    with _user_errors():
+        from grouprl.dist import jobs
+
+        stopped = jobs.stop(address, job)
+    typer.echo(f"{job}: {'stopping' if stopped else 'already finished'}")
+
+
 def main() -> None:
     """Console entry point (``grouprl``)."""
     app()
