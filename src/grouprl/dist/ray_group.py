@@ -1,0 +1,273 @@
+"""Training ranks as Ray actors, one per rank, in a placement group of one bundle per node.
+
+    driver ──► placement group: bundle 0 (node A)      bundle 1 (node B) ...
+                                WorkerHost rank 0, 1   WorkerHost rank 2, 3
+               each host: torch.distributed (gloo on CPU, nccl on GPU, init at rank 0's
+               address), then one instance of each role added to the group
+
+A call runs on every rank at once; the driver waits for all of them and fails as soon
+as one fails or its process dies, naming the rank and node, and kills the rest (a
+survivor may be blocked in a collective with the dead rank). Collectives themselves
+time out after ``cluster.collective_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from grouprl.config.schema import ClusterConfig, RunConfig
+from grouprl.dist.rank import Rank, free_port, join_process_group
+
+logger = logging.getLogger(__name__)
+
+PLACEMENT_TIMEOUT_S = 120.0  # the cluster should have the resources by then
+
+
+class WorkerFailed(RuntimeError):
+    """A training rank raised or died; the message names it."""
+
+    user_error = True  # the message says everything; a driver traceback adds nothing
+
+
+class WorkerHost:
+    """The process of one rank (a Ray actor): joins the group, hosts the roles."""
+
+    def __init__(self, *, rank: int, world_size: int, device: str, threads: int) -> None:
+        import torch
+
+        torch.set_num_threads(threads)
+        self.rank = Rank(rank, world_size, device)
+        self.roles: dict[str, Any] = {}
+
+    def where(self) -> dict[str, Any]:
+        import ray
+
+        return {"ip": ray.util.get_node_ip_address(), "pid": os.getpid(), "port": free_port()}
+
+    def join(self, *, init_method: str, backend: str, timeout_s: float) -> None:
+        import torch.distributed as dist
+
+        from grouprl.ckpt.snapshot import StagedShards
+
+        join_process_group(
+            rank=self.rank.rank,
+            world_size=self.rank.world_size,
+            init_method=init_method,
+            backend=backend,
+            timeout_s=timeout_s,
+        )
+        # checkpoint writes run beside training collectives: they get their own group
+        self.staged = StagedShards(process_group=dist.new_group(backend="gloo"))
+
+    def stage_shards(self, roles: list[str]) -> int:
+        state: dict[str, Any] = {}
+        for role in roles:
+            state |= self.roles[role].state()
+        return self.staged.stage(state)
+
+    def write_shards(self, out: str) -> None:
+        self.staged.write(Path(out))
+
+    def add(self, role: str, cls: type, kwargs: dict[str, Any]) -> None:
+        self.roles[role] = cls(self.rank, **kwargs)
+
+    def call(self, role: str, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+        return getattr(self.roles[role], method)(*args, **kwargs)
+
+
+class RayGroup:
+    def __init__(self, hosts: list, places: list[dict[str, Any]], placement_group) -> None:
+        self.hosts, self.places, self.placement_group = hosts, places, placement_group
+        self.world_size = len(hosts)
+
+    @classmethod
+    def start(cls, cfg: RunConfig, *, run_dir: Path) -> RayGroup:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        c = cfg.cluster
+        connect(c, run_dir=run_dir)
+        per_node = c.ranks_per_node
+        bundle = {"CPU": c.cpus_per_worker * per_node}
+        if c.gpus_per_node:
+            bundle["GPU"] = per_node
+        group = placement_group(
+            [dict(bundle) for _ in range(c.nodes)],
+            strategy="STRICT_SPREAD" if c.nodes > 1 else "PACK",
+        )
+        _wait_for_placement(group, c, bundle)
+        device = "cuda" if c.gpus_per_node else "cpu"
+        actor = ray.remote(WorkerHost)
+        hosts = [
+            actor.options(
+                num_cpus=c.cpus_per_worker,
+                num_gpus=1 if c.gpus_per_node else 0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    group, placement_group_bundle_index=rank // per_node
+                ),
+                runtime_env={"env_vars": _worker_env(c)},
+                max_concurrency=2,  # a checkpoint write runs beside the training calls
+            ).remote(
+                rank=rank,
+                world_size=c.world_size,
+                device=device,
+                threads=max(1, int(c.cpus_per_worker)),
+            )
+            for rank in range(c.world_size)
+        ]
+        self = cls(hosts, [{"rank": r} for r in range(len(hosts))], group)
+        self.places = self._wait([h.where.remote() for h in hosts], what="start")
+        master = self.places[0]
+        init = f"tcp://{master['ip']}:{master['port']}"
+        backend = "nccl" if c.gpus_per_node else "gloo"
+        self._wait(
+            [
+                h.join.remote(init_method=init, backend=backend, timeout_s=c.collective_timeout_s)
+                for h in hosts
+            ],
+            what="join the process group",
+        )
+        nodes = sorted({p["ip"] for p in self.places})
+        logger.info(
+            "%d training ranks (%s) on %d node(s): %s",
+            len(hosts),
+            backend,
+            len(nodes),
+            ", ".join(f"rank {p['rank']} {p['ip']} pid {p['pid']}" for p in self._described()),
+        )
+        return self
+
+    def add(self, role: str, cls: type, **kwargs: Any) -> None:
+        self._wait([h.add.remote(role, cls, kwargs) for h in self.hosts], what=f"build {role}")
+
+    def shards(self, roles: list[str]) -> RankShards:
+        return RankShards(self, roles)
+
+    def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        import ray
+
+        args_ref, kwargs_ref = ray.put(args), ray.put(kwargs)
+        refs = [h.call.remote(role, method, args_ref, kwargs_ref) for h in self.hosts]
+        return self._wait(refs, what=f"{role}.{method}")
+
+    def close(self) -> None:
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        for host in self.hosts:
+            ray.kill(host)
+        remove_placement_group(self.placement_group)
+        self.hosts = []
+
+    # --- failures ---------------------------------------------------------------------
+
+    def _described(self) -> list[dict[str, Any]]:
+        return [{"rank": r, **p} for r, p in enumerate(self.places)]
+
+    def _wait(self, refs: list, *, what: str) -> list[Any]:
+        """All results in rank order; the first failure kills the group and raises."""
+        import ray
+
+        index = {ref: rank for rank, ref in enumerate(refs)}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(done[0])
+            except Exception as err:
+                rank = index[done[0]]
+                place = self.places[rank] if rank < len(self.places) else {}
+                where = f"node {place.get('ip', '?')}, pid {place.get('pid', '?')}"
+                self.close()
+                raise WorkerFailed(
+                    f"training rank {rank} of {len(refs)} ({where}) failed during {what}: "
+                    f"{_reason(err)}. The other ranks were stopped. Restart the run with "
+                    "trainer.resume=auto to continue from its last checkpoint."
+                ) from None
+        return ray.get(refs)
+
+
+class RankShards:
+    """Checkpoint shards that stay with their ranks: each stages its own (the loop waits
+    for that), then all write their DCP shards together into one directory, which must
+    be on a filesystem every node sees."""
+
+    def __init__(self, group: RayGroup, roles: list[str]) -> None:
+        self.group, self.roles = group, roles
+
+    def stage(self) -> int:
+        sizes = self.group._wait(
+            [h.stage_shards.remote(self.roles) for h in self.group.hosts], what="stage shards"
+        )
+        return sum(sizes)
+
+    def write(self, out: Path) -> None:
+        self.group._wait(
+            [h.write_shards.remote(str(out)) for h in self.group.hosts], what="write shards"
+        )
+
+
+def _reason(err: Exception) -> str:
+    import ray.exceptions as rex
+
+    if isinstance(err, rex.ActorDiedError | rex.ActorUnavailableError):
+        return "its process died (killed, out of memory, or its node was lost)"
+    if isinstance(err, rex.RayTaskError):
+        cause = err.cause if getattr(err, "cause", None) is not None else err
+        return f"{type(cause).__name__}: {cause}"
+    return f"{type(err).__name__}: {err}"
+
+
+def _worker_env(c: ClusterConfig) -> dict[str, str]:
+    threads = str(max(1, int(c.cpus_per_worker)))
+    env = {"OMP_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false"}
+    for key in ("HF_HUB_OFFLINE", "HF_HOME", "TRANSFORMERS_VERBOSITY"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    return env
+
+
+def connect(c: ClusterConfig, *, run_dir: Path) -> None:
+    """Joins ``cluster.address`` (or RAY_ADDRESS), else starts a Ray instance here."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = c.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=True, logging_level=logging.WARNING)
+        return
+    ray.init(
+        num_cpus=max(2, int(c.cpus_per_worker * c.world_size)),
+        include_dashboard=False,
+        logging_level=logging.WARNING,
+        _temp_dir=str(Path(run_dir).resolve() / "cache" / "ray"),
+    )
+
+
+def _wait_for_placement(group, c: ClusterConfig, bundle: dict[str, float]) -> None:
+    import ray
+
+    start = time.monotonic()
+    ready = group.ready()
+    done, _ = ray.wait([ready], timeout=PLACEMENT_TIMEOUT_S)
+    if done:
+        return
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    have = ", ".join(
+        f"{n.get('NodeManagerAddress')}: {n['Resources'].get('CPU', 0):g} CPU "
+        f"{n['Resources'].get('GPU', 0):g} GPU"
+        for n in nodes
+    )
+    raise WorkerFailed(
+        f"the Ray cluster cannot place {c.nodes} node(s) x {bundle} (cluster.nodes="
+        f"{c.nodes}, {c.ranks_per_node} ranks per node, cluster.cpus_per_worker="
+        f"{c.cpus_per_worker}, cluster.gpus_per_node={c.gpus_per_node}) after "
+        f"{time.monotonic() - start:.0f} s; it has {len(nodes)} node(s): {have}. Lower "
+        "those keys or add nodes."
+    )
