@@ -7,6 +7,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from grouprl.config.schema import AlgoConfig, CriticConfig, TrainConfig
+from grouprl.roles.common import checkpoint_activations
 from grouprl.train.batch import build_batch
 from grouprl.train.critic import ValueScorer, batch_values, critic_update, token_values
 from grouprl.train.logprobs import TokenScorer, token_logprobs
@@ -78,10 +79,15 @@ def test_chunked_logprobs_match_full_softmax(model):
     del lp2
 
 
-def _update(model, batch, *, micro: int, mini: int, iterations: int = 1, lr: float = 1.0):
+def _update(
+    model, batch, *, micro: int, mini: int, iterations: int = 1, lr: float = 1.0, ckpt=False
+):
     # plain SGD: the parameter change is the (clipped) gradient itself, so the
     # comparison is not blurred by Adam's division by tiny second moments
     m = copy.deepcopy(model)
+    if ckpt:
+        checkpoint_activations(m)
+        m.train()
     opt = torch.optim.SGD(m.parameters(), lr=lr)
     metrics = policy_update(
         scorer=TokenScorer(m, chunk_tokens=16),
@@ -106,6 +112,15 @@ def test_four_micro_batches_of_two_equal_one_batch_of_eight(model):
         (a - b).abs().max() for a, b in zip(full.parameters(), model.parameters(), strict=True)
     )
     assert moved > 1e-4  # the update did something
+
+
+def test_activation_checkpointing_leaves_the_update_unchanged(model):
+    batch = _with_advantages(build_batch(_trajectories(8, seed=4), pad_id=0), torch.randn(8))
+    plain, _ = _update(model, copy.deepcopy(batch), micro=4, mini=8)
+    recomputed, _ = _update(model, copy.deepcopy(batch), micro=4, mini=8, ckpt=True)
+    assert recomputed.model.gradient_checkpointing  # it was on
+    for (name, a), b in zip(plain.named_parameters(), recomputed.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
 
 
 def test_several_updates_reuse_old_logprobs(model):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grouprl.config.errors import ConfigError, choices, show
+from grouprl.config.gpu_memory import gpu_memory_problems, gpu_name_problems
 from grouprl.config.schema import DataSource, RunConfig
 from grouprl.data.builtin import BUILTIN_DATASETS, split_sizes
 
@@ -61,7 +62,9 @@ class Derived:
 
 
 def check_config(cfg: RunConfig) -> None:
-    """Raise ``ConfigError`` listing every cross-field problem (batch arithmetic first)."""
+    """Raise ``ConfigError`` listing every cross-field problem (batch arithmetic first);
+    once the rest passes and cluster.gpu is set, the memory plan's (``config/gpu_memory.py``,
+    skipped when a model's config.json is unknown)."""
     problems = [
         *_check_batch(cfg),
         *_check_length(cfg),
@@ -70,7 +73,10 @@ def check_config(cfg: RunConfig) -> None:
         *_check_reward(cfg),
         *_check_trainer(cfg),
         *_check_cluster(cfg),
+        *gpu_name_problems(cfg),
     ]
+    if not problems:  # the memory plan needs the derived numbers, so a valid config
+        problems = gpu_memory_problems(cfg, _numbers(cfg))
     if len(problems) == 1:
         raise ConfigError(problems[0])
     if problems:
@@ -81,6 +87,11 @@ def check_config(cfg: RunConfig) -> None:
 def derive(cfg: RunConfig) -> Derived:
     """Check ``cfg`` (raising ``ConfigError``) and compute the derived quantities."""
     check_config(cfg)
+    return _numbers(cfg)
+
+
+def _numbers(cfg: RunConfig) -> Derived:
+    """The derived quantities of a config that passes the checks before the memory plan."""
     prompts = cfg.data.batch_size
     samples = prompts * cfg.rollout.n
     mini = cfg.train.mini_batch_size or samples
@@ -120,7 +131,7 @@ def derive(cfg: RunConfig) -> Derived:
         max_tokens_per_micro_batch=micro * sample_tokens,
         max_tokens_per_step=samples * sample_tokens,
         run_dir=cfg.trainer.run_dir.replace("{name}", cfg.name),
-        world_size=cfg.cluster.world_size,
+        world_size=cfg.world_size,
     )
 
 
@@ -348,12 +359,12 @@ def _check_reward(cfg: RunConfig) -> list[str]:
 
 def _check_cluster(cfg: RunConfig) -> list[str]:
     c, problems = cfg.cluster, []
-    world = c.world_size
+    world = cfg.world_size
     mini = cfg.train.mini_batch_size or cfg.data.batch_size * cfg.rollout.n
     if mini % world:
         fits = [w for w in _divisors(mini) if w <= 4 * world]
         problems.append(
-            f"{world} training ranks (cluster.nodes={c.nodes} x {c.ranks_per_node} per node) "
+            f"{world} training ranks (cluster.nodes={c.nodes} x {cfg.ranks_per_node} per node) "
             f"cannot split a mini-batch of {mini} samples evenly (train.mini_batch_size="
             f"{cfg.train.mini_batch_size}, data.batch_size x rollout.n = "
             f"{cfg.data.batch_size * cfg.rollout.n}); every rank trains on an equal share. Use "

@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from grouprl.assets import BUILTIN_PREFIX, ModelPathError, resolve_model_path
+from grouprl.config.known_models import known_config
 
 # bytes per parameter while training with AdamW in float32: weights, grads, two moments
 ADAMW_FP32_BYTES = 4 + 4 + 2 * 4
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+KNOWN_CONFIGS_WHERE = "grouprl's table of known configs"
 
 
 class SizeUnknown(Exception):
@@ -51,7 +53,8 @@ class ParamCount:
 
 def model_config(path: str, *, revision: str | None = None) -> tuple[dict[str, Any], str]:
     """``config.json`` of ``path`` (``builtin:NAME``, a directory, or a downloaded hub
-    model) and where it was read; ``SizeUnknown`` when it is not on disk."""
+    model) and where it was read. A hub model that is not downloaded falls back to
+    ``config/known_models.py``; ``SizeUnknown`` when it is not listed there either."""
     try:
         resolved = resolve_model_path(path)
     except ModelPathError as err:
@@ -63,9 +66,12 @@ def model_config(path: str, *, revision: str | None = None) -> tuple[dict[str, A
     if resolved.startswith((".", "/", "~")):
         raise SizeUnknown(f"unknown (no {local})")
     cached = _hub_cache_config(resolved, revision=revision)
-    if cached is None:
+    if cached is not None:
+        return json.loads(cached.read_text()), "config.json in the Hugging Face cache"
+    known = known_config(resolved)
+    if known is None:
         raise SizeUnknown("unknown (hub model, not downloaded)")
-    return json.loads(cached.read_text()), "config.json in the Hugging Face cache"
+    return known, KNOWN_CONFIGS_WHERE
 
 
 def _hub_cache_config(name: str, *, revision: str | None) -> Path | None:
@@ -83,8 +89,29 @@ def _hub_cache_config(name: str, *, revision: str | None) -> Path | None:
     return config if config.is_file() else None
 
 
-def estimate_params(config: dict[str, Any]) -> ParamCount:
-    """Weights of a Qwen2/Llama/Qwen3-style decoder; ``SizeUnknown`` if a size is missing."""
+@dataclass(frozen=True)
+class DecoderShape:
+    """The sizes of a Qwen2/Llama-style decoder that its weights and activations follow."""
+
+    vocab: int
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+    @property
+    def q_out(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_out(self) -> int:
+        return self.kv_heads * self.head_dim
+
+
+def decoder_shape(config: dict[str, Any]) -> DecoderShape:
+    """The sizes in ``config.json``; ``SizeUnknown`` if one is missing."""
     config = config.get("text_config", config)  # multimodal configs nest the decoder
     needed = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers")
     missing = [k for k in (*needed, "num_attention_heads") if not config.get(k)]
@@ -92,9 +119,23 @@ def estimate_params(config: dict[str, Any]) -> ParamCount:
         raise SizeUnknown(f"unknown (config.json has no {', '.join(missing)})")
     vocab, hidden, inter, layers = (int(config[k]) for k in needed)
     heads = int(config["num_attention_heads"])
-    kv_heads = int(config.get("num_key_value_heads") or heads)
-    head_dim = int(config.get("head_dim") or hidden // heads)
-    q_out, kv_out = heads * head_dim, kv_heads * head_dim
+    return DecoderShape(
+        vocab=vocab,
+        hidden=hidden,
+        intermediate=inter,
+        layers=layers,
+        heads=heads,
+        kv_heads=int(config.get("num_key_value_heads") or heads),
+        head_dim=int(config.get("head_dim") or hidden // heads),
+    )
+
+
+def estimate_params(config: dict[str, Any]) -> ParamCount:
+    """Weights of a Qwen2/Llama/Qwen3-style decoder; ``SizeUnknown`` if a size is missing."""
+    shape = decoder_shape(config)
+    config = config.get("text_config", config)
+    vocab, hidden, inter, layers = shape.vocab, shape.hidden, shape.intermediate, shape.layers
+    head_dim, q_out, kv_out = shape.head_dim, shape.q_out, shape.kv_out
     model_type = config.get("model_type", "")
     attention_bias = bool(config.get("attention_bias", False))
     qkv_bias = model_type == "qwen2" or attention_bias  # Qwen2: q/k/v biases, o none

@@ -12,14 +12,15 @@ from rich.text import Text
 from grouprl.config.algorithms import ALGORITHMS
 from grouprl.config.checks import Derived, per_token_advantages
 from grouprl.config.errors import show
-from grouprl.config.plan_models import Row, model_rows
+from grouprl.config.plan_models import Row, memory_rows, model_rows
 from grouprl.config.schema import DataSource, RunConfig
 
 LATER = "computed after the dataset loads"
 
 
 def render_plan(cfg: RunConfig, derived: Derived) -> Group:
-    """A titled table: run, batch, length, tokens, algorithm, models and output sections."""
+    """A titled table: run, batch, length, tokens, algorithm, models, memory per GPU and
+    output sections."""
     table = Table(show_header=True, header_style="bold", expand=False, show_lines=False)
     table.add_column("quantity", style="cyan", no_wrap=True)
     table.add_column("value", justify="right", style="bold", overflow="fold", max_width=24)
@@ -31,6 +32,7 @@ def render_plan(cfg: RunConfig, derived: Derived) -> Group:
         ("tokens", _token_rows(cfg, derived)),
         ("algorithm", _algo_rows(cfg, derived)),
         ("models", model_rows(cfg, derived)),
+        ("memory per GPU", memory_rows(cfg, derived)),
         ("output", _output_rows(cfg, derived)),
     ]
     for title, rows in sections:

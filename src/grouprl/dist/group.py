@@ -85,7 +85,7 @@ class Role:
 
 def make_group(cfg: RunConfig, *, run_dir) -> WorkerGroup:
     """In this process for world size 1, else Ray actors (``cluster`` section)."""
-    if cfg.cluster.world_size == 1:
+    if cfg.world_size == 1:
         from grouprl.device import resolve_device
 
         return LocalGroup(str(resolve_device(cfg.train.device)))

@@ -91,8 +91,8 @@ class RayGroup:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         c = cfg.cluster
-        connect(c, run_dir=run_dir)
-        per_node = c.ranks_per_node
+        per_node, world = cfg.ranks_per_node, cfg.world_size
+        connect(c, world_size=world, run_dir=run_dir)
         bundle = {"CPU": c.cpus_per_worker * per_node}
         if c.gpus_per_node:
             bundle["GPU"] = per_node
@@ -100,7 +100,7 @@ class RayGroup:
             [dict(bundle) for _ in range(c.nodes)],
             strategy="STRICT_SPREAD" if c.nodes > 1 else "PACK",
         )
-        _wait_for_placement(group, c, bundle)
+        _wait_for_placement(group, cfg, bundle)
         device = "cuda" if c.gpus_per_node else "cpu"
         actor = ray.remote(WorkerHost)
         hosts = [
@@ -114,11 +114,11 @@ class RayGroup:
                 max_concurrency=2,  # a checkpoint write runs beside the training calls
             ).remote(
                 rank=rank,
-                world_size=c.world_size,
+                world_size=world,
                 device=device,
                 threads=max(1, int(c.cpus_per_worker)),
             )
-            for rank in range(c.world_size)
+            for rank in range(world)
         ]
         self = cls(hosts, [{"rank": r} for r in range(len(hosts))], group)
         self.places = self._wait([h.where.remote() for h in hosts], what="start")
@@ -232,7 +232,7 @@ def _worker_env(c: ClusterConfig) -> dict[str, str]:
     return env
 
 
-def connect(c: ClusterConfig, *, run_dir: Path) -> None:
+def connect(c: ClusterConfig, *, world_size: int, run_dir: Path) -> None:
     """Joins ``cluster.address`` (or RAY_ADDRESS), else starts a Ray instance here."""
     import ray
 
@@ -243,16 +243,17 @@ def connect(c: ClusterConfig, *, run_dir: Path) -> None:
         ray.init(address=address, log_to_driver=True, logging_level=logging.WARNING)
         return
     ray.init(
-        num_cpus=max(2, int(c.cpus_per_worker * c.world_size)),
+        num_cpus=max(2, int(c.cpus_per_worker * world_size)),
         include_dashboard=False,
         logging_level=logging.WARNING,
         _temp_dir=str(Path(run_dir).resolve() / "cache" / "ray"),
     )
 
 
-def _wait_for_placement(group, c: ClusterConfig, bundle: dict[str, float]) -> None:
+def _wait_for_placement(group, cfg: RunConfig, bundle: dict[str, float]) -> None:
     import ray
 
+    c = cfg.cluster
     start = time.monotonic()
     ready = group.ready()
     done, _ = ray.wait([ready], timeout=PLACEMENT_TIMEOUT_S)
@@ -266,7 +267,7 @@ def _wait_for_placement(group, c: ClusterConfig, bundle: dict[str, float]) -> No
     )
     raise WorkerFailed(
         f"the Ray cluster cannot place {c.nodes} node(s) x {bundle} (cluster.nodes="
-        f"{c.nodes}, {c.ranks_per_node} ranks per node, cluster.cpus_per_worker="
+        f"{c.nodes}, {cfg.ranks_per_node} ranks per node, cluster.cpus_per_worker="
         f"{c.cpus_per_worker}, cluster.gpus_per_node={c.gpus_per_node}) after "
         f"{time.monotonic() - start:.0f} s; it has {len(nodes)} node(s): {have}. Lower "
         "those keys or add nodes."

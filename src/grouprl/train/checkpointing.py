@@ -35,7 +35,7 @@ def make_checkpointer(cfg: RunConfig, run_dir: Path) -> Checkpointer:
         run_dir=run_dir,
         run_name=cfg.name,
         config_hash=config_hash(cfg),
-        world_size=cfg.cluster.world_size,
+        world_size=cfg.world_size,
     )
 
 

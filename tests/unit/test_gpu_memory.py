@@ -1,0 +1,236 @@
+"""The per-GPU memory planner: hand-computed terms, GPU names, known configs, rejections."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from grouprl.cli import app
+from grouprl.config import ConfigError, check_config, derive, load_config
+from grouprl.config.gpu_memory import (
+    GPU_MEMORY,
+    activation_bytes,
+    layer_activation_bytes,
+    parse_gpu,
+    plan_for_run,
+    plan_gpu_memory,
+)
+from grouprl.config.known_models import known_config
+from grouprl.config.memory import SizeUnknown, decoder_shape, estimate_params, model_config
+from grouprl.config.plan_models import memory_rows
+
+MiB, GiB = 1024**2, 1024**3
+runner = CliRunner()
+
+# a made-up Llama-style decoder, small enough to count by hand: head_dim 16 / 4 = 4,
+# q = 4 x 4 = 16, kv = 2 x 4 = 8
+SMALL = {
+    "model_type": "llama",
+    "vocab_size": 100,
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "tie_word_embeddings": False,
+}
+# per layer: q 16x16 + k, v 16x8 each + o 16x16 = 768; mlp 3 x 16 x 32 = 1536; norms 32
+SMALL_LAYER = 768 + 1536 + 32
+SMALL_PARAMS = 100 * 16 + 3 * SMALL_LAYER + 16 + 100 * 16  # embeddings, layers, norm, lm_head
+# tiny-arith: micro-batch 32 samples x (128 prompt + 64 completion) tokens
+TOKENS = 32 * 192
+GPU_COLOCATED = ["cluster.gpus_per_node=4", "cluster.gpu=10GiB", "train.device=auto"]
+
+
+def small_plan(overrides: list[str]):
+    cfg = load_config(
+        "tiny-arith", [*GPU_COLOCATED, "rollout.gpu_memory_utilization=0.5", *overrides]
+    )
+    return plan_gpu_memory(cfg, derive(cfg), config=SMALL)
+
+
+def row(rows, what: str) -> int:
+    return next(r.bytes for r in rows if r.what == what)
+
+
+def test_small_config_terms_by_hand():
+    shape = decoder_shape(SMALL)
+    assert estimate_params(SMALL).causal_lm == SMALL_PARAMS == 10_224
+    # (6H + 2q + 2kv + 4I) x 2 bf16 + 8H fp32 norm copies = (96 + 32 + 16 + 128) x 2 + 128
+    assert layer_activation_bytes(shape) == 672
+    assert activation_bytes(shape, tokens=TOKENS, checkpointing=False) == TOKENS * 3 * 672
+    # checkpointed: every layer's bf16 input (2H) plus one layer recomputed
+    assert activation_bytes(shape, tokens=TOKENS, checkpointing=True) == TOKENS * (3 * 32 + 672)
+
+    plan = small_plan([])
+    rows = plan.training_gpu
+    assert row(rows, "policy states") == SMALL_PARAMS * 16 // 4  # 4 ranks
+    # 2 layers (one computing, one prefetched) + root (embeddings, norm, lm_head), fp32
+    assert row(rows, "gathered params") == (2 * SMALL_LAYER + 100 * 16 + 16 + 100 * 16) * 4
+    assert row(rows, "activations") == TOKENS * 3 * 672 == 12_386_304
+    assert row(rows, "logprob chunk") == 1024 * 100 * 4 * 3  # train.logprob_chunk_tokens
+    assert plan.engine is not None
+    assert plan.engine.kv_per_token == 2 * 3 * 2 * 4 * 2 == 96  # K and V, bf16
+    assert row(rows, "engine claim") == 5 * GiB
+    assert row(rows, "engine weights") == SMALL_PARAMS * 2
+    assert plan.engine.kv_cache == 5 * GiB - SMALL_PARAMS * 2 - GiB
+    assert plan.engine.sequences == plan.engine.kv_cache // (256 * 96)  # rollout.max_model_len
+    resident = GiB // 2 + SMALL_PARAMS * 4
+    working = row(rows, "gathered params") + 12_386_304 + 1024 * 1200
+    assert plan.training_phase == resident + working  # the colocated engine sleeps
+    assert plan.generation_phase == 5 * GiB + resident  # claim + states, no activations
+    assert plan.fits and plan.problems == []
+
+
+def test_offload_reference_and_one_rank():
+    offloaded = small_plan(["cluster.offload=true", "algo.beta=0.04"])
+    assert row(offloaded.training_gpu, "policy states") == 0
+    assert row(offloaded.training_gpu, "reference") == 0
+    assert row(offloaded.training_gpu, "gathered params") > 0  # still gathered on the GPU
+    plain = small_plan(["algo.beta=0.04"])
+    assert row(plain.training_gpu, "reference") == SMALL_PARAMS * 2 // 4  # bf16, sharded
+    # one rank trains without FSDP2: no sharding, no offload, nothing extra gathered
+    one = small_plan(["cluster.gpus_per_node=1", "cluster.offload=true"])
+    assert row(one.training_gpu, "policy states") == SMALL_PARAMS * 16
+    assert row(one.training_gpu, "gathered params") == 0
+
+
+def test_critic_pass_counts_apart_from_the_policys():
+    plan = small_plan(["algo.name=ppo", "critic.path=builtin:tiny-arith"])
+    rows = plan.training_gpu
+    value_params = estimate_params(SMALL).value_model
+    assert row(rows, "critic states") == value_params * 16 // 4
+    policy_pass = row(rows, "gathered params") + row(rows, "activations")
+    policy_pass += row(rows, "logprob chunk")
+    resident = GiB // 2 + row(rows, "policy states") + row(rows, "critic states")
+    assert plan.training_phase == resident + max(policy_pass, row(rows, "critic pass"))
+
+
+def test_dedicated_engine_gets_its_own_gpu_rows():
+    plan = small_plan(["cluster.gpus_per_node=5", "rollout.gpus=1"])  # 4 train, 1 generates
+    assert not plan.colocated
+    assert all(not r.what.startswith("engine") for r in plan.training_gpu)
+    assert row(plan.generation_gpu, "engine claim") == 5 * GiB
+    assert plan.generation_phase == 5 * GiB
+
+
+@pytest.mark.parametrize(
+    ("text", "label", "size"),
+    [
+        ("H100", "H100", 81559 * MiB),
+        ("h200", "H200", 143771 * MiB),
+        ("a100-40gb", "A100-40GB", 40960 * MiB),
+        ("80GiB", "80GiB", 80 * GiB),
+        ("48GB", "48GB", 48 * 10**9),
+        ("24000MiB", "24000MiB", 24000 * MiB),
+        ("1.5 TiB", "1.5 TiB", int(1.5 * 1024**4)),
+    ],
+)
+def test_parse_gpu_names_and_sizes(text, label, size):
+    assert parse_gpu(text) == (label, size)
+
+
+def test_parse_gpu_rejects_unknown_names_with_the_choices():
+    for bad in ("H1000", "80", "0GiB", "80 gigs"):
+        with pytest.raises(ConfigError) as err:
+            parse_gpu(bad)
+        message = str(err.value)
+        assert f"cluster.gpu={bad!r}" in message
+        assert all(name in message for name in GPU_MEMORY)
+        assert "80GiB" in message and "null" in message
+    with pytest.raises(ConfigError, match="cluster.gpu='H1000'"):
+        check_config(load_config("tiny-arith", ["cluster.gpu=H1000"]))
+
+
+def test_known_models_table(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # nothing downloaded
+    config, where = model_config("Qwen/Qwen2.5-7B-Instruct")
+    assert where == "grouprl's table of known configs"
+    assert abs(estimate_params(config).causal_lm - 7.6e9) <= 0.02 * 7.6e9
+    assert known_config("qwen/QWEN2.5-7b") == config  # any case, with or without -Instruct
+    assert estimate_params(known_config("Qwen/Qwen2.5-0.5B")).causal_lm == 494_032_768
+    assert abs(estimate_params(known_config("meta-llama/Llama-3.1-8B")).causal_lm - 8.03e9) < 1e8
+    assert known_config("meta-llama/Llama-3.3-70B-Instruct") is not None
+    assert known_config("someorg/not-listed") is None
+
+
+def test_a_hub_model_outside_the_table_skips_the_check(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(SizeUnknown, match="hub model, not downloaded"):
+        model_config("someorg/not-listed")
+    cfg = load_config("tiny-arith", ["model.path=someorg/not-listed", *GPU_COLOCATED])
+    derived = derive(cfg)  # no memory problem: skipped silently
+    [(quantity, value, how)] = memory_rows(cfg, derived)
+    assert (quantity, value) == ("memory check", "skipped")
+    assert "unknown (hub model, not downloaded)" in how
+
+
+def test_plan_of_qwen_7b_on_two_h100_nodes_fits():
+    overrides = [
+        "model.path=Qwen/Qwen2.5-7B-Instruct",
+        "cluster.nodes=2",
+        "cluster.gpus_per_node=8",
+        "cluster.gpu=H100",
+        "train.device=auto",
+        "rollout.max_model_len=2048",
+    ]
+    cfg = load_config("tiny-arith", overrides)
+    plan = plan_for_run(cfg, derive(cfg))
+    assert plan.fits and plan.problems == []
+    assert plan.engine is not None and plan.engine.kv_per_token == 2 * 28 * 4 * 128 * 2
+    assert plan.training_phase > plan.generation_phase  # 38 GiB of activations
+
+
+def test_70b_on_one_node_of_h100s_is_rejected_without_offload(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    overrides = [
+        "model.path=meta-llama/Llama-3.1-70B-Instruct",
+        "cluster.gpus_per_node=8",
+        "cluster.gpu=H100",
+        "train.device=auto",
+    ]
+    with pytest.raises(ConfigError) as err:
+        check_config(load_config("tiny-arith", overrides))
+    message = str(err.value)
+    assert "more than cluster.gpu=H100 has" in message
+    assert "cluster.offload=true" in message
+    # the fixes in order: offload, activation checkpointing, micro-batch, more GPUs
+    order = ["cluster.offload=true", "train.activation_checkpointing=true", "micro_batch_size"]
+    positions = [message.index(key) for key in [*order, "more GPUs"]]
+    assert positions == sorted(positions)
+
+
+def test_max_model_len_beyond_the_kv_cache_is_rejected():
+    overrides = [
+        "model.path=Qwen/Qwen2.5-7B-Instruct",
+        "cluster.gpus_per_node=8",
+        "cluster.gpu=H100",
+        "train.device=auto",
+        "rollout.gpu_memory_utilization=0.25",
+        "rollout.max_model_len=131072",
+    ]
+    with pytest.raises(ConfigError) as err:
+        check_config(load_config("tiny-arith", overrides))
+    message = str(err.value)
+    assert "rollout.max_model_len=131072 needs 7 GiB of KV cache per sequence" in message
+    assert "raise rollout.gpu_memory_utilization" in message
+
+
+def test_no_check_without_cluster_gpu_or_on_cpu():
+    cfg = load_config("tiny-arith", [])
+    [(_, value, how)] = memory_rows(cfg, derive(cfg))
+    assert value == "off" and "cluster.gpu=null: no memory check" in how
+    cpu = load_config("tiny-arith", ["cluster.gpu=H100", "train.device=cpu"])
+    assert memory_rows(cpu, derive(cpu))[0][1] == "off"
+
+
+def test_cli_plan_rejects_a_bad_plan_and_shows_a_good_one(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    gpus = ["cluster.gpus_per_node=8", "cluster.gpu=H100", "train.device=auto"]
+    bad = runner.invoke(app, ["plan", "tiny-arith", "model.path=Qwen/Qwen2.5-72B", *gpus])
+    assert bad.exit_code == 2
+    assert "cluster.offload=true" in bad.output and "Traceback" not in bad.output
+    good = runner.invoke(app, ["plan", "tiny-arith", "model.path=Qwen/Qwen2.5-7B", *gpus])
+    assert good.exit_code == 0, good.output
+    assert "MEMORY PER GPU" in good.output
+    assert "peak: training phase" in good.output and "fits" in good.output
