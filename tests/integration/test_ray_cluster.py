@@ -118,24 +118,42 @@ def test_a_run_resumes_on_two_ranks(ray_cluster, one_process, tmp_path, tiny_mod
     _assert_same_parameters(one_process, run_dir)
 
 
-def test_a_killed_rank_fails_the_run_naming_it(ray_cluster, tmp_path, tiny_model_dir):
-    run_dir = tmp_path / "killed"
-    log = tmp_path / "killed.log"
-    args = [*_overrides(run_dir, tiny_model_dir), *_on_cluster(ray_cluster), "train.steps=200"]
-    proc = _train_on_cluster(run_dir, args, log=log)
+def _kill_rank_one(proc: subprocess.Popen, *, ready: Path, log: Path) -> float:
+    """SIGKILLs rank 1's process (started for this run) once ``ready`` exists."""
     deadline = time.monotonic() + 300
     pid = None
-    while pid is None or not (run_dir / "metrics.jsonl").is_file():
+    while pid is None or not ready.is_file():
         assert proc.poll() is None, log.read_text()
         assert time.monotonic() < deadline, log.read_text()
         found = re.search(r"rank 1 \S+ pid (\d+)", log.read_text())
         pid = int(found.group(1)) if found else None
         time.sleep(0.2)
-    os.kill(pid, signal.SIGKILL)  # a rank's process, started for this run
-    killed_at = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    return time.monotonic()
+
+
+def test_a_killed_rank_fails_the_run_naming_it(ray_cluster, tmp_path, tiny_model_dir):
+    run_dir = tmp_path / "killed"
+    log = tmp_path / "killed.log"
+    args = [*_overrides(run_dir, tiny_model_dir), *_on_cluster(ray_cluster), "train.steps=200"]
+    proc = _train_on_cluster(run_dir, args, log=log)
+    killed_at = _kill_rank_one(proc, ready=run_dir / "metrics.jsonl", log=log)
     proc.wait(timeout=180)
     output = log.read_text()
     assert proc.returncode not in (0, None), output
     assert time.monotonic() - killed_at < 120, "the failure took too long to surface"
     assert "training rank 1 of 2" in output and "its process died" in output, output
     assert "trainer.resume=auto" in output
+
+
+def test_a_killed_rank_restarts_from_the_checkpoint(ray_cluster, tmp_path, tiny_model_dir):
+    run_dir = tmp_path / "restarted"
+    log = tmp_path / "restarted.log"
+    args = [*_overrides(run_dir, tiny_model_dir), *_on_cluster(ray_cluster)]
+    proc = _train_on_cluster(run_dir, [*args, "train.steps=6", "trainer.max_restarts=1"], log=log)
+    _kill_rank_one(proc, ready=run_dir / "checkpoints/step_000001/manifest.json", log=log)
+    output = _finish(proc, log)
+    assert "training rank 1 of 2" in output
+    assert "restart 1 of trainer.max_restarts=1" in output
+    assert re.search(r"resuming from step \d", output), output
+    assert find_checkpoint(run_dir).name == "step_000006"

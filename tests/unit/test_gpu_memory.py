@@ -7,16 +7,17 @@ from typer.testing import CliRunner
 
 from grouprl.cli import app
 from grouprl.config import ConfigError, check_config, derive, load_config
-from grouprl.config.gpu_memory import (
-    GPU_MEMORY,
-    activation_bytes,
-    layer_activation_bytes,
-    parse_gpu,
-    plan_for_run,
-    plan_gpu_memory,
-)
+from grouprl.config.gpu_memory import GPU_MEMORY, parse_gpu, plan_for_run, plan_gpu_memory
 from grouprl.config.known_models import known_config
-from grouprl.config.memory import SizeUnknown, decoder_shape, estimate_params, model_config
+from grouprl.config.memory import (
+    SizeUnknown,
+    activation_bytes,
+    decoder_shape,
+    estimate_params,
+    kv_bytes_per_token,
+    layer_activation_bytes,
+    model_config,
+)
 from grouprl.config.plan_models import memory_rows
 
 MiB, GiB = 1024**2, 1024**3
@@ -61,6 +62,9 @@ def test_small_config_terms_by_hand():
     assert activation_bytes(shape, tokens=TOKENS, checkpointing=False) == TOKENS * 3 * 672
     # checkpointed: every layer's bf16 input (2H) plus one layer recomputed
     assert activation_bytes(shape, tokens=TOKENS, checkpointing=True) == TOKENS * (3 * 32 + 672)
+    assert kv_bytes_per_token(shape, tensor_parallel=1, dtype_bytes=2) == 2 * 3 * 2 * 4 * 2
+    # 2 KV heads over 4 GPUs: vLLM replicates, so each GPU still holds one head
+    assert kv_bytes_per_token(shape, tensor_parallel=4, dtype_bytes=2) == 2 * 3 * 1 * 4 * 2
 
     plan = small_plan([])
     rows = plan.training_gpu

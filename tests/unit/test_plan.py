@@ -113,7 +113,7 @@ def test_plan_shows_adaptive_kl_in_reward():
 
 def test_plan_says_hub_model_size_is_unknown_until_downloaded(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    text = plan_text("qwen2.5-0.5b-gsm8k", [])
+    text = plan_text("qwen2.5-0.5b-gsm8k", ["model.path=someorg/not-listed"])
     assert "unknown (hub model, not downloaded)" in text
 
 

@@ -34,13 +34,17 @@ states, sharded by FSDP2, and computes under bf16 autocast::
       weights          P x 2 / rollout.tensor_parallel_size
       overhead         1 GiB (its CUDA context, activations, CUDA graphs)
       KV cache         claim - weights - overhead
-      per token        2 (K and V) x L x kv_heads / tensor_parallel_size x head_dim x 2
+      per token        2 (K and V) x L x max(1, kv_heads / tp) x head_dim x 2 (tp:
+                       rollout.tensor_parallel_size; vLLM replicates KV heads beyond kv_heads)
       sequences        KV cache // (rollout.max_model_len x per token), full-length at once
     phases
       training         context + states + reference + the larger pass; a colocated engine
                        sleeps (~0) meanwhile
       generation       colocated: engine claim + context + states + reference (no
                        activations); dedicated: the engine's GPU, its claim
+
+``problems`` (which ``check_config`` raises): the larger phase over the GPU's size; the
+engine's weights over its claim; a KV cache smaller than one rollout.max_model_len sequence.
 """
 
 from __future__ import annotations
@@ -56,10 +60,13 @@ from grouprl.config.memory import (
     DecoderShape,
     ParamCount,
     SizeUnknown,
+    activation_bytes,
     decoder_shape,
     estimate_params,
     human_bytes,
     human_count,
+    kv_bytes_per_token,
+    layer_activation_bytes,
     model_config,
 )
 from grouprl.config.schema import RunConfig
@@ -324,21 +331,6 @@ def _gathered_row(shape: DecoderShape, count: ParamCount, *, head: int, sharded:
     )
 
 
-def layer_activation_bytes(shape: DecoderShape) -> int:
-    """Bytes one decoder layer saves for backward per token: bf16 tensors plus the fp32
-    copies its two RMSNorms keep."""
-    h, i = shape.hidden, shape.intermediate
-    return (6 * h + 2 * shape.q_out + 2 * shape.kv_out + 4 * i) * 2 + 8 * h
-
-
-def activation_bytes(shape: DecoderShape, *, tokens: int, checkpointing: bool) -> int:
-    """Activations of one forward/backward over ``tokens`` tokens."""
-    per_layer = layer_activation_bytes(shape)
-    if checkpointing:
-        return tokens * shape.layers * shape.hidden * 2 + tokens * per_layer
-    return tokens * shape.layers * per_layer
-
-
 def _activation_text(shape: DecoderShape, *, ckpt: bool) -> str:
     per_layer = f"{layer_activation_bytes(shape):,} bytes ((6H + 2q + 2kv + 4I) x 2 + 8H)"
     if ckpt:
@@ -383,7 +375,7 @@ def _engine(cfg: RunConfig, *, config: dict[str, Any], gpu_bytes: int, gpu: str)
     weights = params * size // tp
     kv_cache = max(0, claim - weights - ENGINE_OVERHEAD)
     kv_heads = max(1, shape.kv_heads // tp)  # vLLM replicates KV heads when tp > kv_heads
-    per_token = 2 * shape.layers * kv_heads * shape.head_dim * size
+    per_token = kv_bytes_per_token(shape, tensor_parallel=tp, dtype_bytes=size)
     sequences = kv_cache // (r.max_model_len * per_token)
     where = (
         "on GPU 0 beside training rank 0 (rollout.gpus=0: colocated)"

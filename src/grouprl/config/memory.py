@@ -12,6 +12,8 @@ Qwen2/Llama-style decoder from its ``config.json``::
 
 (V vocab, H hidden, I intermediate, D head_dim = H / heads unless given.) Rotary
 embeddings have no weights. Other architectures come out approximate or unknown.
+The per-token activation and KV cache sizes that ``config/gpu_memory.py`` plans with
+live here too.
 """
 
 from __future__ import annotations
@@ -147,6 +149,28 @@ def estimate_params(config: dict[str, Any]) -> ParamCount:
     decoder = vocab * hidden + layers * per_layer + hidden
     tied = bool(config.get("tie_word_embeddings", False))  # these families default to untied
     return ParamCount(decoder=decoder, lm_head=0 if tied else vocab * hidden, hidden_size=hidden)
+
+
+def layer_activation_bytes(shape: DecoderShape) -> int:
+    """Bytes one decoder layer saves for backward per token: bf16 tensors plus the fp32
+    copies its two RMSNorms keep."""
+    h, i = shape.hidden, shape.intermediate
+    return (6 * h + 2 * shape.q_out + 2 * shape.kv_out + 4 * i) * 2 + 8 * h
+
+
+def activation_bytes(shape: DecoderShape, *, tokens: int, checkpointing: bool) -> int:
+    """Activations of one forward/backward over ``tokens`` tokens."""
+    per_layer = layer_activation_bytes(shape)
+    if checkpointing:
+        return tokens * shape.layers * shape.hidden * 2 + tokens * per_layer
+    return tokens * shape.layers * per_layer
+
+
+def kv_bytes_per_token(shape: DecoderShape, *, tensor_parallel: int, dtype_bytes: int) -> int:
+    """KV cache per token on one of ``tensor_parallel`` GPUs: K and V of every layer (vLLM
+    replicates KV heads when there are fewer than GPUs)."""
+    kv_heads = max(1, shape.kv_heads // tensor_parallel)
+    return 2 * shape.layers * kv_heads * shape.head_dim * dtype_bytes
 
 
 def human_bytes(n: float) -> str:

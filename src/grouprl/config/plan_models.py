@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from grouprl.config.checks import Derived
 from grouprl.config.errors import show
-from grouprl.config.gpu_memory import GpuPlan, MemoryRow, plan_for_run
+from grouprl.config.gpu_memory import GPU_MEMORY, GpuPlan, MemoryRow, plan_for_run
 from grouprl.config.memory import (
     ADAMW_FP32_BYTES,
     DTYPE_BYTES,
@@ -124,14 +124,15 @@ def memory_rows(cfg: RunConfig, d: Derived) -> list[Row]:
     except SizeUnknown as err:
         how = f"a model's size is {err}: no memory check until its config.json is on disk"
         return [("memory check", "skipped", how)]
-    ranks = f"{cfg.cluster.nodes} x {cfg.ranks_per_node}" if d.world_size > 1 else "one rank"
+    ranks = f"{cfg.cluster.nodes} x {cfg.ranks_per_node}"
+    size = "as nvidia-smi reports" if plan.gpu in GPU_MEMORY else "as given"
     shared = plan.colocated and plan.engine is not None
     where = "GPU 0, which also runs the engine" if shared else "any training GPU"
     rows = [
         (
             "gpu",
             human_bytes(plan.gpu_bytes),
-            f"cluster.gpu={cfg.cluster.gpu}, as nvidia-smi reports",
+            f"cluster.gpu={cfg.cluster.gpu}, {size}",
         ),
         (
             "training GPU",

@@ -284,6 +284,9 @@ class TrainerConfig(Section):
     would; a later `trainer.resume=auto` run continues to `train.steps`."""
     log_samples: int = Field(default=4, ge=0)
     """Completions per step written to samples.jsonl."""
+    max_restarts: int = Field(default=0, ge=0)
+    """When a training rank or node dies, start the ranks again and resume from the newest
+    checkpoint, up to this many times; 0: fail the run, naming the rank."""
 
 
 class MemoryTierConfig(Section):

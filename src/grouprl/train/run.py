@@ -136,7 +136,29 @@ def sample_records(trajectories: list[Trajectory], tokenizer, *, n: int, group: 
 
 def train(cfg: RunConfig) -> dict[str, Any]:
     """Trains to ``train.steps`` (or ``trainer.stop_after`` steps this session).
-    Returns the summary also written to ``RUN/summary.json``."""
+    Returns the summary also written to ``RUN/summary.json``. A dead training rank
+    restarts the ranks from the newest checkpoint up to ``trainer.max_restarts`` times."""
+    from grouprl.dist.ray_group import WorkerFailed
+
+    restarts = 0
+    while True:
+        try:
+            return _train_session(cfg)
+        except WorkerFailed as err:
+            if restarts == cfg.trainer.max_restarts:
+                raise
+            restarts += 1
+            console.log(
+                f"[yellow]{err}[/yellow]\nrestarting the training ranks from the newest "
+                f"checkpoint (restart {restarts} of trainer.max_restarts="
+                f"{cfg.trainer.max_restarts})"
+            )
+            cfg = cfg.model_copy(
+                update={"trainer": cfg.trainer.model_copy(update={"resume": "auto"})}
+            )
+
+
+def _train_session(cfg: RunConfig) -> dict[str, Any]:
     run_dir = run_dir_of(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_resolved(cfg, run_dir / "config.yaml")
