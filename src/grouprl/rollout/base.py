@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -52,5 +53,10 @@ class RolloutEngine(Protocol):
     def update_weights(
         self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int
     ) -> None: ...
+
+    def released(self) -> AbstractContextManager[None]:
+        """A block during which the engine gives its accelerator memory back to training
+        (a colocated engine on GPU sleeps); a no-op where there is nothing to give."""
+        ...
 
     def close(self) -> None: ...

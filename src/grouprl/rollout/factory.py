@@ -76,6 +76,7 @@ def _build_vllm(cfg, *, model_dir, tokenizer, policy_model, device, cache_dir) -
         cpu_kv_cache_gib=r.cpu_kv_cache_gib,
         seed=cfg.train.seed,
         cache_dir=cache_dir,
+        sleep_while_training=device.type == "cuda" and r.gpus == 0,
     )
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Iterable
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 from torch import Tensor
@@ -101,6 +102,10 @@ class HFEngine:
         for name, tensor in named:
             self._params[name].copy_(tensor.detach())
         self._version = version
+
+    def released(self) -> AbstractContextManager[None]:
+        """Nothing to release: the copy is small and generation does not reserve memory."""
+        return nullcontext()
 
     def close(self) -> None:
         self.model = None

@@ -33,7 +33,8 @@ from __future__ import annotations
 import gc
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor
@@ -78,7 +79,9 @@ class VLLMEngine:
     ``cpu_kv_cache_gib`` sizes the KV cache on CPU (``VLLM_CPU_KVCACHE_SPACE``,
     if exported, overrides it); ``gpu_memory_utilization`` is vLLM's share of
     GPU memory. ``enforce_eager`` defaults to True on CPU (compilation does not
-    pay there) and False on GPU (CUDA graphs).
+    pay there) and False on GPU (CUDA graphs). ``sleep_while_training`` (GPU only: a
+    colocated engine) turns on vLLM's sleep mode: ``released()`` moves the weights to
+    host memory and drops the KV cache while the trainer uses the GPU.
     """
 
     def __init__(
@@ -92,6 +95,7 @@ class VLLMEngine:
         seed: int,
         cache_dir: str | None = None,
         enforce_eager: bool | None = None,
+        sleep_while_training: bool = False,
     ) -> None:
         vllm_environment(cache_dir=cache_dir)
         from vllm import LLM
@@ -104,8 +108,12 @@ class VLLMEngine:
             # prompts are prefilled whole on CPU.
             {"kv_cache_memory_bytes": int(cpu_kv_cache_gib * GiB), "enable_chunked_prefill": False}
             if on_cpu
-            else {"gpu_memory_utilization": gpu_memory_utilization}
+            else {
+                "gpu_memory_utilization": gpu_memory_utilization,
+                "enable_sleep_mode": sleep_while_training,
+            }
         )
+        self._sleeps = sleep_while_training and not on_cpu
         self.model_dir = model_dir
         self._push_dtype = _TORCH_DTYPES.get(dtype)  # cast pushes to the engine's dtype
         self._llm = LLM(
@@ -158,6 +166,20 @@ class VLLMEngine:
             [_completion(c) for c in sorted(out.outputs, key=lambda c: c.index)] for out in outputs
         ]
         return [g if per_prompt == n else replicate(g[0], n) for g in groups]
+
+    @contextmanager
+    def released(self) -> Iterator[None]:
+        """Frees the engine's GPU memory for the block (sleep level 1: weights to host
+        memory, KV cache dropped), then takes it back; nothing on CPU or when the
+        engine has GPUs of its own."""
+        if not self._sleeps:
+            yield
+            return
+        self._llm.sleep(level=1)
+        try:
+            yield
+        finally:
+            self._llm.wake_up()
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None:
         """Load a full set of HF-named weights into the running engine, in place.

@@ -257,7 +257,8 @@ def one_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, floa
     t0 = time.perf_counter()
     trajectories, metrics = rollout_step(c, step)
     t1 = time.perf_counter()
-    metrics.update(train_step(c, trajectories, step))
+    with c.engine.released():  # a colocated engine sleeps while training uses the GPU
+        metrics.update(train_step(c, trajectories, step))
     t2 = time.perf_counter()
     sync_weights(c, version=c.weight_version + 1)
     t3 = time.perf_counter()
