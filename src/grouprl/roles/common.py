@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
 from grouprl.config.schema import RunConfig
 from grouprl.device import autocast_for, resolve_dtype
@@ -11,14 +13,31 @@ from grouprl.dist.rank import Rank
 from grouprl.types import TrainingBatch
 
 
+def loads_weights(rank: Rank) -> bool:
+    """Only rank 0 reads the checkpoint files; the other ranks build the model's structure
+    on the meta device and receive the weights from rank 0 (``prepare``), so a node holds
+    one full copy in host memory, not one per rank."""
+    return rank.rank == 0
+
+
 def prepare(scorer: torch.nn.Module, model: torch.nn.Module, *, rank: Rank, cfg: RunConfig) -> None:
-    """Moves ``model`` to the rank's device, turns on activation checkpointing if asked
-    (it acts in training mode only) and, on a multi-rank group, shards it."""
-    model.to(rank.device)
+    """Turns on activation checkpointing if asked (it acts in training mode only) and
+    places ``model`` on the rank's device; on a multi-rank group, shards it and fills
+    every rank's shards from rank 0's weights."""
     if cfg.train.activation_checkpointing:
         checkpoint_activations(model)
-    if rank.distributed:
-        shard(scorer, model, offload=cfg.cluster.offload)
+    if not rank.distributed:
+        model.to(rank.device)
+        return
+    full = model.state_dict() if loads_weights(rank) else {}
+    shard(scorer, model, offload=cfg.cluster.offload)
+    if not loads_weights(rank):
+        model.to_empty(device="cpu" if cfg.cluster.offload else rank.device)
+    set_model_state_dict(
+        model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    )
+    for buffer in model.buffers():  # not in the state dict (rotary frequencies)
+        dist.broadcast(buffer, src=0)
 
 
 def autocast(cfg: RunConfig, rank: Rank):

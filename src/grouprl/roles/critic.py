@@ -11,7 +11,7 @@ from torch import Tensor
 from grouprl.ckpt.resume import load_part, part_state
 from grouprl.config.schema import RunConfig
 from grouprl.dist.rank import Rank
-from grouprl.roles.common import autocast, my_rows, prepare
+from grouprl.roles.common import autocast, loads_weights, my_rows, prepare
 from grouprl.train.critic import (
     ValueScorer,
     batch_values,
@@ -28,7 +28,9 @@ class CriticWorker:
     def __init__(self, rank: Rank, *, cfg: RunConfig) -> None:
         assert cfg.critic is not None, "a CriticWorker needs a critic: section"
         self.rank, self.cfg = rank, cfg
-        self.model = load_critic(cfg.critic, cfg.model, device=torch.device("cpu"))
+        self.model = load_critic(
+            cfg.critic, cfg.model, device=torch.device("cpu"), weights=loads_weights(rank)
+        )
         self.scorer = ValueScorer(self.model)
         prepare(self.scorer, self.model, rank=rank, cfg=cfg)
         self.optimizer = make_critic_optimizer(self.model, cfg.critic)

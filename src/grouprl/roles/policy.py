@@ -13,7 +13,7 @@ from torch import Tensor
 from grouprl.ckpt.resume import load_part, part_state
 from grouprl.config.schema import RunConfig
 from grouprl.dist.rank import Rank
-from grouprl.roles.common import autocast, my_rows, prepare
+from grouprl.roles.common import autocast, loads_weights, my_rows, prepare
 from grouprl.train.logprobs import TokenScorer
 from grouprl.train.model import load_causal_lm
 from grouprl.train.optim import make_optimizer, make_scheduler
@@ -26,7 +26,9 @@ class PolicyWorker:
 
     def __init__(self, rank: Rank, *, cfg: RunConfig, learning_steps: int) -> None:
         self.rank, self.cfg = rank, cfg
-        self.model = load_causal_lm(cfg.model, dtype=torch.float32, device=torch.device("cpu"))
+        self.model = load_causal_lm(
+            cfg.model, dtype=torch.float32, device=torch.device("cpu"), weights=loads_weights(rank)
+        )
         self.scorer = TokenScorer(self.model, chunk_tokens=cfg.train.logprob_chunk_tokens)
         prepare(self.scorer, self.model, rank=rank, cfg=cfg)
         self.optimizer = make_optimizer(self.model, cfg.train)

@@ -8,7 +8,7 @@ from torch import Tensor
 from grouprl.config.schema import RunConfig
 from grouprl.device import resolve_dtype
 from grouprl.dist.rank import Rank
-from grouprl.roles.common import autocast, my_rows, prepare
+from grouprl.roles.common import autocast, loads_weights, my_rows, prepare
 from grouprl.train.logprobs import TokenScorer
 from grouprl.train.model import load_causal_lm
 from grouprl.train.update import batch_logprobs
@@ -21,7 +21,9 @@ class ReferenceWorker:
     def __init__(self, rank: Rank, *, cfg: RunConfig) -> None:
         self.rank, self.cfg = rank, cfg
         dtype = resolve_dtype(cfg.model.dtype, torch.device(rank.device))
-        self.model = load_causal_lm(cfg.model, dtype=dtype, device=torch.device("cpu"))
+        self.model = load_causal_lm(
+            cfg.model, dtype=dtype, device=torch.device("cpu"), weights=loads_weights(rank)
+        )
         self.model.eval().requires_grad_(False)
         self.scorer = TokenScorer(self.model, chunk_tokens=cfg.train.logprob_chunk_tokens)
         prepare(self.scorer, self.model, rank=rank, cfg=cfg)

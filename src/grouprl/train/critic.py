@@ -27,15 +27,22 @@ from grouprl.train.update import micro_batches, run_updates
 from grouprl.types import TrainingBatch
 
 
-def load_critic(cfg: CriticConfig, model: ModelConfig, *, device: torch.device):
+def load_critic(
+    cfg: CriticConfig, model: ModelConfig, *, device: torch.device, weights: bool = True
+):
+    """The value model, or (``weights=False``) its structure on the meta device."""
     path = resolve_model_path(cfg.path)
+    remote = model.trust_remote_code
     try:
-        config = AutoConfig.from_pretrained(
-            path, num_labels=1, trust_remote_code=model.trust_remote_code
-        )
+        config = AutoConfig.from_pretrained(path, num_labels=1, trust_remote_code=remote)
         config.classifier_dropout = 0.0  # values must not be noisy
+        if not weights:
+            with torch.device("meta"):
+                return AutoModelForTokenClassification.from_config(
+                    config, dtype=torch.float32, trust_remote_code=remote
+                )
         critic = AutoModelForTokenClassification.from_pretrained(
-            path, config=config, dtype=torch.float32, trust_remote_code=model.trust_remote_code
+            path, config=config, dtype=torch.float32, trust_remote_code=remote
         )
     except (OSError, ValueError) as err:
         raise ModelLoadError(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from grouprl.assets import resolve_model_path
 from grouprl.config.schema import ModelConfig
@@ -29,12 +29,21 @@ def load_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
     return tok
 
 
-def load_causal_lm(cfg: ModelConfig, *, dtype: torch.dtype, device: torch.device):
+def load_causal_lm(
+    cfg: ModelConfig, *, dtype: torch.dtype, device: torch.device, weights: bool = True
+):
+    """The model with its weights, or (``weights=False``) its structure on the meta
+    device, to be filled from another rank."""
     path = resolve_model_path(cfg.path)
+    kwargs = {"trust_remote_code": cfg.trust_remote_code, "revision": cfg.revision}
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=dtype, trust_remote_code=cfg.trust_remote_code, revision=cfg.revision
-        )
+        if not weights:
+            config = AutoConfig.from_pretrained(path, **kwargs)
+            with torch.device("meta"):
+                return AutoModelForCausalLM.from_config(
+                    config, dtype=dtype, trust_remote_code=cfg.trust_remote_code
+                )
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kwargs)
     except OSError as err:
         raise ModelLoadError(
             f"model.path={cfg.path!r}: the model could not be loaded ({err}). Give a local "
