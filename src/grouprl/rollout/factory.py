@@ -77,6 +77,7 @@ def _build_vllm(cfg, *, model_dir, tokenizer, policy_model, device, cache_dir) -
         seed=cfg.train.seed,
         cache_dir=cache_dir,
         sleep_while_training=device.type == "cuda" and r.gpus == 0,
+        tensor_parallel_size=r.tensor_parallel_size,
     )
 
 

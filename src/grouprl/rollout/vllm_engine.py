@@ -96,6 +96,7 @@ class VLLMEngine:
         cache_dir: str | None = None,
         enforce_eager: bool | None = None,
         sleep_while_training: bool = False,
+        tensor_parallel_size: int = 1,
     ) -> None:
         vllm_environment(cache_dir=cache_dir)
         from vllm import LLM
@@ -124,6 +125,7 @@ class VLLMEngine:
             enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
             logprobs_mode="raw_logprobs",
             use_tqdm_on_load=False,
+            tensor_parallel_size=tensor_parallel_size,
             **platform_args,
         )
         self._tied = ties_word_embeddings(model_dir)
