@@ -347,3 +347,23 @@ def test_recipe_extends_cycle_is_named(tmp_path):
     (tmp_path / "b.yaml").write_text(f"extends: {tmp_path / 'a.yaml'}\n")
     with pytest.raises(ConfigError, match="extends makes a cycle"):
         load_config(str(tmp_path / "a.yaml"), [])
+
+
+def test_ranks_must_split_the_mini_batch_and_the_fix_lists_rank_counts_that_do():
+    cfg = load_config("tiny-arith", ["cluster.nodes=3"])  # 64-sample mini-batches
+    with pytest.raises(ConfigError, match=r"3 training ranks .* \{1, 2, 4, 8\}"):
+        derive(cfg)
+    assert derive(load_config("tiny-arith", ["cluster.nodes=2"])).world_size == 2
+
+
+def test_gpu_ranks_per_node_leave_the_rollout_gpus():
+    cfg = load_config(
+        "tiny-arith", ["cluster.gpus_per_node=8", "rollout.gpus=1", "data.batch_size=28"]
+    )
+    assert (cfg.ranks_per_node, cfg.world_size) == (7, 7)
+
+
+def test_node_memory_checkpoints_are_refused_across_nodes():
+    cfg = load_config("tiny-arith", ["cluster.nodes=2", "checkpoint.memory.every=5"])
+    with pytest.raises(ConfigError, match="checkpoint.memory.every=null"):
+        derive(cfg)
