@@ -1,4 +1,5 @@
-"""Both rollout engines against a plain transformers forward pass on the tiny model.
+"""The rollout engines (hf, in-process vLLM, a vLLM server) against a plain transformers
+forward pass on the tiny model.
 
 Pinned choices: logprobs are the raw model distribution's (log_softmax of the
 logits, before temperature/top-k/top-p); sample j of prompt i is seeded
@@ -23,7 +24,11 @@ from grouprl.rollout.hf_engine import HFEngine, sample_tokens
 
 ASSET_MODEL = Path(__file__).resolve().parents[2] / "src/grouprl/assets/tiny-arith"
 QUESTIONS = ["3 + 4", "12 + 5", "7 * 9 - 2", "100 - 37"]
-ENGINES = ["hf", pytest.param("vllm", marks=pytest.mark.slow)]
+ENGINES = [
+    "hf",
+    pytest.param("vllm", marks=pytest.mark.slow),
+    pytest.param("server", marks=pytest.mark.slow),
+]
 
 
 LOGPROB_TOL = 5e-4
@@ -102,6 +107,69 @@ def vllm_engine(model_dir, tmp_path_factory):
     engine.close()
     os.environ.clear()
     os.environ.update(saved_env)
+
+
+@pytest.fixture(scope="module")
+def vllm_server(model_dir, tmp_path_factory):
+    """`vllm serve` of the tiny model on 127.0.0.1 with the dev endpoints (weight pushes)
+    and raw logprobs; stopped by its PID's process group."""
+    pytest.importorskip("vllm")
+    import signal
+    import socket
+    import subprocess
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cache = tmp_path_factory.mktemp("vllm-server")
+    env = os.environ | {
+        "VLLM_SERVER_DEV_MODE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CACHE_ROOT": str(cache / "vllm"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+        "VLLM_LOGGING_LEVEL": "WARNING",
+        "HF_HUB_OFFLINE": "1",
+    }
+    # the API server module: vllm-cpu's `vllm` CLI looks up a package named `vllm`
+    serve = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir]
+    serve += ["--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"]
+    serve += ["--max-model-len", "256", "--enforce-eager", "--seed", "0"]
+    serve += ["--logprobs-mode", "raw_logprobs", "--no-enable-chunked-prefill"]
+    log = open(cache / "server.log", "wb")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(
+        serve, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert proc.poll() is None, (cache / "server.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "vllm serve did not come up in 240 s"
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2):
+                    break
+            except OSError:
+                time.sleep(1)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def server_engine(vllm_server, model_dir, tmp_path_factory):
+    from grouprl.rollout.server_engine import ServerEngine
+
+    weights = tmp_path_factory.mktemp("pushes")
+    engine = ServerEngine(vllm_server, model_dir=model_dir, dtype="float32", weights_dir=weights)
+    yield engine
+    engine.close()
 
 
 @pytest.fixture(params=ENGINES)
@@ -295,3 +363,37 @@ def test_make_engine_vllm_missing_is_a_user_error(monkeypatch, tokenizer):
     with pytest.raises(EngineUnavailableError, match=r"cpu.*gpu.*rollout.engine=hf") as info:
         make_engine(cfg, model_dir="unused", tokenizer=tokenizer, device=torch.device("cpu"))
     assert info.value.user_error is True
+
+
+# --- a run through the server ---------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_run_trains_through_the_server(vllm_server, server_engine, model, tmp_path):
+    """Pushed weights reach the server every step: the trainer's and the server's logprobs
+    of the sampled tokens agree (engine_logprob_gap), step after step."""
+    import json
+
+    from grouprl.config.loader import load_config
+    from grouprl.train.run import train
+
+    overrides = [
+        f"model.path={ASSET_MODEL}",
+        "rollout.engine=server",
+        f"rollout.server_url={vllm_server}",
+        f"rollout.server_weights_dir={tmp_path / 'pushes'}",
+        "rollout.max_model_len=256",
+        "data.eval.limit=8",
+        "train.steps=3",
+        "train.lr=1e-3",
+        "metrics.progress=false",
+        f"trainer.run_dir={tmp_path / 'run'}",
+    ]
+    try:
+        train(load_config("tiny-arith", overrides))
+    finally:  # the next tests expect the shipped weights on the server
+        server_engine.update_weights(model.named_parameters(), version=0)
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    steps = [x for x in map(json.loads, lines) if "engine_logprob_gap" in x]
+    assert [x["weight_version"] for x in steps] == [1.0, 2.0, 3.0]
+    assert all(x["engine_logprob_gap"] < 1e-4 for x in steps), steps

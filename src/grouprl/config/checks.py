@@ -73,6 +73,7 @@ def check_config(cfg: RunConfig) -> None:
         *_check_reward(cfg),
         *_check_trainer(cfg),
         *_check_cluster(cfg),
+        *_check_server(cfg),
         *gpu_name_problems(cfg),
     ]
     if not problems:  # the memory plan needs the derived numbers, so a valid config
@@ -391,6 +392,17 @@ def _check_cluster(cfg: RunConfig) -> list[str]:
             f" to at most {c.gpus_per_node}, or null (one worker per GPU)."
         )
     return problems
+
+
+def _check_server(cfg: RunConfig) -> list[str]:
+    r = cfg.rollout
+    if r.engine == "server" and not r.server_url:
+        return [
+            "rollout.engine=server needs rollout.server_url (an OpenAI-compatible vLLM "
+            "server, e.g. http://gen-node:8000, started with VLLM_SERVER_DEV_MODE=1 and "
+            "--logprobs-mode raw_logprobs), or use rollout.engine=vllm."
+        ]
+    return []
 
 
 def _check_trainer(cfg: RunConfig) -> list[str]:

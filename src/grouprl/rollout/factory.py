@@ -81,4 +81,20 @@ def _build_vllm(cfg, *, model_dir, tokenizer, policy_model, device, cache_dir) -
     )
 
 
-_BUILDERS: dict[str, Callable[..., RolloutEngine]] = {"hf": _build_hf, "vllm": _build_vllm}
+def _build_server(cfg, *, model_dir, tokenizer, policy_model, device, cache_dir) -> RolloutEngine:
+    from grouprl.rollout.server_engine import ServerEngine
+
+    r = cfg.rollout
+    return ServerEngine(
+        r.server_url,
+        model_dir=os.fspath(model_dir),
+        dtype=dtype_name(resolve_dtype(cfg.model.dtype, device)),
+        weights_dir=r.server_weights_dir,
+    )
+
+
+_BUILDERS: dict[str, Callable[..., RolloutEngine]] = {
+    "hf": _build_hf,
+    "vllm": _build_vllm,
+    "server": _build_server,
+}

@@ -1,0 +1,178 @@
+"""A rollout engine on an OpenAI-compatible vLLM server started elsewhere: generation on
+the server's GPUs (tensor parallel there), weight pushes into its running workers.
+
+    generate ──► POST /v1/completions per prompt (token ids in, `return_token_ids`,
+                 sampled-token logprobs, the per-prompt seed) from a pool of threads
+    update_weights ──► safetensors in `rollout.server_weights_dir` (a path the server
+                 reads: /dev/shm on its node, or a shared filesystem) ──► POST
+                 /collective_rpc reload_weights (every server worker loads it in place)
+
+Start the server with the dev endpoints and raw logprobs, for example:
+    VLLM_SERVER_DEV_MODE=1 vllm serve MODEL --logprobs-mode raw_logprobs
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from grouprl.rollout.base import SamplingSettings
+from grouprl.rollout.hf_engine import replicate
+from grouprl.rollout.weights import (
+    add_tied_lm_head,
+    check_complete,
+    checkpoint_shapes,
+    pack_for_transfer,
+    ties_word_embeddings,
+    write_weights,
+)
+from grouprl.types import Completion
+
+_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ServerError(RuntimeError):
+    """The server is unreachable or refused a request; the message says which and why."""
+
+    user_error = True
+
+
+class ServerEngine:
+    def __init__(
+        self,
+        url: str,
+        *,
+        model_dir: str,
+        dtype: str,
+        weights_dir: str,
+        timeout_s: float = 600.0,
+        concurrency: int = 16,
+    ) -> None:
+        self.url, self.timeout_s = url.rstrip("/"), timeout_s
+        self.weights_dir = weights_dir
+        self._push_dtype = _TORCH_DTYPES.get(dtype)
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="rollout-server")
+        models = self._request("GET", "/v1/models")["data"]
+        self.model = models[0]["id"]
+        self._tied = ties_word_embeddings(model_dir)
+        self._expected = checkpoint_shapes(model_dir)
+        if self._tied and "model.embed_tokens.weight" in self._expected:
+            self._expected["lm_head.weight"] = self._expected["model.embed_tokens.weight"]
+        self._version = 0
+
+    @property
+    def weight_version(self) -> int:
+        return self._version
+
+    def generate(
+        self, prompts: list[list[int]], settings: SamplingSettings
+    ) -> list[list[Completion]]:
+        n = settings.n
+        per_prompt = 1 if settings.is_greedy else n
+
+        def one(i: int) -> list[Completion]:
+            body = {
+                "model": self.model,
+                "prompt": list(prompts[i]),
+                "n": per_prompt,
+                "temperature": settings.temperature,
+                "top_p": settings.top_p,
+                "top_k": settings.top_k,
+                "max_tokens": settings.max_tokens,
+                "ignore_eos": settings.ignore_eos,
+                "seed": None if settings.seed is None else settings.seed + i * n,
+                "logprobs": 0,
+                "return_token_ids": True,
+                "skip_special_tokens": True,
+            }
+            choices = self._request("POST", "/v1/completions", body)["choices"]
+            group = [_completion(c) for c in sorted(choices, key=lambda c: c["index"])]
+            return group if per_prompt == n else replicate(group[0], n)
+
+        return list(self._pool.map(one, range(len(prompts))))
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None:
+        """Writes the weights where the server reads them and has every server worker load
+        them in place; all or nothing (a partial push raises before the server sees it)."""
+        packed = pack_for_transfer(named_tensors, dtype=self._push_dtype)
+        add_tied_lm_head(packed, tie_word_embeddings=self._tied)
+        check_complete(packed, self._expected, engine="server")
+        Path(self.weights_dir).mkdir(parents=True, exist_ok=True)
+        directory = tempfile.mkdtemp(prefix="grouprl-weights-", dir=self.weights_dir)
+        try:
+            write_weights(packed, directory)
+            del packed
+            self._request(
+                "POST",
+                "/collective_rpc",
+                {
+                    "method": "reload_weights",
+                    "kwargs": {"weights_path": directory, "is_checkpoint_format": True},
+                },
+            )
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        self._version = version
+
+    def released(self) -> AbstractContextManager[None]:
+        """The server's GPUs are its own: nothing to release."""
+        return nullcontext()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _request(self, method: str, path: str, body: dict | None = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                text = response.read()
+        except urllib.error.HTTPError as err:
+            detail = err.read().decode(errors="replace")[:500]
+            hint = (
+                " (start the server with VLLM_SERVER_DEV_MODE=1 for weight pushes)"
+                if path == "/collective_rpc" and err.code == 404
+                else ""
+            )
+            raise ServerError(
+                f"rollout.server_url={self.url}: {method} {path} answered {err.code}: "
+                f"{detail}{hint}"
+            ) from None
+        except (urllib.error.URLError, OSError) as err:
+            raise ServerError(
+                f"rollout.server_url={self.url}: cannot reach the server ({err}); start it "
+                "(VLLM_SERVER_DEV_MODE=1 vllm serve MODEL --logprobs-mode raw_logprobs) or "
+                "fix the URL"
+            ) from None
+        return json.loads(text) if text else None
+
+
+def _completion(choice: dict[str, Any]) -> Completion:
+    token_ids = choice.get("token_ids")
+    logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
+    if token_ids is None or logprobs is None or len(logprobs) != len(token_ids):
+        raise ServerError(
+            "the server's completion lacks token ids or sampled-token logprobs (a vLLM "
+            "server answers `return_token_ids` and `logprobs`; other servers cannot be used)"
+        )
+    if choice.get("finish_reason") not in ("stop", "length"):
+        raise ServerError(f"the server finished a completion with {choice.get('finish_reason')}")
+    return Completion(
+        token_ids=list(token_ids),
+        logprobs=[float(x) for x in logprobs],
+        finish_reason=choice["finish_reason"],
+        text=choice.get("text", ""),
+    )
