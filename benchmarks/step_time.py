@@ -193,7 +193,7 @@ def run_grouprl(s: Settings, work: Path) -> tuple[SideResult, dict]:
                 wall.append(t1 - t0)
                 cpu.append(cpu1 - cpu0)
                 tokens.append(n_tokens)
-        info = {"params": sum(p.numel() for p in c.policy.parameters())}
+        info = {"params": sum(t.numel() for t in c.policy.run("weights").values())}
         processes = 1 + len(psutil.Process().children(recursive=True))
     finally:
         c.engine.close()

@@ -129,7 +129,9 @@ def stop(address: str | None, job_id: str) -> bool:
 
 
 def list_jobs(address: str | None) -> list:
-    return sorted(client(address).list_jobs(), key=lambda j: j.start_time or 0)
+    """Submitted jobs, oldest first (not the drivers that merely connected to the cluster)."""
+    jobs = [j for j in client(address).list_jobs() if j.submission_id]
+    return sorted(jobs, key=lambda j: j.start_time or 0)
 
 
 def _info(jobs, job_id: str):
