@@ -46,7 +46,12 @@ class WorkerHost:
     def where(self) -> dict[str, Any]:
         import ray
 
-        return {"ip": ray.util.get_node_ip_address(), "pid": os.getpid(), "port": free_port()}
+        return {
+            "ip": ray.util.get_node_ip_address(),
+            "node": ray.get_runtime_context().get_node_id(),
+            "pid": os.getpid(),
+            "port": free_port(),
+        }
 
     def join(self, *, init_method: str, backend: str, timeout_s: float) -> None:
         import torch.distributed as dist
@@ -96,11 +101,11 @@ class RayGroup:
         bundle = {"CPU": c.cpus_per_worker * per_node}
         if c.gpus_per_node:
             bundle["GPU"] = per_node
-        group = placement_group(
+        bundles = placement_group(
             [dict(bundle) for _ in range(c.nodes)],
             strategy="STRICT_SPREAD" if c.nodes > 1 else "PACK",
         )
-        _wait_for_placement(group, cfg, bundle)
+        _wait_for_placement(bundles, cfg, bundle)
         device = "cuda" if c.gpus_per_node else "cpu"
         actor = ray.remote(WorkerHost)
         hosts = [
@@ -108,7 +113,7 @@ class RayGroup:
                 num_cpus=c.cpus_per_worker,
                 num_gpus=1 if c.gpus_per_node else 0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    group, placement_group_bundle_index=rank // per_node
+                    bundles, placement_group_bundle_index=rank // per_node
                 ),
                 runtime_env={"env_vars": _worker_env(c)},
                 max_concurrency=2,  # a checkpoint write runs beside the training calls
@@ -120,30 +125,30 @@ class RayGroup:
             )
             for rank in range(world)
         ]
-        self = cls(hosts, [{"rank": r} for r in range(len(hosts))], group)
-        self.places = self._wait([h.where.remote() for h in hosts], what="start")
-        master = self.places[0]
+        workers = cls(hosts, [{"rank": r} for r in range(len(hosts))], bundles)
+        workers.places = workers.gather([h.where.remote() for h in hosts], what="start")
+        master = workers.places[0]
         init = f"tcp://{master['ip']}:{master['port']}"
         backend = "nccl" if c.gpus_per_node else "gloo"
-        self._wait(
+        workers.gather(
             [
                 h.join.remote(init_method=init, backend=backend, timeout_s=c.collective_timeout_s)
                 for h in hosts
             ],
             what="join the process group",
         )
-        nodes = sorted({p["ip"] for p in self.places})
+        nodes = {p["node"] for p in workers.places}
         logger.info(
             "%d training ranks (%s) on %d node(s): %s",
             len(hosts),
             backend,
             len(nodes),
-            ", ".join(f"rank {p['rank']} {p['ip']} pid {p['pid']}" for p in self._described()),
+            ", ".join(f"rank {p['rank']} {p['ip']} pid {p['pid']}" for p in workers._described()),
         )
-        return self
+        return workers
 
     def add(self, role: str, cls: type, **kwargs: Any) -> None:
-        self._wait([h.add.remote(role, cls, kwargs) for h in self.hosts], what=f"build {role}")
+        self.gather([h.add.remote(role, cls, kwargs) for h in self.hosts], what=f"build {role}")
 
     def shards(self, roles: list[str]) -> RankShards:
         return RankShards(self, roles)
@@ -153,23 +158,26 @@ class RayGroup:
 
         args_ref, kwargs_ref = ray.put(args), ray.put(kwargs)
         refs = [h.call.remote(role, method, args_ref, kwargs_ref) for h in self.hosts]
-        return self._wait(refs, what=f"{role}.{method}")
+        return self.gather(refs, what=f"{role}.{method}")
 
     def close(self) -> None:
+        """Kills the ranks and frees their placement; safe to call twice."""
         import ray
         from ray.util.placement_group import remove_placement_group
 
+        if not self.hosts:
+            return
         for host in self.hosts:
             ray.kill(host)
-        remove_placement_group(self.placement_group)
         self.hosts = []
+        remove_placement_group(self.placement_group)
 
     # --- failures ---------------------------------------------------------------------
 
     def _described(self) -> list[dict[str, Any]]:
         return [{"rank": r, **p} for r, p in enumerate(self.places)]
 
-    def _wait(self, refs: list, *, what: str) -> list[Any]:
+    def gather(self, refs: list, *, what: str) -> list[Any]:
         """All results in rank order; the first failure kills the group and raises."""
         import ray
 
@@ -201,13 +209,13 @@ class RankShards:
         self.group, self.roles = group, roles
 
     def stage(self) -> int:
-        sizes = self.group._wait(
+        sizes = self.group.gather(
             [h.stage_shards.remote(self.roles) for h in self.group.hosts], what="stage shards"
         )
         return sum(sizes)
 
     def write(self, out: Path) -> None:
-        self.group._wait(
+        self.group.gather(
             [h.write_shards.remote(str(out)) for h in self.group.hosts], what="write shards"
         )
 
