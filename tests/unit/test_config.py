@@ -105,7 +105,7 @@ def test_validation_error_names_key_value_reason_and_source():
     text = str(err.value)
     assert "2 invalid values" in text
     assert "rollout.temperature = -1: should be greater than or equal to 0" in text
-    assert "rollout.engine = 'sglang': should be 'vllm' or 'hf'" in text
+    assert "rollout.engine = 'sglang': should be 'vllm', 'hf' or 'server'" in text
     assert "override 'rollout.engine=sglang'" in text
 
 

@@ -53,11 +53,12 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from grouprl.config.engine_memory import Engine, engine_dtype, engine_plan, engine_problems
 from grouprl.config.errors import ConfigError, show
 from grouprl.config.memory import (
     ADAMW_FP32_BYTES,
-    DTYPE_BYTES,
     DecoderShape,
+    MemoryRow,
     ParamCount,
     SizeUnknown,
     activation_bytes,
@@ -65,7 +66,6 @@ from grouprl.config.memory import (
     estimate_params,
     human_bytes,
     human_count,
-    kv_bytes_per_token,
     layer_activation_bytes,
     model_config,
 )
@@ -77,7 +77,6 @@ if TYPE_CHECKING:
 MiB = 1024**2
 GiB = 1024**3
 CUDA_CONTEXT = GiB // 2
-ENGINE_OVERHEAD = GiB
 GATHERED_LAYERS = 2  # the layer computing and the one FSDP2 prefetches
 FP32 = 4
 
@@ -116,25 +115,6 @@ def parse_gpu(text: str) -> tuple[str, int]:
         "size such as 80GiB, 48GB or 24000MiB (KB/MB/GB/TB or KiB/MiB/GiB/TiB), or to null "
         "(no memory check)."
     )
-
-
-@dataclass(frozen=True)
-class MemoryRow:
-    what: str
-    bytes: int
-    how: str  # the arithmetic, naming the config keys
-
-
-@dataclass(frozen=True)
-class Engine:
-    """The vLLM engine's share of one of its GPUs."""
-
-    claim: int
-    weights: int
-    kv_cache: int  # claim - weights - overhead, at least 0
-    kv_per_token: int  # on one GPU
-    sequences: int  # full rollout.max_model_len sequences the KV cache holds at once
-    rows: list[MemoryRow]
 
 
 @dataclass(frozen=True)
@@ -208,7 +188,7 @@ def plan_gpu_memory(
     trainer = _trainer(cfg, derived, config=config, critic_config=critic_config or config)
     engine = None
     if cfg.rollout.engine == "vllm":
-        engine = _engine(cfg, config=config, gpu_bytes=gpu_bytes, gpu=label)
+        engine = engine_plan(cfg, config=config, gpu_bytes=gpu_bytes, gpu=label)
     colocated = cfg.rollout.gpus == 0
     generation = trainer.resident + (engine.claim if engine and colocated else 0)
     if engine and not colocated:
@@ -225,7 +205,7 @@ def plan_gpu_memory(
         engine=engine,
         problems=[],
     )
-    plan.problems.extend(_engine_problems(cfg, engine))
+    plan.problems.extend(engine_problems(cfg, engine))
     plan.problems.extend(_peak_problems(cfg, derived, plan=plan, trainer=trainer))
     return plan
 
@@ -357,79 +337,6 @@ def _critic_rows(
         "so the training phase counts the larger of the two",
     )
     return states, critic_pass
-
-
-def engine_dtype(cfg: RunConfig) -> tuple[int, str]:
-    """Bytes per weight on GPU outside training (the engine, the reference) and why."""
-    if cfg.model.dtype == "auto":
-        return 2, "bf16: model.dtype=auto on GPU"
-    return DTYPE_BYTES[cfg.model.dtype], f"model.dtype={cfg.model.dtype}"
-
-
-def _engine(cfg: RunConfig, *, config: dict[str, Any], gpu_bytes: int, gpu: str) -> Engine:
-    r = cfg.rollout
-    shape, params = decoder_shape(config), estimate_params(config).causal_lm
-    size, dtype = engine_dtype(cfg)
-    tp = r.tensor_parallel_size
-    claim = int(r.gpu_memory_utilization * gpu_bytes)
-    weights = params * size // tp
-    kv_cache = max(0, claim - weights - ENGINE_OVERHEAD)
-    kv_heads = max(1, shape.kv_heads // tp)  # vLLM replicates KV heads when tp > kv_heads
-    per_token = kv_bytes_per_token(shape, tensor_parallel=tp, dtype_bytes=size)
-    sequences = kv_cache // (r.max_model_len * per_token)
-    where = (
-        "on GPU 0 beside training rank 0 (rollout.gpus=0: colocated)"
-        if r.gpus == 0
-        else f"on its own GPUs (rollout.gpus={r.gpus}: dedicated)"
-    )
-    rows = [
-        MemoryRow(
-            "engine claim",
-            claim,
-            f"rollout.gpu_memory_utilization={show(r.gpu_memory_utilization)} x "
-            f"{human_bytes(gpu_bytes)} (cluster.gpu={gpu}), vLLM {where}",
-        ),
-        MemoryRow(
-            "engine weights",
-            weights,
-            f"{human_count(params)} params x {size} bytes ({dtype}) / {tp} "
-            "(rollout.tensor_parallel_size)",
-        ),
-        MemoryRow("engine overhead", ENGINE_OVERHEAD, "CUDA context, activations, CUDA graphs"),
-        MemoryRow(
-            "KV cache",
-            kv_cache,
-            f"the rest of the claim: {sequences:,} sequences of {r.max_model_len:,} tokens "
-            f"(rollout.max_model_len) at {per_token:,} bytes per token (2 x {shape.layers} "
-            f"layers x {kv_heads} KV heads x {shape.head_dim} x {size} bytes)",
-        ),
-    ]
-    return Engine(claim, weights, kv_cache, per_token, sequences, rows)
-
-
-def _engine_problems(cfg: RunConfig, engine: Engine | None) -> list[str]:
-    if engine is None:
-        return []
-    r = cfg.rollout
-    if engine.weights > engine.claim:
-        return [
-            f"the rollout engine's weights alone need {human_bytes(engine.weights)} per GPU "
-            f"(rollout.tensor_parallel_size={r.tensor_parallel_size}), more than its share "
-            f"rollout.gpu_memory_utilization={show(r.gpu_memory_utilization)} of the GPU = "
-            f"{human_bytes(engine.claim)}: raise rollout.tensor_parallel_size or "
-            "rollout.gpu_memory_utilization."
-        ]
-    needed = r.max_model_len * engine.kv_per_token
-    if engine.kv_cache < needed:
-        return [
-            f"rollout.max_model_len={r.max_model_len} needs {human_bytes(needed)} of KV cache "
-            f"per sequence but the engine has {human_bytes(engine.kv_cache)} left after its "
-            f"weights ({human_bytes(engine.weights)}) and ~1 GiB overhead within "
-            f"rollout.gpu_memory_utilization={show(r.gpu_memory_utilization)} of the GPU: "
-            "raise rollout.gpu_memory_utilization, lower rollout.max_model_len, or raise "
-            "rollout.tensor_parallel_size."
-        ]
-    return []
 
 
 def _peak_problems(

@@ -38,6 +38,13 @@ class SizeUnknown(Exception):
 
 
 @dataclass(frozen=True)
+class MemoryRow:
+    what: str
+    bytes: int
+    how: str  # the arithmetic, naming the config keys
+
+
+@dataclass(frozen=True)
 class ParamCount:
     decoder: int  # embeddings + layers + final norm
     lm_head: int  # 0 when tied to the embeddings

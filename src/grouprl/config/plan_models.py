@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from grouprl.config.checks import Derived
 from grouprl.config.errors import show
-from grouprl.config.gpu_memory import GPU_MEMORY, GpuPlan, MemoryRow, plan_for_run
+from grouprl.config.gpu_memory import GPU_MEMORY, GpuPlan, plan_for_run
 from grouprl.config.memory import (
     ADAMW_FP32_BYTES,
     DTYPE_BYTES,
+    MemoryRow,
     ParamCount,
     SizeUnknown,
     estimate_params,
