@@ -106,6 +106,19 @@ def test_two_ranks_on_two_nodes_match_one_process(
     _assert_same_parameters(one_process, run_dir)
 
 
+def test_the_engine_in_an_actor_of_its_own_gives_the_same_run(
+    ray_cluster, one_process, tmp_path, tiny_model_dir
+):
+    """rollout.placement=actor: the engine lives in a Ray actor (on GPUs: the ones no rank
+    uses); the same seeds give the same samples and the same parameters."""
+    run_dir = tmp_path / "actor"
+    log = tmp_path / "actor.log"
+    args = [*_overrides(run_dir, tiny_model_dir), *_on_cluster(ray_cluster)]
+    _finish(_train_on_cluster(run_dir, [*args, "rollout.placement=actor"], log=log), log)
+    assert _rewards(run_dir) == pytest.approx(_rewards(one_process))
+    _assert_same_parameters(one_process, run_dir)
+
+
 def test_a_run_resumes_on_two_ranks(ray_cluster, one_process, tmp_path, tiny_model_dir):
     run_dir = tmp_path / "resumed"
     args = [*_overrides(run_dir, tiny_model_dir), *_on_cluster(ray_cluster)]

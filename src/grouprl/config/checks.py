@@ -380,6 +380,12 @@ def _check_cluster(cfg: RunConfig) -> list[str]:
             "checkpoint.memory.every=null and save often to a shared checkpoint.disk.dir "
             "or to S3 (checkpoint.s3.uri)."
         )
+    if cfg.rollout.gpus and not c.gpus_per_node:
+        problems.append(
+            f"rollout.gpus={cfg.rollout.gpus} keeps GPUs for generation, but the nodes have "
+            "none (cluster.gpus_per_node=0); set cluster.gpus_per_node, or rollout.gpus=0 "
+            "(rollout.placement=actor runs the engine in a CPU process of its own)."
+        )
     if c.gpus_per_node and cfg.train.device == "cpu":
         problems.append(
             f"cluster.gpus_per_node={c.gpus_per_node} but train.device=cpu; set "

@@ -102,8 +102,12 @@ class RolloutConfig(Section):
     gpu_memory_utilization: float = Field(default=0.4, gt=0, le=1)
     """vLLM's share of GPU memory when colocated with training."""
     gpus: int = Field(default=0, ge=0)
-    """GPUs of the driver's node kept for the rollout engine (e.g. 1 of 8: 7 train, 1
-    generates); 0: the engine shares a GPU with training (colocated)."""
+    """GPUs per node kept for the rollout engine (e.g. 1 of 8: 7 train, 1 generates); it
+    then runs in a Ray actor that owns them. 0: the engine shares a GPU with training
+    (colocated)."""
+    placement: Literal["auto", "driver", "actor"] = "auto"
+    """Where the engine runs: `driver` (this process), `actor` (a Ray actor of its own,
+    holding `rollout.gpus` GPUs), `auto` (an actor when `rollout.gpus` > 0)."""
     server_url: str | None = None
     """With `engine: server`: an OpenAI-compatible vLLM server's URL (started with
     VLLM_SERVER_DEV_MODE=1 and `--logprobs-mode raw_logprobs`), e.g. http://host:8000."""

@@ -97,7 +97,7 @@ class RayGroup:
 
         c = cfg.cluster
         per_node, world = cfg.ranks_per_node, cfg.world_size
-        connect(c, world_size=world, run_dir=run_dir)
+        connect(c, world_size=world, temp_dir=Path(run_dir).resolve() / "cache" / "ray")
         bundle = {"CPU": c.cpus_per_worker * per_node}
         if c.gpus_per_node:
             bundle["GPU"] = per_node
@@ -194,7 +194,7 @@ class RayGroup:
                 self.close()
                 raise WorkerFailed(
                     f"training rank {rank} of {len(refs)} ({where}) failed during {what}: "
-                    f"{_reason(err)}. The other ranks were stopped. Restart the run with "
+                    f"{reason(err)}. The other ranks were stopped. Restart the run with "
                     "trainer.resume=auto to continue from its last checkpoint."
                 ) from None
         return ray.get(refs)
@@ -220,7 +220,8 @@ class RankShards:
         )
 
 
-def _reason(err: Exception) -> str:
+def reason(err: Exception) -> str:
+    """One line on why a Ray call failed: a dead process, or the remote exception."""
     import ray.exceptions as rex
 
     if isinstance(err, rex.ActorDiedError | rex.ActorUnavailableError):
@@ -240,7 +241,7 @@ def _worker_env(c: ClusterConfig) -> dict[str, str]:
     return env
 
 
-def connect(c: ClusterConfig, *, world_size: int, run_dir: Path) -> None:
+def connect(c: ClusterConfig, *, world_size: int, temp_dir: Path | None) -> None:
     """Joins ``cluster.address`` (or RAY_ADDRESS), else starts a Ray instance here."""
     import ray
 
@@ -254,7 +255,7 @@ def connect(c: ClusterConfig, *, world_size: int, run_dir: Path) -> None:
         num_cpus=max(2, int(c.cpus_per_worker * world_size)),
         include_dashboard=False,
         logging_level=logging.WARNING,
-        _temp_dir=str(Path(run_dir).resolve() / "cache" / "ray"),
+        _temp_dir=None if temp_dir is None else str(temp_dir),
     )
 
 

@@ -28,13 +28,38 @@ def make_engine(
     device: torch.device,
     cache_dir: str | None = None,
 ) -> RolloutEngine:
-    """The engine for ``cfg.rollout.engine``.
+    """The engine for ``cfg.rollout.engine``, here or in a Ray actor of its own
+    (``rollout.placement``).
 
     ``model_dir`` is a local Hugging Face model directory (vLLM loads it);
     ``policy_model`` is the trainer's model, which the ``hf`` engine copies
     (loaded from ``model_dir`` when not given); ``cache_dir`` receives vLLM's
     and inductor's caches.
     """
+    from grouprl.rollout.actor_engine import ActorEngine, placed_in_actor
+
+    if placed_in_actor(cfg):
+        return ActorEngine.start(cfg, model_dir=str(model_dir), cache_dir=cache_dir)
+    return build_engine(
+        cfg,
+        model_dir=model_dir,
+        tokenizer=tokenizer,
+        policy_model=policy_model,
+        device=device,
+        cache_dir=cache_dir,
+    )
+
+
+def build_engine(
+    cfg: RunConfig,
+    *,
+    model_dir: str,
+    tokenizer,
+    policy_model=None,
+    device: torch.device,
+    cache_dir: str | None = None,
+) -> RolloutEngine:
+    """The engine for ``cfg.rollout.engine`` in this process."""
     return _BUILDERS[cfg.rollout.engine](
         cfg,
         model_dir=model_dir,
