@@ -60,15 +60,14 @@ def join_process_group(
     )
 
 
-def all_sum(values: dict[str, float], *, skip: tuple[str, ...] = ()) -> dict[str, float]:
-    """Sums ``values`` over the ranks (keys in ``skip`` are the same on every rank and
-    kept as they are). Every rank must pass the same keys."""
+def all_sum(values: dict[str, float]) -> dict[str, float]:
+    """Sums ``values`` over the ranks; every rank passes the same keys."""
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return values
-    names = sorted(k for k in values if k not in skip)
+    names = sorted(values)
     summed = torch.tensor([values[k] for k in names], dtype=torch.float64)
     dist.all_reduce(summed)
-    return {**values, **dict(zip(names, summed.tolist(), strict=True))}
+    return dict(zip(names, summed.tolist(), strict=True))
 
 
 def free_port() -> int:
