@@ -31,12 +31,17 @@ class RolloutHost:
         from transformers import AutoTokenizer
 
         from grouprl.device import resolve_device
-        from grouprl.rollout.factory import build_engine
+        from grouprl.rollout.factory import make_engine
 
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         device = resolve_device("cuda" if cfg.rollout.gpus else "cpu")
-        self.engine = build_engine(
-            cfg, model_dir=model_dir, tokenizer=tokenizer, device=device, cache_dir=cache_dir
+        here = cfg.rollout.model_copy(update={"placement": "driver"})  # this actor drives it
+        self.engine = make_engine(
+            cfg.model_copy(update={"rollout": here}),
+            model_dir=model_dir,
+            tokenizer=tokenizer,
+            device=device,
+            cache_dir=cache_dir,
         )
 
     def generate(self, prompts: list[list[int]], settings: SamplingSettings):

@@ -40,26 +40,6 @@ def make_engine(
 
     if placed_in_actor(cfg):
         return ActorEngine.start(cfg, model_dir=str(model_dir), cache_dir=cache_dir)
-    return build_engine(
-        cfg,
-        model_dir=model_dir,
-        tokenizer=tokenizer,
-        policy_model=policy_model,
-        device=device,
-        cache_dir=cache_dir,
-    )
-
-
-def build_engine(
-    cfg: RunConfig,
-    *,
-    model_dir: str,
-    tokenizer,
-    policy_model=None,
-    device: torch.device,
-    cache_dir: str | None = None,
-) -> RolloutEngine:
-    """The engine for ``cfg.rollout.engine`` in this process."""
     return _BUILDERS[cfg.rollout.engine](
         cfg,
         model_dir=model_dir,

@@ -27,19 +27,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from grouprl.device import resolve_dtype
 from grouprl.rollout.base import SamplingSettings
 from grouprl.rollout.hf_engine import replicate
 from grouprl.rollout.weights import (
-    add_tied_lm_head,
-    check_complete,
-    checkpoint_shapes,
-    pack_for_transfer,
-    ties_word_embeddings,
+    PushPacker,
     write_weights,
 )
 from grouprl.types import Completion
-
-_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class ServerError(RuntimeError):
@@ -61,14 +56,13 @@ class ServerEngine:
     ) -> None:
         self.url, self.timeout_s = url.rstrip("/"), timeout_s
         self.weights_dir = weights_dir
-        self._push_dtype = _TORCH_DTYPES.get(dtype)
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="rollout-server")
         models = self._request("GET", "/v1/models")["data"]
         self.model = models[0]["id"]
-        self._tied = ties_word_embeddings(model_dir)
-        self._expected = checkpoint_shapes(model_dir)
-        if self._tied and "model.embed_tokens.weight" in self._expected:
-            self._expected["lm_head.weight"] = self._expected["model.embed_tokens.weight"]
+        # pushes are cast to the engine's dtype
+        self._push = PushPacker(
+            model_dir, dtype=resolve_dtype(dtype, torch.device("cpu")), engine="server"
+        )
         self._version = 0
 
     @property
@@ -105,9 +99,7 @@ class ServerEngine:
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None:
         """Writes the weights where the server reads them and has every server worker load
         them in place; all or nothing (a partial push raises before the server sees it)."""
-        packed = pack_for_transfer(named_tensors, dtype=self._push_dtype)
-        add_tied_lm_head(packed, tie_word_embeddings=self._tied)
-        check_complete(packed, self._expected, engine="server")
+        packed = self._push.pack(named_tensors)
         Path(self.weights_dir).mkdir(parents=True, exist_ok=True)
         directory = tempfile.mkdtemp(prefix="grouprl-weights-", dir=self.weights_dir)
         try:

@@ -39,21 +39,17 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
+from grouprl.device import resolve_dtype
 from grouprl.rollout.base import SamplingSettings
 from grouprl.rollout.hf_engine import replicate
 from grouprl.rollout.weights import (
-    add_tied_lm_head,
-    check_complete,
-    checkpoint_shapes,
-    pack_for_transfer,
+    PushPacker,
     shared_memory_dir,
-    ties_word_embeddings,
     write_weights,
 )
 from grouprl.types import Completion
 
 GiB = 1 << 30
-_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SHUTDOWN_TIMEOUT_S = 10.0
 """Grace before vLLM force-kills its engine processes (its default 5 s is short on busy CPUs)."""
 
@@ -116,7 +112,6 @@ class VLLMEngine:
         )
         self._sleeps = sleep_while_training and not on_cpu
         self.model_dir = model_dir
-        self._push_dtype = _TORCH_DTYPES.get(dtype)  # cast pushes to the engine's dtype
         self._llm = LLM(
             model=model_dir,
             dtype=dtype,
@@ -128,10 +123,10 @@ class VLLMEngine:
             tensor_parallel_size=tensor_parallel_size,
             **platform_args,
         )
-        self._tied = ties_word_embeddings(model_dir)
-        self._expected = checkpoint_shapes(model_dir)
-        if self._tied and "model.embed_tokens.weight" in self._expected:
-            self._expected["lm_head.weight"] = self._expected["model.embed_tokens.weight"]
+        # pushes are cast to the engine's dtype
+        self._push = PushPacker(
+            model_dir, dtype=resolve_dtype(dtype, torch.device("cpu")), engine="vllm"
+        )
         self._version = 0
 
     @property
@@ -190,9 +185,7 @@ class VLLMEngine:
         reads with its own ``reload_weights`` (a string RPC: no pickled code,
         so ``VLLM_ALLOW_INSECURE_SERIALIZATION`` is not needed).
         """
-        packed = pack_for_transfer(named_tensors, dtype=self._push_dtype)
-        add_tied_lm_head(packed, tie_word_embeddings=self._tied)
-        check_complete(packed, self._expected, engine="vllm")
+        packed = self._push.pack(named_tensors)
         directory = shared_memory_dir(prefix="grouprl-weights-")
         try:
             write_weights(packed, directory)

@@ -123,3 +123,22 @@ def check_complete(
             f"wrong shape {wrong[:5]}; pass the full `model.named_parameters()` of an "
             "unwrapped Hugging Face model (no `module.`/`_orig_mod.` prefixes, full tensors)"
         )
+
+
+class PushPacker:
+    """What an engine over a model directory accepts as a weight push: every checkpoint
+    name with its shape (a tied head given as its own ``lm_head.weight``), cast to the
+    engine's dtype. ``pack`` returns the transfer-ready tensors or raises."""
+
+    def __init__(self, model_dir: str, *, dtype: torch.dtype | None, engine: str) -> None:
+        self.dtype, self.engine = dtype, engine
+        self.tied = ties_word_embeddings(model_dir)
+        self.expected = checkpoint_shapes(model_dir)
+        if self.tied and "model.embed_tokens.weight" in self.expected:
+            self.expected["lm_head.weight"] = self.expected["model.embed_tokens.weight"]
+
+    def pack(self, named_tensors: Iterable[tuple[str, Tensor]]) -> dict[str, Tensor]:
+        packed = pack_for_transfer(named_tensors, dtype=self.dtype)
+        add_tied_lm_head(packed, tie_word_embeddings=self.tied)
+        check_complete(packed, self.expected, engine=self.engine)
+        return packed
