@@ -50,7 +50,7 @@ class LocalRayCluster:
 
     def _start(self, args: list[str], name: str) -> None:
         log = open(Path(self.temp_dir) / f"{name}.log", "wb")  # noqa: SIM115 (kept open)
-        env = {**os.environ, **ray_env()}
+        env = {**os.environ, **ray_env(), "GROUPRL_NODE_TAG": name}  # its memory-tier dir
         common = ["--block", "--disable-usage-stats", f"--num-cpus={self.cpus}"]
         common += ["--object-store-memory=200000000"]
         self.procs.append(

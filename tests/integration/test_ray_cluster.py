@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -119,15 +120,30 @@ def test_the_engine_in_an_actor_of_its_own_gives_the_same_run(
     _assert_same_parameters(one_process, run_dir)
 
 
-def test_a_run_resumes_on_two_ranks(ray_cluster, one_process, tmp_path, tiny_model_dir):
-    run_dir = tmp_path / "resumed"
+def test_a_run_resumes_on_two_ranks_from_a_peers_memory_copy(
+    ray_cluster, one_process, tmp_path, tiny_model_dir
+):
+    """The memory tier across nodes: each node keeps its ranks' part of a save and its
+    peer's part. With one node's memory gone, the run resumes from the other's copies."""
+    run_dir, shm = tmp_path / "resumed", tmp_path / "shm"
     args = [*_overrides(run_dir, tiny_model_dir), *_on_cluster(ray_cluster)]
+    args += ["checkpoint.memory.every=1", f"checkpoint.memory.dir={shm}"]
     log = tmp_path / "first.log"
     _finish(_train_on_cluster(run_dir, [*args, "trainer.stop_after=1"], log=log), log)
     assert find_checkpoint(run_dir).name == "step_000001"
+    held = sorted(p.relative_to(shm).parts[1:3] for p in shm.glob("*/*/part_*/step_000001"))
+    assert held == [
+        ("head", "part_00"),
+        ("head", "part_01"),
+        ("node1", "part_00"),
+        ("node1", "part_01"),
+    ]
+    [lost] = shm.glob("*/node1")
+    shutil.rmtree(lost)
     log = tmp_path / "second.log"
     output = _finish(_train_on_cluster(run_dir, [*args, "trainer.resume=auto"], log=log), log)
-    assert "resuming from step 1" in output
+    assert "resuming from step 1, memory tier of the nodes" in output
+    assert not list(shm.glob("*/*/restore"))  # the assembled copies are dropped after loading
     _assert_same_parameters(one_process, run_dir)
 
 

@@ -27,6 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
+from grouprl.ckpt.node_tier import NodeMemoryTier
 from grouprl.ckpt.s3 import S3Store
 from grouprl.ckpt.snapshot import Shards, Snapshot, StagedShards, write_checkpoint
 from grouprl.ckpt.state import CheckpointError, TrainerState
@@ -60,7 +61,9 @@ class Checkpointer:
         self.cfg, self.config_hash = cfg, config_hash
         self.world_size = world_size
         self.namespace = cfg.namespace.replace("{name}", run_name)
-        self.memory, self.disk, self.outbox = _local_tiers(cfg, run_dir, self.namespace)
+        self.memory, self.disk, self.outbox = _local_tiers(
+            cfg, run_dir, self.namespace, world_size=world_size
+        )
         self.s3 = _s3_tier(cfg, self.namespace) if cfg.s3.uri is not None else None
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="ckpt-writer")
         self._write: Future | None = None
@@ -78,7 +81,17 @@ class Checkpointer:
 
     # --- the loop's side ------------------------------------------------------
 
-    def tiers(self) -> list[LocalTier | S3Tier]:
+    def attach(self, group, roles: list[str]) -> None:
+        """The ranks of a multi-rank run: its memory tier lives on their nodes."""
+        if isinstance(self.memory, NodeMemoryTier):
+            self.memory.attach(group, roles)
+
+    def restored(self) -> None:
+        """The ranks have loaded a resumed checkpoint: the nodes' copies for it can go."""
+        if isinstance(self.memory, NodeMemoryTier):
+            self.memory.drop_restored()
+
+    def tiers(self) -> list[LocalTier | NodeMemoryTier | S3Tier]:
         return [t for t in (self.memory, self.disk, self.s3) if t is not None]
 
     def due_tiers(self, step: int, *, final: bool = False) -> list[str]:
@@ -178,6 +191,12 @@ class Checkpointer:
 
     def _write_tiers(self, snap: Snapshot, tiers: list[str], blocking: float) -> None:
         metrics = {"ckpt/blocking_s": blocking, "ckpt/state_bytes": float(snap.nbytes)}
+        if isinstance(self.memory, NodeMemoryTier) and "memory" in tiers:
+            tiers = [t for t in tiers if t != "memory"]
+            metrics |= self._write_node_memory(snap)
+            if not tiers:
+                self._results.put(metrics)
+                return
         local = [t for t in (self.memory, self.disk) if t is not None and t.name in tiers]
         if self.memory in local and not self.memory.make_room(snap.nbytes, self._held_now()):
             logger.warning(
@@ -218,6 +237,31 @@ class Checkpointer:
         if "s3" in tiers:
             self._queue_upload(path, snap.step)
         logger.info("checkpoint at step %d saved to %s", snap.step, ", ".join(tiers))
+
+    def _write_node_memory(self, snap: Snapshot) -> dict[str, float]:
+        """The memory tier of ranks on several nodes: parts and peer replicas there."""
+        assert isinstance(self.memory, NodeMemoryTier)
+        per_node = self.memory.node_bytes(snap.nbytes)
+        if per_node > self.memory.budget:
+            logger.warning(
+                "checkpoint at step %d skips the memory tier: a node's part and its peer's "
+                "copy (%.2f GB) do not fit checkpoint.memory.max_gb=%s; raise it",
+                snap.step,
+                per_node / GB,
+                self.cfg.memory.max_gb,
+            )
+            return {}
+        started = time.perf_counter()
+        try:
+            written = self.memory.write(
+                snap, world_size=self.world_size, config_hash=self.config_hash
+            )
+        except Exception as err:
+            logger.error("checkpoint at step %d failed in the memory tier: %s", snap.step, err)
+            self._results.put({"ckpt/failed": 1.0})
+            raise
+        logger.info("checkpoint at step %d saved to node memory", snap.step)
+        return {"ckpt/memory_s": time.perf_counter() - started, "ckpt/memory_bytes": written}
 
     def _held_now(self) -> set[str]:
         with self._lock:
@@ -286,12 +330,20 @@ class Checkpointer:
 
 
 def _local_tiers(
-    cfg: CheckpointConfig, run_dir: Path, namespace: str
-) -> tuple[LocalTier | None, LocalTier, LocalTier]:
-    """Memory (if on), disk, and the outbox (S3-only saves wait there for their upload),
-    with the leftovers of interrupted saves removed."""
+    cfg: CheckpointConfig, run_dir: Path, namespace: str, *, world_size: int
+) -> tuple[LocalTier | NodeMemoryTier | None, LocalTier, LocalTier]:
+    """Memory (if on: the ranks' nodes' when there are several ranks), disk, and the
+    outbox (S3-only saves wait there for their upload), with the leftovers of
+    interrupted saves removed."""
     memory = None
-    if cfg.memory.every is not None:
+    if cfg.memory.every is not None and world_size > 1:
+        memory = NodeMemoryTier(
+            Path(cfg.memory.dir) / namespace,
+            every=cfg.memory.every,
+            keep=cfg.memory.keep,
+            budget=int(cfg.memory.max_gb * GB),
+        )
+    elif cfg.memory.every is not None:
         memory = LocalTier(
             "memory",
             Path(cfg.memory.dir) / namespace,
@@ -303,7 +355,7 @@ def _local_tiers(
     disk = LocalTier("disk", disk_root, every=cfg.disk.every, keep=cfg.disk.keep)
     for tier in (memory, disk):
         try:
-            if tier is not None:
+            if isinstance(tier, LocalTier):
                 tier.remove_leftovers()
         except OSError as err:
             raise CheckpointError(

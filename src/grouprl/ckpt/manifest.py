@@ -3,7 +3,12 @@
     step_000040/manifest.json
         {"format": 1, "step": 40, "weight_version": 40, "world_size": 1,
          "config_hash": "...", "created": 1795000000.0,
-         "files": [{"path": "shards/__0_0.distcp", "bytes": ..., "sha256": "..."}, ...]}
+         "files": [{"path": "shards/__0_0.distcp", "bytes": ..., "sha256": "..."}, ...],
+         "part": 0, "parts": 1, "save_id": ""}
+
+``part`` of ``parts``: a node's share of a checkpoint kept in node memory across nodes
+(``ckpt/node_tier.py``); a whole checkpoint is part 0 of 1. ``save_id`` tells the parts
+of one save from those of another save of the same step.
 
 A directory without its manifest is a leftover of an interrupted save, never a
 checkpoint. The manifest is written to a temporary name, flushed to disk and
@@ -34,6 +39,9 @@ class Manifest:
     files: list[dict]  # {"path", "bytes", "sha256"} for every other file
     created: float
     format: int = FORMAT
+    part: int = 0
+    parts: int = 1
+    save_id: str = ""
 
     @property
     def bytes(self) -> int:
@@ -49,7 +57,15 @@ def sha256_of(path: Path) -> str:
 
 
 def write_manifest(
-    ckpt_dir: Path, *, step: int, weight_version: int, world_size: int, config_hash: str
+    ckpt_dir: Path,
+    *,
+    step: int,
+    weight_version: int,
+    world_size: int,
+    config_hash: str,
+    part: int = 0,
+    parts: int = 1,
+    save_id: str = "",
 ) -> Manifest:
     """Checksums every file of ``ckpt_dir`` and writes the manifest atomically, last."""
     files = sorted(p for p in ckpt_dir.rglob("*") if p.is_file() and p.name != MANIFEST)
@@ -67,6 +83,9 @@ def write_manifest(
             for p in files
         ],
         created=time.time(),
+        part=part,
+        parts=parts,
+        save_id=save_id,
     )
     tmp = ckpt_dir / f".{MANIFEST}.tmp"
     with tmp.open("w") as f:

@@ -17,11 +17,12 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from grouprl.ckpt.checkpointer import Checkpointer
 from grouprl.ckpt.manifest import MANIFEST, Manifest, verify
+from grouprl.ckpt.node_tier import NodeMemoryTier
 from grouprl.ckpt.s3 import S3Store
 from grouprl.ckpt.shards import load_shards, shard_parts
 from grouprl.ckpt.snapshot import SHARDS
 from grouprl.ckpt.state import TRAINER_FILE, CheckpointError, TrainerState
-from grouprl.ckpt.tiers import step_of
+from grouprl.ckpt.tiers import step_name, step_of
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +32,11 @@ class Resumable:
     path: Path  # a local directory (an S3 checkpoint is downloaded first)
     tier: str
     manifest: Manifest
+    load_from: Any = None  # what the ranks load (a NodeDir for node memory), else ``path``
+
+    def __post_init__(self) -> None:
+        if self.load_from is None:
+            self.load_from = self.path
 
 
 def find_resume(resume: str, ckpt: Checkpointer, *, restore_dir: Path) -> Resumable | None:
@@ -41,6 +47,10 @@ def find_resume(resume: str, ckpt: Checkpointer, *, restore_dir: Path) -> Resuma
         return _explicit(resume, ckpt, restore_dir=restore_dir)
     for found in ckpt.newest():
         try:
+            if isinstance(ckpt.memory, NodeMemoryTier) and found.tier == "memory":
+                restored = ckpt.memory.restore(found, restore_dir / step_name(found.step))
+                logger.info("resuming from step %d, memory tier of the nodes", found.step)
+                return Resumable(restored.path, found.tier, restored.manifest, restored.load_from)
             path = Path(found.where)
             if found.tier == "s3":
                 assert ckpt.s3 is not None

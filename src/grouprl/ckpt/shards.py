@@ -12,6 +12,7 @@ checkpoint cannot run code. Tensor payloads are read by DCP with ``weights_only`
 
 from __future__ import annotations
 
+import io
 import pickle
 import warnings
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
 from grouprl.ckpt.state import CheckpointError
@@ -46,15 +48,25 @@ class _MetadataUnpickler(pickle.Unpickler):
         )
 
 
+METADATA = ".metadata"
+"""DCP's metadata file in a shards directory (written by rank 0)."""
+
+
+def parse_metadata(data: bytes, *, where: str) -> Metadata:
+    """DCP metadata from the bytes of its file, built only from DCP's own records."""
+    metadata = _MetadataUnpickler(io.BytesIO(data)).load()
+    if not isinstance(metadata, Metadata):
+        raise CheckpointError(f"{where}: DCP metadata holds a {type(metadata).__name__}")
+    return metadata
+
+
 class SafeReader(FileSystemReader):
     """DCP's file reader, with the metadata pickle restricted to DCP's own records."""
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        rank = kwargs.get("rank")
-        with open(self._get_metadata_path(rank), "rb") as f:
-            metadata = _MetadataUnpickler(f).load()
-        if not isinstance(metadata, Metadata):
-            raise CheckpointError(f"{self.path}: DCP metadata holds a {type(metadata).__name__}")
+        path = self._get_metadata_path(kwargs.get("rank"))
+        with open(path, "rb") as f:
+            metadata = parse_metadata(f.read(), where=str(self.path))
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
@@ -76,6 +88,16 @@ def load_shards(state: dict[str, Any], src: Path, *, process_group=None) -> None
     reader = SafeReader(src)
     reader.read_metadata()  # refuses a crafted pickle with its own message, before DCP does
     dcp.load(state, storage_reader=reader, process_group=process_group)
+
+
+def files_needed(state: dict[str, Any], metadata: Metadata) -> set[str]:
+    """The shard files a rank reads to fill ``state`` (its own tensors, as for
+    ``load_shards``): DCP's load plan for this rank, mapped to files. Not only the files
+    the rank wrote: a tensor every rank holds is saved once, by any one of them."""
+    planner = DefaultLoadPlanner()
+    planner.set_up_planner(state, metadata, is_coordinator=False)
+    plan = planner.create_local_plan()
+    return {metadata.storage_data[item.storage_index].relative_path for item in plan.items}
 
 
 def shard_parts(src: Path) -> set[str]:

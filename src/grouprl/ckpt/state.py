@@ -34,8 +34,11 @@ class TrainerState:
     eval_before: dict[str, float]  # validation before the first step, for the final summary
     algo: dict[str, float] = field(default_factory=dict)  # e.g. the adaptive KL coefficient
 
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), indent=1).encode()
+
     def write(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=1))
+        path.write_bytes(self.to_json())
 
     @classmethod
     def read(cls, path: Path) -> TrainerState:

@@ -372,14 +372,6 @@ def _check_cluster(cfg: RunConfig) -> list[str]:
             f"a rank count in {choices(fits, more=False)}, or a mini-batch that is a multiple "
             f"of {world} (train.mini_batch_size, data.batch_size or rollout.n)."
         )
-    if c.nodes > 1 and cfg.checkpoint.memory.every is not None:
-        problems.append(
-            f"checkpoint.memory.every={cfg.checkpoint.memory.every} with cluster.nodes="
-            f"{c.nodes}: each node's memory ({cfg.checkpoint.memory.dir}) would hold only its "
-            "own ranks' shards, and copies to peer nodes are not built yet. Set "
-            "checkpoint.memory.every=null and save often to a shared checkpoint.disk.dir "
-            "or to S3 (checkpoint.s3.uri)."
-        )
     if cfg.rollout.gpus and not c.gpus_per_node:
         problems.append(
             f"rollout.gpus={cfg.rollout.gpus} keeps GPUs for generation, but the nodes have "

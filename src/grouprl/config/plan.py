@@ -413,12 +413,18 @@ def _checkpoint_rows(cfg: RunConfig, d: Derived) -> list[Row]:
 
     rows = []
     if ckpt.memory.every is not None:
+        nodes = cfg.cluster.nodes
+        where = (
+            f"each node's {ckpt.memory.dir}/{namespace}: its part and a copy of a peer node's, "
+            if nodes > 1
+            else f"{ckpt.memory.dir}/{namespace}, "
+        )
         rows.append(
             (
                 "checkpoints: memory",
                 f"every {ckpt.memory.every}",
-                f"{ckpt.memory.dir}/{namespace}, keep {ckpt.memory.keep}, at most "
-                f"{show(ckpt.memory.max_gb)} GB (checkpoint.memory)",
+                f"{where}keep {ckpt.memory.keep}, at most {show(ckpt.memory.max_gb)} GB"
+                f"{' per node' if nodes > 1 else ''} (checkpoint.memory)",
             )
         )
     disk = ckpt.disk.dir or f"{d.run_dir}/checkpoints"

@@ -302,13 +302,15 @@ class TrainerConfig(Section):
 class MemoryTierConfig(Section):
     every: int | None = Field(default=None, ge=1)
     """Save to node memory every N steps; null: no memory tier. The fastest restart: it
-    outlives the trainer process (not the node)."""
+    outlives the trainer process (not the node). With ranks on several nodes, each node
+    keeps its ranks' part and a copy of a peer node's part, so one lost node loses none."""
     keep: int = Field(default=2, ge=1)
     dir: str = "/dev/shm/grouprl"
-    """A RAM-backed directory; checkpoints go to DIR/NAMESPACE/step_N."""
+    """A RAM-backed directory; checkpoints go to DIR/NAMESPACE/step_N (with several
+    ranks: DIR/NAMESPACE/HOST/part_K/step_N on each node)."""
     max_gb: float = Field(default=8.0, gt=0)
-    """Memory budget: older memory checkpoints are dropped to fit a new one; a checkpoint
-    bigger than the budget skips this tier (and says so)."""
+    """Memory budget (per node): older memory checkpoints are dropped to fit a new one; a
+    checkpoint bigger than the budget skips this tier (and says so)."""
 
 
 class DiskTierConfig(Section):

@@ -77,17 +77,56 @@ class WorkerHost:
     def write_shards(self, out: str) -> None:
         self.staged.write(Path(out))
 
+    def memory_tier(self, root: str, keep: int, budget: int, op: str, *args, **kwargs) -> Any:
+        """This node's share of the memory tier (``ckpt/node_tier.py``; leader ranks)."""
+        from grouprl.ckpt.node_tier import NodeStore
+
+        return getattr(NodeStore(root, keep=keep, budget=budget), op)(*args, **kwargs)
+
+    def shard_files_needed(self, roles: list[str], metadata: bytes) -> set[str]:
+        """The shard files this rank reads to restore ``roles``."""
+        from grouprl.ckpt.shards import files_needed, parse_metadata
+
+        state: dict[str, Any] = {}
+        for role in roles:
+            state |= self.roles[role].state()
+        return files_needed(state, parse_metadata(metadata, where="node memory"))
+
+    def assemble_restore(self, root: str, step: int, local: dict[str, int], fetched: list) -> None:
+        """This node's copy to restore from: ``local`` files linked, ``fetched`` (refs to
+        a peer's files) written."""
+        import ray
+
+        from grouprl.ckpt.node_tier import NodeStore
+
+        files = {name: data for part in ray.get(fetched) for name, data in part.items()}
+        NodeStore(root).assemble(step, local, files)
+
     def add(self, role: str, cls: type, kwargs: dict[str, Any]) -> None:
         self.roles[role] = cls(self.rank, **kwargs)
 
     def call(self, role: str, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+        from grouprl.ckpt.node_tier import NodeDir
+
+        args = tuple(a.here() if isinstance(a, NodeDir) else a for a in args)
         return getattr(self.roles[role], method)(*args, **kwargs)
 
 
 class RayGroup:
-    def __init__(self, hosts: list, places: list[dict[str, Any]], placement_group) -> None:
+    def __init__(
+        self, hosts: list, places: list[dict[str, Any]], placement_group, *, per_node: int
+    ) -> None:
         self.hosts, self.places, self.placement_group = hosts, places, placement_group
-        self.world_size = len(hosts)
+        self.world_size, self.per_node = len(hosts), per_node
+        self.nodes = self.world_size // per_node
+
+    def ranks_of(self, node: int) -> range:
+        """The ranks of the group's ``node``-th node (its placement bundle)."""
+        return range(node * self.per_node, (node + 1) * self.per_node)
+
+    def leaders(self) -> list:
+        """The first rank of each node: the one that does the node's file work."""
+        return [self.hosts[self.ranks_of(node)[0]] for node in range(self.nodes)]
 
     @classmethod
     def start(cls, cfg: RunConfig, *, run_dir: Path) -> RayGroup:
@@ -125,7 +164,7 @@ class RayGroup:
             )
             for rank in range(world)
         ]
-        workers = cls(hosts, [{"rank": r} for r in range(len(hosts))], bundles)
+        workers = cls(hosts, [{"rank": r} for r in range(len(hosts))], bundles, per_node=per_node)
         workers.places = workers.gather([h.where.remote() for h in hosts], what="start")
         master = workers.places[0]
         init = f"tcp://{master['ip']}:{master['port']}"
@@ -215,9 +254,17 @@ class RankShards:
         return sum(sizes)
 
     def write(self, out: Path) -> None:
-        self.group.gather(
-            [h.write_shards.remote(str(out)) for h in self.group.hosts], what="write shards"
-        )
+        self.write_parts([str(out)] * self.group.nodes)
+
+    def write_parts(self, dirs: list[str]) -> None:
+        """Each node's ranks write their shards into ``dirs[node]``, a path on that node."""
+        group = self.group
+        refs = [
+            group.hosts[rank].write_shards.remote(out)
+            for node, out in enumerate(dirs)
+            for rank in group.ranks_of(node)
+        ]
+        group.gather(refs, what="write shards")
 
 
 def reason(err: Exception) -> str:

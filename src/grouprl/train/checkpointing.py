@@ -68,15 +68,20 @@ def save(
         c.checkpoint_files = small_files(c)
     return ckpt.save(
         c.step,
-        state=c.group.shards(["policy"] + ["critic"] * (c.critic is not None)),
+        state=c.group.shards(checkpointed_roles(c)),
         trainer=trainer,
         files=c.checkpoint_files,
         final=final,
     )
 
 
+def checkpointed_roles(c: Components) -> list[str]:
+    return ["policy"] + ["critic"] * (c.critic is not None)
+
+
 def resume(c: Components, ckpt: Checkpointer, run_dir: Path) -> dict[str, float] | None:
     """Restores the checkpoint ``trainer.resume`` asks for; returns its eval_before."""
+    ckpt.attach(c.group, checkpointed_roles(c))
     found = find_resume(c.cfg.trainer.resume, ckpt, restore_dir=run_dir / "cache" / "restore")
     if found is None:
         return None
@@ -87,7 +92,8 @@ def resume(c: Components, ckpt: Checkpointer, run_dir: Path) -> dict[str, float]
         )
     for role in (c.policy, c.critic):
         if role is not None:
-            role.run("load", found.path)
+            role.run("load", found.load_from)
+    ckpt.restored()
     state = TrainerState.read(found.path / TRAINER_FILE)
     c.load_algo_state(state.algo)
     c.policy.run("load_scheduler_state", state.scheduler)
