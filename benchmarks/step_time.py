@@ -62,6 +62,7 @@ class Settings:
     adam_betas: tuple[float, float]
     max_grad_norm: float
     seed: int
+    extra: tuple[str, ...] = ()  # grouprl-only overrides (--set), e.g. train.packing=true
 
     @property
     def samples(self) -> int:
@@ -104,6 +105,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--skip-trl-install", action="store_true", help="use the TRL venv as it is")
     p.add_argument("--trl-venv", type=Path, default=TRL_VENV, help="where the TRL venv lives")
     p.add_argument("--only", choices=["grouprl", "trl"], help="run one side (no ratio)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a grouprl override on top (e.g. train.packing=true); repeatable",
+    )
     args = p.parse_args()
     if args.group < 2 or args.steps < 1 or args.warmup < 0 or args.prompts < 1:
         p.error("need --group >= 2 (GRPO), --steps >= 1, --warmup >= 0, --prompts >= 1")
@@ -146,6 +154,7 @@ def grouprl_config(s: Settings, run_dir: Path):
         "trainer.eval_before_train=false",
         "metrics.tensorboard=false",
         "metrics.progress=false",
+        *s.extra,
     ]
     return load_config("tiny-arith", overrides)
 
@@ -337,6 +346,8 @@ def header(s: Settings, *, params: int | None, trl: dict | None, load_at_start: 
         f"{s.threads} torch thread{'s' if s.threads > 1 else ''}",
         f"steps: {s.warmup} warmup + {s.steps} measured (median shown)",
     ]
+    if s.extra:
+        lines.append(f"grouprl overrides: {' '.join(s.extra)}")
     if load_at_start > 0.5:
         lines.append(
             f"WARNING: load average {load_at_start:.2f} at start: another process was using the "
@@ -379,6 +390,7 @@ def main() -> None:
         adam_betas=recipe.train.betas,
         max_grad_norm=recipe.train.max_grad_norm or 0.0,
         seed=recipe.train.seed,
+        extra=tuple(args.set),
     )
     with tempfile.TemporaryDirectory(prefix="grouprl-bench-") as tmp:
         work = Path(tmp)

@@ -7,11 +7,12 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from grouprl.config.schema import AlgoConfig, CriticConfig, TrainConfig
+from grouprl.dist.rank import Rank
 from grouprl.roles.common import checkpoint_activations
 from grouprl.train.batch import build_batch
 from grouprl.train.critic import ValueScorer, batch_values, critic_update, token_values
 from grouprl.train.logprobs import TokenScorer, token_logprobs
-from grouprl.train.update import policy_update
+from grouprl.train.update import MicroBatching, policy_update
 from grouprl.types import Completion, Trajectory, Turn
 
 
@@ -80,7 +81,16 @@ def test_chunked_logprobs_match_full_softmax(model):
 
 
 def _update(
-    model, batch, *, micro: int, mini: int, iterations: int = 1, lr: float = 1.0, ckpt=False
+    model,
+    batch,
+    *,
+    micro: int,
+    mini: int,
+    iterations: int = 1,
+    lr: float = 1.0,
+    ckpt=False,
+    packing: bool = False,
+    tokens: int | None = None,
 ):
     # plain SGD: the parameter change is the (clipped) gradient itself, so the
     # comparison is not blurred by Adam's division by tiny second moments
@@ -89,12 +99,18 @@ def _update(
         checkpoint_activations(m)
         m.train()
     opt = torch.optim.SGD(m.parameters(), lr=lr)
+    train = TrainConfig(
+        micro_batch_size=micro,
+        micro_batch_tokens=tokens,
+        packing=packing,
+        logprob_chunk_tokens=16,
+    )
     metrics = policy_update(
-        scorer=TokenScorer(m, chunk_tokens=16),
+        scorer=TokenScorer(m, chunk_tokens=16, packed=packing),
         optimizer=opt,
         batch=batch,
         algo=AlgoConfig(num_iterations=iterations),
-        train=TrainConfig(micro_batch_size=micro, logprob_chunk_tokens=16),
+        train=train,
         mini_batch_size=mini,
     )
     return m, metrics
@@ -185,14 +201,14 @@ def test_values_are_read_from_the_position_before_each_generated_token(critic):
 
 def test_critic_update_moves_values_towards_the_returns(critic):
     batch = build_batch(_trajectories(8, seed=13), pad_id=0)
-    batch.old_values_BT = batch_values(ValueScorer(critic), batch, micro_batch_size=4)
+    batch.old_values_BT = batch_values(ValueScorer(critic), batch, micro=MicroBatching(4))
     batch.returns_BT = torch.where(batch.loss_mask_BT.bool(), 1.0, 0.0)
     m = copy.deepcopy(critic)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
 
     def error() -> float:
         with torch.no_grad():
-            values_BT = batch_values(ValueScorer(m), batch, micro_batch_size=4)
+            values_BT = batch_values(ValueScorer(m), batch, micro=MicroBatching(4))
         return float(((values_BT - batch.returns_BT) ** 2).sum())
 
     before = error()
@@ -203,7 +219,72 @@ def test_critic_update_moves_values_towards_the_returns(critic):
         cfg=CriticConfig(path="unused", value_clip=None),
         num_iterations=5,
         mini_batch_size=8,
-        micro_batch_size=4,
+        micro=MicroBatching(4),
     )
     assert error() < 0.5 * before
     assert {"critic/loss", "critic/grad_norm", "critic/explained_variance"} <= metrics.keys()
+
+
+# --- padding-free passes and token budgets ------------------------------------------
+
+
+def test_packed_logprobs_and_gradients_equal_padded_ones(model):
+    batch = build_batch(_trajectories(6, seed=21), pad_id=0)
+    assert batch.attention_mask_BT.sum() < batch.attention_mask_BT.numel()  # some padding
+    padded_model, packed_model = copy.deepcopy(model), copy.deepcopy(model)
+    args = (batch.input_ids_BT, batch.attention_mask_BT, batch.loss_mask_BT)
+    padded, padded_entropy = TokenScorer(padded_model, chunk_tokens=8)(*args)
+    packed, packed_entropy = TokenScorer(packed_model, chunk_tokens=8, packed=True)(*args)
+    torch.testing.assert_close(packed, padded, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(packed_entropy, padded_entropy, rtol=1e-5, atol=1e-5)
+    assert torch.all(packed[~batch.loss_mask_BT.bool()] == 0)
+    weights = torch.randn(padded.shape)
+    (padded * weights).sum().backward()
+    (packed * weights).sum().backward()
+    for (name, a), b in zip(
+        padded_model.named_parameters(), packed_model.parameters(), strict=True
+    ):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_packed_values_equal_padded_ones(critic):
+    batch = build_batch(_trajectories(5, seed=23), pad_id=0)
+    padded = token_values(copy.deepcopy(critic), batch)
+    packed = ValueScorer(copy.deepcopy(critic), packed=True)(batch)
+    torch.testing.assert_close(packed, padded, rtol=1e-5, atol=1e-5)
+
+
+def test_a_packed_token_budget_gives_the_fixed_micro_batch_update(model):
+    batch = _with_advantages(build_batch(_trajectories(8, seed=25), pad_id=0), torch.randn(8))
+    fixed, m_fixed = _update(model, copy.deepcopy(batch), micro=8, mini=8)
+    budget, m_budget = _update(
+        model, copy.deepcopy(batch), micro=8, mini=8, packing=True, tokens=24
+    )
+    for (name, a), b in zip(fixed.named_parameters(), budget.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
+    assert m_budget["loss"] == pytest.approx(m_fixed["loss"], abs=1e-6)
+
+
+def test_token_budget_ranges_cover_every_row_within_budget():
+    lengths = [5, 9, 3, 12, 4, 4, 20, 2]
+    mask = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+    for row, n in enumerate(lengths):
+        mask[row, :n] = 1
+    packed = MicroBatching(size=99, tokens=16, packed=True).ranges(mask)
+    assert [list(r) for r in packed] == [[0, 1], [2, 3], [4, 5], [6], [7]]
+    # a row longer than the budget goes alone; padded counting is rows x longest row
+    padded = MicroBatching(size=99, tokens=16, packed=False).ranges(mask)
+    assert [list(r) for r in padded] == [[0], [1], [2], [3], [4, 5], [6], [7]]
+    assert [list(r) for r in MicroBatching(size=3).ranges(mask)] == [
+        [0, 1, 2],
+        [3, 4, 5],
+        [6, 7],
+    ]
+
+
+def test_every_rank_gets_as_many_passes_as_the_busiest(monkeypatch):
+    """FSDP2 pairs collectives pass by pass: a rank needing fewer passes splits its own."""
+    monkeypatch.setattr("grouprl.train.update.all_max", lambda count: 4)
+    mask = torch.ones(6, 4, dtype=torch.long)
+    ranges = MicroBatching(size=99, tokens=100, packed=True).ranges(mask, Rank(0, 2))
+    assert [list(r) for r in ranges] == [[0], [1, 2], [3], [4, 5]]

@@ -129,7 +129,11 @@ def _numbers(cfg: RunConfig) -> Derived:
         critic_warmup_steps=cfg.critic.warmup_steps if cfg.critic is not None else 0,
         device_text=_device_text(cfg.train.device),
         max_tokens_per_sample=sample_tokens,
-        max_tokens_per_micro_batch=micro * sample_tokens,
+        max_tokens_per_micro_batch=(
+            micro * sample_tokens
+            if cfg.train.micro_batch_tokens is None
+            else max(cfg.train.micro_batch_tokens, sample_tokens)  # a longer sample goes alone
+        ),
         max_tokens_per_step=samples * sample_tokens,
         run_dir=cfg.trainer.run_dir.replace("{name}", cfg.name),
         world_size=cfg.world_size,

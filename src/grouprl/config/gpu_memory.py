@@ -254,7 +254,12 @@ def _policy_pass(
 ) -> list[MemoryRow]:
     """Gathered params, activations and logprob chunk of the policy's forward/backward."""
     per, micro = derived.max_tokens_per_sample, derived.micro_batch_size
-    tokens = micro * per
+    tokens = derived.max_tokens_per_micro_batch
+    where = (
+        f"train.micro_batch_size={micro} x {per}"
+        if cfg.train.micro_batch_tokens is None
+        else f"train.micro_batch_tokens, or one {per}-token sample"
+    )
     ckpt = cfg.train.activation_checkpointing
     chunk = min(cfg.train.logprob_chunk_tokens, tokens)
     return [
@@ -262,8 +267,7 @@ def _policy_pass(
         MemoryRow(
             "activations",
             activation_bytes(shape, tokens=tokens, checkpointing=ckpt),
-            f"{tokens:,} tokens (train.micro_batch_size={micro} x {per}) x "
-            + _activation_text(shape, ckpt=ckpt),
+            f"{tokens:,} tokens ({where}) x " + _activation_text(shape, ckpt=ckpt),
         ),
         MemoryRow(
             "logprob chunk",
@@ -358,7 +362,9 @@ def _peak_problems(
             f"train.activation_checkpointing=true (activations {human_bytes(trainer.activations)}"
             f" -> {human_bytes(trainer.activations_checkpointed)})"
         )
-    if training_over and t.micro_batch_size > 1:
+    if training_over and t.micro_batch_tokens is not None:
+        fixes.append(f"a lower train.micro_batch_tokens (now {t.micro_batch_tokens})")
+    elif training_over and t.micro_batch_size > 1:
         fixes.append(f"a lower train.micro_batch_size (now {t.micro_batch_size})")
     if plan.generation_phase > plan.gpu_bytes and plan.colocated:
         fixes.append(

@@ -265,6 +265,13 @@ class TrainConfig(Section):
     """Samples per optimizer step; null means all of a step's samples in one update."""
     micro_batch_size: int = Field(default=8, ge=1)
     """Samples per forward/backward pass (gradient accumulation fills a mini-batch)."""
+    micro_batch_tokens: int | None = Field(default=None, ge=1)
+    """Dynamic batch size: as many consecutive samples per pass as fit this many tokens
+    (real tokens with `packing`, else rows x the longest row); replaces
+    `micro_batch_size` for splitting. The update is the same either way."""
+    packing: bool = False
+    """Padding-free passes: a micro-batch's samples run end to end in one row, attention
+    kept within each sample; no compute is spent on padding."""
     steps: int | None = Field(default=None, ge=1)
     """Training steps (batches). Exactly one of `steps` and `epochs` is set."""
     epochs: float | None = Field(default=None, gt=0)

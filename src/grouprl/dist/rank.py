@@ -70,6 +70,15 @@ def all_sum(values: dict[str, float]) -> dict[str, float]:
     return dict(zip(names, summed.tolist(), strict=True))
 
 
+def all_max(value: int) -> int:
+    """The largest ``value`` over the ranks."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return value
+    top = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(top, op=dist.ReduceOp.MAX)
+    return int(top.item())
+
+
 def free_port() -> int:
     import socket
 

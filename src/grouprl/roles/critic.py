@@ -19,6 +19,7 @@ from grouprl.train.critic import (
     load_critic,
     make_critic_optimizer,
 )
+from grouprl.train.update import MicroBatching
 from grouprl.types import TrainingBatch
 
 
@@ -31,7 +32,7 @@ class CriticWorker:
         self.model = load_critic(
             cfg.critic, cfg.model, device=torch.device("cpu"), weights=loads_weights(rank)
         )
-        self.scorer = ValueScorer(self.model)
+        self.scorer = ValueScorer(self.model, packed=cfg.train.packing)
         prepare(self.scorer, self.model, rank=rank, cfg=cfg)
         self.optimizer = make_critic_optimizer(self.model, cfg.critic)
         self.autocast = autocast(cfg, rank)
@@ -41,8 +42,9 @@ class CriticWorker:
         return batch_values(
             self.scorer,
             my_rows(batch, self.rank),
-            micro_batch_size=self.cfg.train.micro_batch_size,
+            micro=MicroBatching.of(self.cfg.train),
             autocast=self.autocast,
+            rank=self.rank,
         ).cpu()
 
     def update(self, batch: TrainingBatch, *, mini_batch_size: int) -> dict[str, float]:
@@ -55,7 +57,7 @@ class CriticWorker:
             cfg=self.cfg.critic,
             num_iterations=self.cfg.algo.num_iterations,
             mini_batch_size=mini_batch_size,
-            micro_batch_size=self.cfg.train.micro_batch_size,
+            micro=MicroBatching.of(self.cfg.train),
             autocast=self.autocast,
             rank=self.rank,
         )

@@ -17,7 +17,7 @@ from grouprl.roles.common import autocast, loads_weights, my_rows, prepare
 from grouprl.train.logprobs import TokenScorer
 from grouprl.train.model import load_causal_lm
 from grouprl.train.optim import make_optimizer, make_scheduler
-from grouprl.train.update import batch_logprobs, policy_update
+from grouprl.train.update import MicroBatching, batch_logprobs, policy_update
 from grouprl.types import TrainingBatch
 
 
@@ -29,7 +29,9 @@ class PolicyWorker:
         self.model = load_causal_lm(
             cfg.model, dtype=torch.float32, device=torch.device("cpu"), weights=loads_weights(rank)
         )
-        self.scorer = TokenScorer(self.model, chunk_tokens=cfg.train.logprob_chunk_tokens)
+        self.scorer = TokenScorer(
+            self.model, chunk_tokens=cfg.train.logprob_chunk_tokens, packed=cfg.train.packing
+        )
         prepare(self.scorer, self.model, rank=rank, cfg=cfg)
         self.optimizer = make_optimizer(self.model, cfg.train)
         self.scheduler = make_scheduler(self.optimizer, cfg.train, total_steps=learning_steps)
@@ -41,8 +43,9 @@ class PolicyWorker:
         return batch_logprobs(
             self.scorer,
             rows,
-            micro_batch_size=self.cfg.train.micro_batch_size,
+            micro=MicroBatching.of(self.cfg.train),
             autocast=self.autocast,
+            rank=self.rank,
         ).cpu()
 
     def update(

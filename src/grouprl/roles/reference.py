@@ -11,7 +11,7 @@ from grouprl.dist.rank import Rank
 from grouprl.roles.common import autocast, loads_weights, my_rows, prepare
 from grouprl.train.logprobs import TokenScorer
 from grouprl.train.model import load_causal_lm
-from grouprl.train.update import batch_logprobs
+from grouprl.train.update import MicroBatching, batch_logprobs
 from grouprl.types import TrainingBatch
 
 
@@ -25,7 +25,9 @@ class ReferenceWorker:
             cfg.model, dtype=dtype, device=torch.device("cpu"), weights=loads_weights(rank)
         )
         self.model.eval().requires_grad_(False)
-        self.scorer = TokenScorer(self.model, chunk_tokens=cfg.train.logprob_chunk_tokens)
+        self.scorer = TokenScorer(
+            self.model, chunk_tokens=cfg.train.logprob_chunk_tokens, packed=cfg.train.packing
+        )
         prepare(self.scorer, self.model, rank=rank, cfg=cfg)
         self.autocast = autocast(cfg, rank)
 
@@ -34,6 +36,7 @@ class ReferenceWorker:
         return batch_logprobs(
             self.scorer,
             my_rows(batch, self.rank),
-            micro_batch_size=self.cfg.train.micro_batch_size,
+            micro=MicroBatching.of(self.cfg.train),
             autocast=self.autocast,
+            rank=self.rank,
         ).cpu()

@@ -23,7 +23,8 @@ from grouprl.assets import resolve_model_path
 from grouprl.config.schema import CriticConfig, ModelConfig
 from grouprl.dist.rank import SINGLE, Rank
 from grouprl.train.model import ModelLoadError
-from grouprl.train.update import micro_batches, run_updates
+from grouprl.train.packing import Packing, decoder_states, use_packed_attention
+from grouprl.train.update import MicroBatching, micro_batches, run_updates
 from grouprl.types import TrainingBatch
 
 
@@ -60,13 +61,13 @@ def make_critic_optimizer(critic: torch.nn.Module, cfg: CriticConfig) -> torch.o
     )
 
 
-def token_values(critic: torch.nn.Module, batch: TrainingBatch) -> Tensor:
+def token_values(critic: torch.nn.Module, batch: TrainingBatch, *, packed: bool = False) -> Tensor:
     """The value of the prefix before each loss-mask token; 0 elsewhere."""
-    decoder = getattr(critic, critic.base_model_prefix)
-    hidden_BTH = decoder(
-        input_ids=batch.input_ids_BT, attention_mask=batch.attention_mask_BT
-    ).last_hidden_state
-    head_BT = critic.score(hidden_BTH).squeeze(-1).float()
+    packing = Packing.of(batch.attention_mask_BT) if packed else None
+    hidden = decoder_states(critic, batch.input_ids_BT, batch.attention_mask_BT, packing)
+    head_BT = critic.score(hidden).squeeze(-1).float()
+    if packing is not None:
+        head_BT = packing.unpack(head_BT)
     values_BT = torch.zeros_like(head_BT)
     values_BT[:, 1:] = head_BT[:, :-1]
     return values_BT * batch.loss_mask_BT
@@ -76,24 +77,31 @@ class ValueScorer(torch.nn.Module):
     """``token_values`` as one module: the FSDP2 root unit of a sharded critic, so its
     embeddings and value head are gathered for the whole computation."""
 
-    def __init__(self, critic: torch.nn.Module) -> None:
+    def __init__(self, critic: torch.nn.Module, *, packed: bool = False) -> None:
         super().__init__()
-        self.critic = critic
+        self.critic, self.packed = critic, packed
+        if packed:
+            use_packed_attention(critic)
 
     def forward(self, batch: TrainingBatch) -> Tensor:
-        return token_values(self.critic, batch)
+        return token_values(self.critic, batch, packed=self.packed)
 
 
 def batch_values(
-    scorer: ValueScorer, batch: TrainingBatch, *, micro_batch_size: int, autocast=nullcontext
+    scorer: ValueScorer,
+    batch: TrainingBatch,
+    *,
+    micro: MicroBatching,
+    autocast=nullcontext,
+    rank: Rank = SINGLE,
 ) -> Tensor:
     """Values for the whole batch, no gradient, full width."""
     out = torch.zeros_like(batch.loss_mask_BT)
     with torch.no_grad():
-        for start, micro in micro_batches(batch, micro_batch_size):
+        for start, part in micro_batches(batch, micro, rank):
             with autocast():
-                values_BT = scorer(micro)
-            out[start : start + len(micro), : values_BT.shape[1]] = values_BT
+                values_BT = scorer(part)
+            out[start : start + len(part), : values_BT.shape[1]] = values_BT
     return out
 
 
@@ -116,7 +124,7 @@ def critic_update(
     cfg: CriticConfig,
     num_iterations: int,
     mini_batch_size: int,
-    micro_batch_size: int,
+    micro: MicroBatching,
     autocast=nullcontext,
     rank: Rank = SINGLE,
 ) -> dict[str, float]:
@@ -144,7 +152,7 @@ def critic_update(
         micro_loss=micro_loss,
         num_iterations=num_iterations,
         mini_batch_size=mini_batch_size,
-        micro_batch_size=micro_batch_size,
+        micro=micro,
         max_grad_norm=cfg.max_grad_norm,
         rank=rank,
     )

@@ -18,6 +18,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from grouprl.train.packing import Packing, decoder_states, use_packed_attention
+
 
 def _chunk_logprobs(
     hidden_NH: Tensor, targets_N: Tensor, weight_VH: Tensor, bias_V: Tensor | None
@@ -37,6 +39,7 @@ def token_logprobs(
     attention_mask_BT: Tensor,
     chunk_tokens: int,
     score_mask_BT: Tensor | None = None,
+    packed: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Logprob of each token given its prefix, and the policy's entropy there.
 
@@ -44,15 +47,17 @@ def token_logprobs(
     ``< t``; column 0 is 0 (nothing predicts the first token). Right padding.
     With ``score_mask_BT``, only its nonzero positions are scored (the rest are
     0): the LM head never runs over prompt tokens, which matters with a
-    150k-token vocabulary and long prompts.
+    150k-token vocabulary and long prompts. ``packed``: the decoder runs over the
+    samples laid end to end, without padding (``train/packing.py``).
     """
-    decoder = getattr(model, model.base_model_prefix)
-    hidden_BTH = decoder(input_ids=input_ids_BT, attention_mask=attention_mask_BT).last_hidden_state
-    head = model.get_output_embeddings()
-    B, T = input_ids_BT.shape
     wanted_BT = attention_mask_BT.bool() if score_mask_BT is None else score_mask_BT.bool()
     wanted_BT = wanted_BT.clone()
-    wanted_BT[:, 0] = False
+    wanted_BT[:, 0] = False  # in a packed row too: nothing predicts a sample's first token
+    packing = Packing.of(attention_mask_BT) if packed else None
+    hidden_BTH = decoder_states(model, input_ids_BT, attention_mask_BT, packing)
+    if packing is not None:  # one row of the real tokens: B = 1, T = N
+        input_ids_BT, wanted_BT = packing.pack(input_ids_BT), packing.pack(wanted_BT)
+    head = model.get_output_embeddings()
     # position t - 1 predicts token t
     hidden_NH = hidden_BTH[:, :-1][wanted_BT[:, 1:]]
     targets_N = input_ids_BT[wanted_BT]
@@ -70,7 +75,7 @@ def token_logprobs(
             p, e = _chunk_logprobs(*args)
         picked.append(p)
         entropies.append(e)
-    logprobs_BT = hidden_BTH.new_zeros((B, T), dtype=torch.float32)
+    logprobs_BT = hidden_BTH.new_zeros(wanted_BT.shape, dtype=torch.float32)
     entropy_BT = torch.zeros_like(logprobs_BT)
     if picked:
         logprobs_BT = logprobs_BT.masked_scatter(wanted_BT, torch.cat(picked))
@@ -80,16 +85,20 @@ def token_logprobs(
         # reduce their gradients together and would wait forever for this one
         anchor = hidden_BTH.sum() + sum(p.sum() for p in head.parameters())
         logprobs_BT = logprobs_BT + 0.0 * anchor
+    if packing is not None:
+        return packing.unpack(logprobs_BT), packing.unpack(entropy_BT)
     return logprobs_BT, entropy_BT
 
 
 class TokenScorer(torch.nn.Module):
     """``token_logprobs`` of a causal LM as one module (see the module docstring)."""
 
-    def __init__(self, model: torch.nn.Module, *, chunk_tokens: int) -> None:
+    def __init__(self, model: torch.nn.Module, *, chunk_tokens: int, packed: bool = False) -> None:
         super().__init__()
         self.model = model
-        self.chunk_tokens = chunk_tokens
+        self.chunk_tokens, self.packed = chunk_tokens, packed
+        if packed:
+            use_packed_attention(model)
 
     def forward(
         self, input_ids_BT: Tensor, attention_mask_BT: Tensor, score_mask_BT: Tensor | None = None
@@ -100,4 +109,5 @@ class TokenScorer(torch.nn.Module):
             attention_mask_BT=attention_mask_BT,
             chunk_tokens=self.chunk_tokens,
             score_mask_BT=score_mask_BT,
+            packed=self.packed,
         )

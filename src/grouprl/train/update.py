@@ -3,7 +3,8 @@
     batch (B samples) ─► [old logprobs, once, if the batch feeds >1 update]
         for iteration in range(num_iterations):
             for mini-batch (mini_batch_size samples):      ─► one optimizer step
-                for micro-batch (micro_batch_size samples): forward, loss, backward
+                for micro-batch (micro_batch_size samples, or micro_batch_tokens tokens):
+                    forward (padded, or packed without padding), loss, backward
                     loss denominators = the whole mini-batch's counts
 
 Because denominators are the mini-batch's, micro-batch size changes the
@@ -20,6 +21,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable
 from contextlib import nullcontext
+from dataclasses import dataclass
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -27,7 +29,7 @@ from torch.distributed.tensor import DTensor
 from grouprl.algo.aggregate import LossNorm, token_mean
 from grouprl.algo.objective import micro_batch_loss
 from grouprl.config.schema import AlgoConfig, TrainConfig
-from grouprl.dist.rank import SINGLE, Rank, all_sum
+from grouprl.dist.rank import SINGLE, Rank, all_max, all_sum
 from grouprl.train.logprobs import TokenScorer
 from grouprl.types import TrainingBatch
 
@@ -41,22 +43,66 @@ def trimmed(batch: TrainingBatch) -> TrainingBatch:
     return batch.select((slice(None), slice(0, width)))
 
 
-def micro_batches(batch: TrainingBatch, size: int):
-    """``(start row, trimmed micro-batch)`` over ``batch`` in order."""
-    for start in range(0, len(batch), size):
-        yield start, trimmed(batch.select(slice(start, start + size)))
+@dataclass(frozen=True)
+class MicroBatching:
+    """How a rank's samples split into forward/backward passes: ``size`` samples each,
+    or (``tokens``) as many consecutive samples as fit that many tokens. Tokens are the
+    real ones when ``packed`` (no padding is computed), else rows x the longest row."""
+
+    size: int
+    tokens: int | None = None
+    packed: bool = False
+
+    @classmethod
+    def of(cls, train: TrainConfig) -> MicroBatching:
+        return cls(train.micro_batch_size, train.micro_batch_tokens, train.packing)
+
+    def ranges(self, attention_mask_BT: torch.Tensor, rank: Rank = SINGLE) -> list[range]:
+        """Consecutive row ranges. Under a token budget every rank gets as many ranges
+        as the rank needing most (FSDP2's collectives pair up pass by pass)."""
+        rows = attention_mask_BT.shape[0]
+        if self.tokens is None:
+            return [range(s, min(s + self.size, rows)) for s in range(0, rows, self.size)]
+        lengths = attention_mask_BT.sum(dim=1).tolist()
+        ranges, start = [], 0
+        for end in range(1, rows + 1):
+            if end - start > 1 and self._cost(lengths[start:end]) > self.tokens:
+                ranges.append(range(start, end - 1))
+                start = end - 1
+        ranges.append(range(start, rows))
+        want = all_max(len(ranges)) if rank.distributed else len(ranges)
+        while len(ranges) < want:  # split the longest range (each rank has >= want rows)
+            i = max(range(len(ranges)), key=lambda j: len(ranges[j]))
+            r = ranges[i]
+            half = r.start + len(r) // 2
+            ranges[i : i + 1] = [range(r.start, half), range(half, r.stop)]
+        return ranges
+
+    def _cost(self, lengths: list[int]) -> int:
+        return sum(lengths) if self.packed else len(lengths) * max(lengths)
+
+
+def micro_batches(batch: TrainingBatch, plan: MicroBatching, rank: Rank = SINGLE):
+    """``(first row, trimmed micro-batch)`` over ``batch`` in order."""
+    for rows in plan.ranges(batch.attention_mask_BT, rank):
+        yield rows.start, trimmed(batch.select(slice(rows.start, rows.stop)))
 
 
 def batch_logprobs(
-    scorer: TokenScorer, batch: TrainingBatch, *, micro_batch_size: int, autocast=nullcontext
+    scorer: TokenScorer,
+    batch: TrainingBatch,
+    *,
+    micro: MicroBatching,
+    autocast=nullcontext,
+    rank: Rank = SINGLE,
 ) -> torch.Tensor:
     """Logprobs of the batch's loss tokens under ``scorer``, no gradient, full width."""
     out = torch.zeros_like(batch.engine_logprobs_BT)
     with torch.no_grad():
-        for start, micro in micro_batches(batch, micro_batch_size):
+        for start, part in micro_batches(batch, micro, rank):
             with autocast():
-                lp, _ = scorer(micro.input_ids_BT, micro.attention_mask_BT, micro.loss_mask_BT)
-            out[start : start + len(micro), : lp.shape[1]] = lp.float()
+                lp, _ = scorer(part.input_ids_BT, part.attention_mask_BT, part.loss_mask_BT)
+            out[start : start + len(part), : lp.shape[1]] = lp.float()
     return out
 
 
@@ -68,7 +114,7 @@ def run_updates(
     micro_loss: MicroLoss,
     num_iterations: int,
     mini_batch_size: int,
-    micro_batch_size: int,
+    micro: MicroBatching,
     max_grad_norm: float | None,
     rank: Rank = SINGLE,
 ) -> dict[str, float]:
@@ -86,8 +132,8 @@ def run_updates(
                 continue
             optimizer.zero_grad(set_to_none=True)
             step_metrics: dict[str, float] = defaultdict(float)
-            for _, micro in micro_batches(mini.select(rank.block(len(mini))), micro_batch_size):
-                loss, metrics = micro_loss(micro, norm, iteration)
+            for _, part in micro_batches(mini.select(rank.block(len(mini))), micro, rank):
+                loss, metrics = micro_loss(part, norm, iteration)
                 loss.backward()
                 metrics["loss"] = loss.detach()
                 for name, value in metrics.items():
@@ -126,7 +172,7 @@ def policy_update(
         rows = rank.rows(len(batch), mini_batch_size=mini_batch_size)
         old_BT = torch.zeros_like(batch.engine_logprobs_BT)
         old_BT[rows] = batch_logprobs(
-            scorer, batch.select(rows), micro_batch_size=train.micro_batch_size, autocast=autocast
+            scorer, batch.select(rows), micro=MicroBatching.of(train), autocast=autocast, rank=rank
         )
         batch.old_logprobs_BT = old_BT
 
@@ -164,7 +210,7 @@ def policy_update(
         micro_loss=micro_loss,
         num_iterations=algo.num_iterations,
         mini_batch_size=mini_batch_size,
-        micro_batch_size=train.micro_batch_size,
+        micro=MicroBatching.of(train),
         max_grad_norm=train.max_grad_norm,
         rank=rank,
     )
