@@ -246,3 +246,60 @@ def test_a_multi_turn_search_run_logs_episode_metrics(tmp_path, tiny_model_dir):
     assert {"episode/turns", "episode/tool_calls", "episode/tool_error_rate"} <= step.keys()
     assert any("eval/episode/turns" in x for x in lines)
     assert (tmp_path / ".cache").is_dir()  # the built-in corpus was indexed once, shared
+
+
+def _metrics(run_dir, key) -> dict[int, float]:
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {x["step"]: x[key] for x in lines if key in x}
+
+
+def _samples(run_dir) -> dict[int, list[dict]]:
+    lines = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
+    out: dict[int, list[dict]] = {}
+    for x in lines:
+        out.setdefault(x["step"], []).append(x)
+    return out
+
+
+def test_max_staleness_zero_is_the_synchronous_loop(straight_run, tmp_path, tiny_model_dir):
+    run_dir, _ = straight_run
+    train(_cfg(tmp_path, "sync", tiny_model_dir, "rollout.max_staleness=0"))
+    assert _metrics(tmp_path / "sync", "reward/mean") == _metrics(run_dir, "reward/mean")
+    a, _ = _weights(run_dir)
+    b, _ = _weights(tmp_path / "sync")
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_one_step_off_policy_trains_each_batch_one_version_behind(
+    straight_run, tmp_path, tiny_model_dir
+):
+    """rollout.max_staleness=1: batch k (k >= 2) is generated with weights k - 2 while
+    batch k - 1 trains, and trains policy version k - 1. A run stopped and resumed draws
+    the same prompts as one never stopped."""
+    run_dir, _ = straight_run
+    extra = ("rollout.max_staleness=1", "algo.tis_cap=2.0")
+    summary = train(_cfg(tmp_path, "ahead", tiny_model_dir, *extra))
+    ahead = tmp_path / "ahead"
+    assert summary["finished"]
+    assert _metrics(ahead, "staleness") == {1: 0.0, 2: 1.0, 3: 1.0, 4: 1.0}
+    samples = _samples(ahead)
+    assert {s: {x["weight_version"] for x in rows} for s, rows in samples.items()} == {
+        1: {0},
+        2: {0},
+        3: {1},
+        4: {2},
+    }
+    # the first batch is generated before any training, as in the synchronous loop
+    assert _metrics(ahead, "reward/mean")[1] == _metrics(run_dir, "reward/mean")[1]
+    assert all(0.5 < w < 2.0 for w in _metrics(ahead, "tis/weight").values())
+    trained, _ = _weights(ahead)
+    shipped = load_file(f"{tiny_model_dir}/model.safetensors")
+    assert any(not torch.equal(trained[k], shipped[k]) for k in shipped)
+
+    train(_cfg(tmp_path, "ahead-resumed", tiny_model_dir, *extra, "trainer.stop_after=2"))
+    resumed = train(_cfg(tmp_path, "ahead-resumed", tiny_model_dir, *extra, "trainer.resume=auto"))
+    assert resumed["finished"]
+    again = _samples(tmp_path / "ahead-resumed")
+    for step in (3, 4):
+        assert [x["prompt"] for x in again[step]] == [x["prompt"] for x in samples[step]]

@@ -366,3 +366,14 @@ def test_gpu_ranks_per_node_leave_the_rollout_gpus():
 def test_node_memory_checkpoints_are_allowed_across_nodes():
     cfg = load_config("tiny-arith", ["cluster.nodes=2", "checkpoint.memory.every=5"])
     assert derive(cfg).world_size == 2  # each node keeps its part and its peer's copy
+
+
+def test_one_step_off_policy_needs_a_correction():
+    cfg = load_config("tiny-arith", ["rollout.max_staleness=1"])
+    with pytest.raises(ConfigError, match="algo.tis_cap") as err:
+        derive(cfg)
+    assert "algo.old_logprobs=engine" in str(err.value)
+    for fix in ("algo.tis_cap=2.0", "algo.old_logprobs=engine"):
+        derive(load_config("tiny-arith", ["rollout.max_staleness=1", fix]))
+    with pytest.raises(ConfigError, match="rollout.max_staleness"):
+        load_config("tiny-arith", ["rollout.max_staleness=2"])

@@ -288,3 +288,27 @@ def test_every_rank_gets_as_many_passes_as_the_busiest(monkeypatch):
     mask = torch.ones(6, 4, dtype=torch.long)
     ranges = MicroBatching(size=99, tokens=100, packed=True).ranges(mask, Rank(0, 2))
     assert [list(r) for r in ranges] == [[0], [1, 2], [3], [4, 5]]
+
+
+def test_old_logprobs_from_the_engine_anchor_the_ratio(model):
+    """algo.old_logprobs=engine: the PPO ratio is against the engine's sampling logprobs
+    (here set one nat below the policy's, so every ratio is e and the clip engages)."""
+    batch = _with_advantages(build_batch(_trajectories(8, seed=27), pad_id=0), torch.ones(8))
+    with torch.no_grad():
+        current, _ = TokenScorer(model, chunk_tokens=16)(
+            batch.input_ids_BT, batch.attention_mask_BT, batch.loss_mask_BT
+        )
+    batch.engine_logprobs_BT = (current - 1.0) * batch.loss_mask_BT
+    m = copy.deepcopy(model)
+    metrics = policy_update(
+        scorer=TokenScorer(m, chunk_tokens=16),
+        optimizer=torch.optim.SGD(m.parameters(), lr=1e-3),
+        batch=copy.deepcopy(batch),
+        algo=AlgoConfig(old_logprobs="engine"),
+        train=TrainConfig(micro_batch_size=8, logprob_chunk_tokens=16),
+        mini_batch_size=8,
+    )
+    assert metrics["clip_frac"] == pytest.approx(1.0)
+    assert metrics["engine_logprob_gap"] == pytest.approx(1.0, abs=1e-4)
+    _, trainer = _update(model, copy.deepcopy(batch), micro=8, mini=8)
+    assert trainer["clip_frac"] == 0.0  # the trainer's own logprobs: ratio 1

@@ -299,6 +299,14 @@ def _check_algo(cfg: RunConfig) -> list[str]:
             f"{cfg.rollout.max_tokens}: the penalty starts at max_tokens - buffer tokens. "
             f"DAPO uses a fifth of max_tokens: algo.overlong_buffer={cfg.rollout.max_tokens // 5}."
         )
+    stale = cfg.rollout.max_staleness
+    if stale and algo.tis_cap is None and algo.old_logprobs == "trainer":
+        problems.append(
+            f"rollout.max_staleness={stale} trains on batches sampled with weights one "
+            "step old, and nothing corrects for that: set algo.tis_cap (e.g. 2.0: importance "
+            "weights against the sampling policy), or algo.old_logprobs=engine (the PPO "
+            "ratio against the sampling policy itself), or rollout.max_staleness=0."
+        )
     steps = cfg.train.steps
     if critic is not None and steps is not None and critic.warmup_steps >= steps:
         problems.append(

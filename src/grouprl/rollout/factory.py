@@ -50,6 +50,14 @@ def make_engine(
     )
 
 
+def shares_training_gpu(cfg: RunConfig, device: torch.device) -> bool:
+    """Whether the engine runs on the GPU the policy trains on (in this process)."""
+    from grouprl.rollout.actor_engine import placed_in_actor
+
+    in_process = cfg.rollout.engine in ("vllm", "hf") and not placed_in_actor(cfg)
+    return device.type == "cuda" and cfg.rollout.gpus == 0 and in_process
+
+
 def _build_hf(cfg, *, model_dir, tokenizer, policy_model, device, cache_dir) -> RolloutEngine:
     from grouprl.rollout.hf_engine import HFEngine
 
@@ -81,7 +89,7 @@ def _build_vllm(cfg, *, model_dir, tokenizer, policy_model, device, cache_dir) -
         cpu_kv_cache_gib=r.cpu_kv_cache_gib,
         seed=cfg.train.seed,
         cache_dir=cache_dir,
-        sleep_while_training=device.type == "cuda" and r.gpus == 0,
+        sleep_while_training=shares_training_gpu(cfg, device),
         tensor_parallel_size=r.tensor_parallel_size,
     )
 

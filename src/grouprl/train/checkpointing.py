@@ -58,7 +58,7 @@ def save(
     trainer = TrainerState(
         step=c.step,
         weight_version=c.weight_version,
-        sampler=c.sampler.state_dict(),
+        sampler=c.sampler_state(),
         scheduler=c.policy.run("scheduler_state"),
         rng=rng_state(),
         eval_before=eval_before,

@@ -37,6 +37,7 @@ from grouprl.rollout.base import RolloutEngine, SamplingSettings
 from grouprl.rollout.episodes import episode_metrics
 from grouprl.rollout.runner import TimedScore
 from grouprl.train.batch import build_batch, turn_tensors
+from grouprl.train.overlap import RolloutAhead
 from grouprl.train.setup import PromptSet, RolloutFn
 from grouprl.types import Trajectory
 
@@ -65,6 +66,11 @@ class Components:
     weight_version: int = 0
     step: int = 0
     checkpoint_files: dict[str, bytes] | None = None  # config/tokenizer files, read once
+    ahead: RolloutAhead | None = None  # with rollout.max_staleness=1: the next batch
+
+    def sampler_state(self) -> dict[str, Any]:
+        """The sampler's position as a checkpoint records it (before any batch ahead)."""
+        return self.ahead.sampler_state() if self.ahead else self.sampler.state_dict()
 
     def algo_state(self) -> dict[str, float]:
         """Algorithm state a checkpoint carries."""
@@ -180,7 +186,7 @@ def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict
         trajectories, pad_id=c.tokenizer.pad_token_id, mask_truncated=algo.mask_truncated
     )
     mask_BT = batch.loss_mask_BT
-    metrics: dict[str, float] = {}
+    metrics = _staleness(c, trajectories)
     if c.reference is not None:
         batch.ref_logprobs_BT = c.reference.rows("logprobs", batch)
     token_rewards_BT = None
@@ -234,6 +240,19 @@ def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict
     return metrics
 
 
+def _staleness(c: Components, trajectories: list[Trajectory]) -> dict[str, float]:
+    """Weight versions each sample lags the policy it trains (bounded by
+    rollout.max_staleness: a larger lag is a bug in the loop, never trained on)."""
+    lags = [c.weight_version - t.weight_version for t in trajectories]
+    if max(lags) > c.cfg.rollout.max_staleness:
+        raise RuntimeError(
+            f"a batch generated with weights {c.weight_version - max(lags)} would train "
+            f"policy version {c.weight_version}: more than rollout.max_staleness="
+            f"{c.cfg.rollout.max_staleness} behind"
+        )
+    return {"staleness": sum(lags) / len(lags)} if c.ahead is not None else {}
+
+
 def sync_weights(c: Components, *, version: int) -> None:
     """Pushes the policy's weights into the engine as ``version``."""
     c.engine.update_weights(c.policy.run("weights").items(), version=version)
@@ -253,16 +272,26 @@ def run_validation(c: Components) -> dict[str, float]:
 
 
 def one_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, float]]:
-    """Generate, score, update, sync: training step ``step`` (1-based)."""
+    """Generate, score, update, sync: training step ``step`` (1-based). With a batch
+    ahead (``train/overlap.py``), this step's batch was generated during the last one
+    and the next one generates while this one trains."""
     t0 = time.perf_counter()
-    trajectories, metrics = rollout_step(c, step)
+    taken = c.ahead.take(step) if c.ahead is not None else None
+    trajectories, metrics = taken if taken is not None else rollout_step(c, step)
+    if c.ahead is not None and step < c.total_steps:
+        c.ahead.start(step + 1)
     t1 = time.perf_counter()
     with c.engine.released():  # a colocated engine sleeps while training uses the GPU
         metrics.update(train_step(c, trajectories, step))
     t2 = time.perf_counter()
-    sync_weights(c, version=c.weight_version + 1)
+    if c.ahead is not None:
+        c.ahead.settle()  # the batch in flight finishes with the weights it started with
     t3 = time.perf_counter()
-    metrics.update({"time/train_s": t2 - t1, "time/weight_sync_s": t3 - t2, "time/step_s": t3 - t0})
+    sync_weights(c, version=c.weight_version + 1)
+    t4 = time.perf_counter()
+    metrics.update({"time/train_s": t2 - t1, "time/weight_sync_s": t4 - t3, "time/step_s": t4 - t0})
+    if c.ahead is not None:
+        metrics["time/wait_rollout_s"] = t3 - t2
     metrics["weight_version"] = float(c.weight_version)
     c.step = step
     return trajectories, metrics

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from rich.console import Console
 from grouprl.ckpt.checkpointer import Checkpointer
 from grouprl.ckpt.preempt import Preempted, Preemption
 from grouprl.config.checks import derive, steps_for_epochs
+from grouprl.config.errors import ConfigError
 from grouprl.config.redact import redacted_dict, save_resolved
 from grouprl.config.schema import RunConfig
 from grouprl.data.sampler import PromptSampler
@@ -24,10 +26,12 @@ from grouprl.metrics.sinks import make_sinks
 from grouprl.roles.critic import CriticWorker
 from grouprl.roles.policy import PolicyWorker
 from grouprl.roles.reference import ReferenceWorker
+from grouprl.rollout.factory import shares_training_gpu
 from grouprl.rollout.runner import TimedScore
 from grouprl.train.checkpointing import make_checkpointer, resume, save
-from grouprl.train.loop import Components, one_step, run_validation
+from grouprl.train.loop import Components, one_step, rollout_step, run_validation
 from grouprl.train.model import load_tokenizer
+from grouprl.train.overlap import RolloutAhead
 from grouprl.train.setup import (
     load_prompt_set,
     make_rollout,
@@ -66,6 +70,13 @@ def build(cfg: RunConfig) -> Components:
     quiet_libraries()
     seed_everything(cfg.train)
     device = resolve_device(cfg.train.device)
+    if cfg.rollout.max_staleness and shares_training_gpu(cfg, device):
+        raise ConfigError(
+            f"rollout.max_staleness={cfg.rollout.max_staleness} generates while the policy "
+            "trains, but the engine shares the training GPU (it sleeps while training). Give "
+            "it GPUs of its own (rollout.gpus=1 with cluster.gpus_per_node, or "
+            "rollout.engine=server), or set rollout.max_staleness=0."
+        )
     console.log(f"loading tokenizer and data (model {cfg.model.path}, device {device})")
     tokenizer = load_tokenizer(cfg.model)
     env = make_env(cfg.env, cfg.data, cache_dir=shared_cache(cfg))
@@ -98,7 +109,7 @@ def build(cfg: RunConfig) -> Components:
         cfg, tokenizer=tokenizer, device=device, cache_dir=run_dir_of(cfg) / "cache"
     )
     score = TimedScore(make_score_fn(cfg.reward, answer_key=cfg.data.answer_key))
-    return Components(
+    c = Components(
         cfg=cfg,
         tokenizer=tokenizer,
         group=group,
@@ -115,6 +126,9 @@ def build(cfg: RunConfig) -> Components:
         total_steps=total_steps,
         kl_coef=cfg.algo.beta,
     )
+    if cfg.rollout.max_staleness:
+        c.ahead = RolloutAhead(partial(rollout_step, c), c.sampler)
+    return c
 
 
 def sample_records(trajectories: list[Trajectory], tokenizer, *, n: int, group: int) -> list[dict]:
@@ -182,6 +196,8 @@ def _train_session(cfg: RunConfig) -> dict[str, Any]:
         # by an error or a preemption past its grace period, so it is not awaited
         ckpt.close(abandon_uploads=True)
         if c is not None:
+            if c.ahead is not None:
+                c.ahead.close()
             c.engine.close()
             c.group.close()
         if sinks is not None:

@@ -167,6 +167,8 @@ def policy_update(
 ) -> dict[str, float]:
     """Runs the policy's update and returns metrics averaged over its optimizer steps."""
     single_update = algo.num_iterations == 1 and mini_batch_size == len(batch)
+    if algo.old_logprobs == "engine":
+        batch.old_logprobs_BT = batch.engine_logprobs_BT
     if not single_update and batch.old_logprobs_BT is None:
         # the sampling policy's logprobs, once, for the rows this rank trains on
         rows = rank.rows(len(batch), mini_batch_size=mini_batch_size)
@@ -197,9 +199,11 @@ def policy_update(
         )
         metrics["entropy"] = token_mean(entropy_BT, micro.loss_mask_BT, norm=norm)
         if iteration == 0:
-            # the sampling policy's logprobs: trainer vs engine numerics (and a
-            # stale-weights alarm: after a good sync this is ~0 in float32)
-            gap_BT = (old_BT - micro.engine_logprobs_BT).abs()
+            # the policy's logprobs before the update vs the engine's: numerics, and a
+            # stale-weights alarm (after a good sync ~0 in float32; one step of policy
+            # change with rollout.max_staleness=1)
+            before_BT = logprobs_BT.detach() if algo.old_logprobs == "engine" else old_BT
+            gap_BT = (before_BT - micro.engine_logprobs_BT).abs()
             metrics["engine_logprob_gap"] = token_mean(gap_BT, micro.loss_mask_BT, norm=norm)
         return loss, metrics
 
