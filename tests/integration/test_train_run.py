@@ -303,3 +303,22 @@ def test_one_step_off_policy_trains_each_batch_one_version_behind(
     again = _samples(tmp_path / "ahead-resumed")
     for step in (3, 4):
         assert [x["prompt"] for x in again[step]] == [x["prompt"] for x in samples[step]]
+
+
+def test_a_lora_policy_trains_with_its_base_as_the_kl_reference(tmp_path, tiny_model_dir):
+    """train.lora.rank: only the adapters train, the reference is the policy with them
+    off (no second model), the engine gets merged weights, and export merges them."""
+    cfg = _cfg(tmp_path, "lora", tiny_model_dir, "train.lora.rank=8", "algo.beta=0.05")
+    summary = train(cfg)
+    run_dir = tmp_path / "lora"
+    assert summary["finished"]
+    kl = _metrics(run_dir, "kl")
+    assert kl[1] == pytest.approx(0.0, abs=1e-3) and kl[4] > kl[1]  # adapters start at zero
+    assert max(_metrics(run_dir, "engine_logprob_gap").values()) < 1e-4  # merged pushes
+    trained, ckpt = _weights(run_dir)
+    shipped = load_file(f"{tiny_model_dir}/model.safetensors")
+    base = {k.replace(".base_layer.", "."): v for k, v in trained.items() if ".lora_" not in k}
+    assert all(torch.equal(base[k], shipped[k]) for k in shipped)  # the base stayed frozen
+    exported = AutoModelForCausalLM.from_pretrained(export_run(run_dir, tmp_path / "merged"))
+    params = exported.state_dict()
+    assert any(not torch.equal(params[k], shipped[k]) for k in shipped)  # adapters merged in

@@ -238,3 +238,14 @@ def test_cli_plan_rejects_a_bad_plan_and_shows_a_good_one(monkeypatch, tmp_path)
     assert good.exit_code == 0, good.output
     assert "MEMORY PER GPU" in good.output
     assert "peak: training phase" in good.output and "fits" in good.output
+
+
+def test_lora_keeps_a_frozen_base_and_no_reference_copy():
+    full = load_config("qwen2.5-7b-gsm8k-2x8", ["algo.beta=0.01"])
+    lora = load_config("qwen2.5-7b-gsm8k-2x8", ["algo.beta=0.01", "train.lora.rank=64"])
+    rows = {r.what: r for r in plan_for_run(full, derive(full)).training_gpu}
+    lora_rows = {r.what: r for r in plan_for_run(lora, derive(lora)).training_gpu}
+    assert "reference" in rows and "reference" not in lora_rows
+    # 4 bytes per frozen weight instead of 16, plus the adapters' 16
+    assert rows["policy states"].bytes / 4 < lora_rows["policy states"].bytes
+    assert lora_rows["policy states"].bytes < rows["policy states"].bytes / 3

@@ -12,12 +12,14 @@ import tempfile
 from pathlib import Path
 
 import torch
+import yaml
 
 from grouprl.ckpt.manifest import MANIFEST, verify
 from grouprl.ckpt.shards import SafeReader, load_shards
 from grouprl.ckpt.snapshot import SHARDS
 from grouprl.ckpt.state import CheckpointError
 from grouprl.ckpt.tiers import LocalTier, step_name
+from grouprl.train.lora import merged_weights
 
 HF_FILES = "hf"
 
@@ -64,7 +66,7 @@ def export_checkpoint(ckpt_dir: Path, out: Path) -> Path:
     if out.exists() and any(out.iterdir()):
         raise CheckpointError(f"export target {out} is not empty; choose a new directory.")
     hf = ckpt_dir / HF_FILES
-    state = part_state(ckpt_dir)
+    state = merged_weights(part_state(ckpt_dir), scaling=_lora_scaling(ckpt_dir))
     model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(hf))
     model.load_state_dict(state, strict=True)
     with tempfile.TemporaryDirectory(dir=out.parent if out.parent.exists() else None) as tmp:
@@ -76,6 +78,16 @@ def export_checkpoint(ckpt_dir: Path, out: Path) -> Path:
             out.rmdir()
         shutil.move(staging, out)
     return out
+
+
+def _lora_scaling(ckpt_dir: Path) -> float:
+    """alpha / r of the run's LoRA adapters (from the checkpoint's config.yaml); 0 for a
+    run without them."""
+    config = ckpt_dir / "config.yaml"
+    if not config.is_file():
+        return 0.0
+    lora = (yaml.safe_load(config.read_text()).get("train") or {}).get("lora") or {}
+    return lora["alpha"] / lora["rank"] if lora.get("rank") else 0.0
 
 
 def export_run(run: str | Path, out: str | Path, *, step: int | None = None) -> Path:

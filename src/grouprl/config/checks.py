@@ -48,7 +48,7 @@ class Derived:
     total_steps: int | None  # None: set from train.epochs once the dataset loads
     epochs: float | None  # total_steps x prompts_per_step / train_rows, when both are known
     total_optimizer_steps: int | None
-    reference_model: bool  # algo.beta > 0 loads a frozen reference copy
+    reference_model: bool  # algo.beta > 0 loads a frozen reference copy (not with LoRA)
     critic_model: bool  # a `critic:` section loads a value model with its own optimizer
     critic_warmup_steps: int  # first steps where only the critic learns
     device_text: str  # for display only; the trainer resolves `auto` with torch
@@ -124,7 +124,7 @@ def _numbers(cfg: RunConfig) -> Derived:
         total_steps=total_steps,
         epochs=epochs,
         total_optimizer_steps=total_steps * per_step if total_steps is not None else None,
-        reference_model=cfg.algo.beta > 0,
+        reference_model=cfg.algo.beta > 0 and not cfg.train.lora.rank,  # LoRA: adapters off
         critic_model=cfg.critic is not None,
         critic_warmup_steps=cfg.critic.warmup_steps if cfg.critic is not None else 0,
         device_text=_device_text(cfg.train.device),

@@ -225,12 +225,18 @@ def _trainer(
 ) -> _Trainer:
     world, tokens = derived.world_size, derived.max_tokens_per_micro_batch
     shape, count = decoder_shape(config), estimate_params(config)
-    policy_states = _states_row("policy states", count.causal_lm, world=world, cfg=cfg)
+    policy_states = _states_row(
+        "policy states",
+        count.causal_lm,
+        world=world,
+        cfg=cfg,
+        adapters=lora_params(shape, cfg.train.lora.rank),
+    )
     resident = [
         MemoryRow("CUDA context", CUDA_CONTEXT, "the trainer process (about 0.5 GiB)"),
         policy_states,
     ]
-    if cfg.algo.beta > 0:
+    if cfg.algo.beta > 0 and not cfg.train.lora.rank:  # LoRA: the base, adapters off
         resident.append(_reference_row(cfg, count.causal_lm, world=world))
     policy_pass = _policy_pass(cfg, derived, shape=shape, count=count)
     working, states, critic = sum(r.bytes for r in policy_pass), policy_states.bytes, []
@@ -278,9 +284,17 @@ def _policy_pass(
     ]
 
 
-def _states_row(what: str, params: int, *, world: int, cfg: RunConfig) -> MemoryRow:
+def _states_row(
+    what: str, params: int, *, world: int, cfg: RunConfig, adapters: int = 0
+) -> MemoryRow:
     per_rank = params * ADAMW_FP32_BYTES // world
     how = f"{human_count(params)} params x 16 bytes (fp32 weights, grads, 2 AdamW moments)"
+    if adapters:  # LoRA: a frozen fp32 base, and adapters that train
+        per_rank = (params * FP32 + adapters * ADAMW_FP32_BYTES) // world
+        how = (
+            f"{human_count(params)} frozen params x 4 bytes + {human_count(adapters)} LoRA "
+            "params x 16 bytes (train.lora)"
+        )
     if world == 1:
         note = "; cluster.offload needs 2+ ranks" if cfg.cluster.offload else ""
         return MemoryRow(what, per_rank, f"{how} on one rank, unsharded{note}")
@@ -288,6 +302,14 @@ def _states_row(what: str, params: int, *, world: int, cfg: RunConfig) -> Memory
     if cfg.cluster.offload:
         return MemoryRow(what, 0, f"cluster.offload=true: {how} = {human_bytes(per_rank)} in CPU")
     return MemoryRow(what, per_rank, how)
+
+
+def lora_params(shape: DecoderShape, rank: int) -> int:
+    """Adapter parameters of LoRA rank ``rank`` on every linear layer of the decoder
+    (q, k, v, o, gate, up, down: r x (inputs + outputs) each); an upper bound for fewer
+    target modules."""
+    H, q, kv, inter = shape.hidden, shape.q_out, shape.kv_out, shape.intermediate
+    return rank * (7 * H + 2 * q + 2 * kv + 3 * inter) * shape.layers
 
 
 def _reference_row(cfg: RunConfig, params: int, *, world: int) -> MemoryRow:

@@ -40,6 +40,8 @@ def model_rows(cfg: RunConfig, d: Derived) -> list[Row]:
         how = "frozen copy, because algo.beta > 0: "
         rows.append(("reference model", "yes", how + _bytes_text(count, where, options)))
         totals = [totals[0] + (count or 0) * b for b, _ in options]
+    elif cfg.algo.beta > 0:
+        rows.append(("reference model", "no", "train.lora: the policy with its adapters off"))
     else:
         rows.append(("reference model", "no", "algo.beta=0: no frozen copy loaded"))
     if cfg.critic is not None:

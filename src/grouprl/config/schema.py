@@ -261,6 +261,21 @@ class CriticConfig(Section):
     useful values)."""
 
 
+class LoraConfig(Section):
+    rank: int = Field(default=0, ge=0)
+    """LoRA rank r on the policy (through PEFT); 0: train every weight. Only the adapters
+    train; the KL reference is the same model with the adapters off, and the engine gets
+    merged weights."""
+    alpha: float = Field(default=32.0, gt=0)
+    """Adapter scale alpha (the update is alpha / r x B A)."""
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    """Dropout on the adapters' input; keep 0 for RL (it makes trainer and engine
+    logprobs disagree)."""
+    target_modules: str | list[str] = "all-linear"
+    """Modules that get adapters: `all-linear` (every linear layer but the LM head) or
+    names such as [q_proj, v_proj]."""
+
+
 class TrainConfig(Section):
     lr: float = Field(default=1e-6, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
@@ -295,6 +310,7 @@ class TrainConfig(Section):
     """Tokens per chunk when turning hidden states into logprobs (bounds vocab-sized memory)."""
     num_threads: int | None = Field(default=None, ge=1)
     """CPU threads for torch; null keeps torch's default."""
+    lora: LoraConfig = LoraConfig()
 
 
 class TrainerConfig(Section):

@@ -13,7 +13,7 @@ holds one Ray actor per rank. Roles are built with ``add(name, cls, **kwargs)`` 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -69,18 +69,20 @@ class LocalGroup:
 
 @dataclass(frozen=True)
 class Role:
-    """The driver's handle on one role of a group."""
+    """The driver's handle on one role of a group. ``bound``: keyword arguments every
+    call gets (the KL reference of a LoRA policy is the policy with ``adapters=False``)."""
 
     group: WorkerGroup
     name: str
+    bound: dict[str, Any] = field(default_factory=dict)
 
     def run(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Every rank runs ``method``; rank 0's result."""
-        return self.group.call(self.name, method, *args, **kwargs)[0]
+        return self.group.call(self.name, method, *args, **self.bound, **kwargs)[0]
 
     def rows(self, method: str, *args: Any, **kwargs: Any) -> torch.Tensor:
         """Every rank computes its block of rows; the blocks concatenated in rank order."""
-        return torch.cat(self.group.call(self.name, method, *args, **kwargs))
+        return torch.cat(self.group.call(self.name, method, *args, **self.bound, **kwargs))
 
 
 def make_group(cfg: RunConfig, *, run_dir) -> WorkerGroup:

@@ -4,6 +4,7 @@ schedule, and the update of one training step."""
 from __future__ import annotations
 
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from grouprl.config.schema import RunConfig
 from grouprl.dist.rank import Rank
 from grouprl.roles.common import autocast, loads_weights, my_rows, prepare
 from grouprl.train.logprobs import TokenScorer
+from grouprl.train.lora import adapters_off, add_lora, has_lora, merged_weights
 from grouprl.train.model import load_causal_lm
 from grouprl.train.optim import make_optimizer, make_scheduler
 from grouprl.train.update import MicroBatching, batch_logprobs, policy_update
@@ -29,6 +31,8 @@ class PolicyWorker:
         self.model = load_causal_lm(
             cfg.model, dtype=torch.float32, device=torch.device("cpu"), weights=loads_weights(rank)
         )
+        if cfg.train.lora.rank:
+            add_lora(self.model, cfg.train.lora)
         self.scorer = TokenScorer(
             self.model, chunk_tokens=cfg.train.logprob_chunk_tokens, packed=cfg.train.packing
         )
@@ -37,16 +41,18 @@ class PolicyWorker:
         self.scheduler = make_scheduler(self.optimizer, cfg.train, total_steps=learning_steps)
         self.autocast = autocast(cfg, rank)
 
-    def logprobs(self, batch: TrainingBatch) -> Tensor:
-        """Logprobs of this rank's block of ``batch`` under the current weights (CPU)."""
+    def logprobs(self, batch: TrainingBatch, *, adapters: bool = True) -> Tensor:
+        """Logprobs of this rank's block of ``batch`` under the current weights (CPU);
+        ``adapters=False``: under the base model (the KL reference of a LoRA policy)."""
         rows = my_rows(batch, self.rank)
-        return batch_logprobs(
-            self.scorer,
-            rows,
-            micro=MicroBatching.of(self.cfg.train),
-            autocast=self.autocast,
-            rank=self.rank,
-        ).cpu()
+        with nullcontext() if adapters else adapters_off(self.model):
+            return batch_logprobs(
+                self.scorer,
+                rows,
+                micro=MicroBatching.of(self.cfg.train),
+                autocast=self.autocast,
+                rank=self.rank,
+            ).cpu()
 
     def update(
         self, batch: TrainingBatch, *, kl_coef: float, mini_batch_size: int
@@ -71,21 +77,28 @@ class PolicyWorker:
         return metrics
 
     def weights(self) -> dict[str, Tensor] | None:
-        """Full weights by parameter name, for the rollout engine. Every rank must call
-        this (the shards are gathered); rank 0 gets them on the CPU, the others None."""
+        """Full weights by parameter name, for the rollout engine (LoRA merged in, under
+        the base model's names). Every rank must call this (the shards are gathered);
+        rank 0 gets them on the CPU, the others None."""
         names = [name for name, _ in self.model.named_parameters()]
         if not self.rank.distributed:
             params = dict(self.model.named_parameters())
-            return {name: params[name].detach() for name in names}
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_model_state_dict,
-        )
+            full = {name: params[name].detach() for name in names}
+        else:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_model_state_dict,
+            )
 
-        full = get_model_state_dict(
-            self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-        )
-        return {name: full[name] for name in names} if self.rank.rank == 0 else None
+            state = get_model_state_dict(
+                self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            )
+            if self.rank.rank != 0:
+                return None
+            full = {name: state[name] for name in names}
+        if has_lora(self.model):
+            full = merged_weights(full, scaling=self.model.lora_scaling)
+        return full
 
     # --- checkpoints ----------------------------------------------------------------
 

@@ -114,7 +114,7 @@ def build(cfg: RunConfig) -> Components:
         tokenizer=tokenizer,
         group=group,
         policy=Role(group, "policy"),
-        reference=Role(group, "reference") if derived.reference_model else None,
+        reference=_reference(cfg, group, separate=derived.reference_model),
         critic=Role(group, "critic") if cfg.critic is not None else None,
         engine=engine,
         train_set=train_set,
@@ -129,6 +129,16 @@ def build(cfg: RunConfig) -> Components:
     if cfg.rollout.max_staleness:
         c.ahead = RolloutAhead(partial(rollout_step, c), c.sampler)
     return c
+
+
+def _reference(cfg: RunConfig, group, *, separate: bool) -> Role | None:
+    """The KL reference: a frozen copy (``ReferenceWorker``), or a LoRA policy with its
+    adapters off; None when algo.beta is 0."""
+    if separate:
+        return Role(group, "reference")
+    if cfg.algo.beta > 0 and cfg.train.lora.rank:
+        return Role(group, "policy", {"adapters": False})
+    return None
 
 
 def sample_records(trajectories: list[Trajectory], tokenizer, *, n: int, group: int) -> list[dict]:
