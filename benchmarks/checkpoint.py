@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import cpu_model
+from machine import copy_into, machine_lines
 
 WIDTH = 1024
 """Each layer is Linear(WIDTH, WIDTH): ~1.05M parameters, two tensors."""
@@ -138,13 +138,6 @@ def torch_save(target: Path, *, model, optimizer) -> float:
     return seconds
 
 
-def memory_copy(buffers: list, sources: list) -> float:
-    started = time.perf_counter()
-    for buf, src in zip(buffers, sources, strict=True):
-        buf.copy_(src)
-    return time.perf_counter() - started
-
-
 def measure(args, root: Path, *, model, optimizer, sources: list, state_bytes: int):
     """Per method, the seconds of each save; rounds rotate the order, so drift in the
     machine's load hits every method alike."""
@@ -176,7 +169,7 @@ def measure(args, root: Path, *, model, optimizer, sources: list, state_bytes: i
                 times["torch.save"].append(torch_save(target, model=model, optimizer=optimizer))
 
             def floor() -> None:
-                times["memory copy"].append(memory_copy(buffers, sources))
+                times["memory copy"].append(copy_into(buffers, sources))
 
             runs = [ours, theirs, floor]
             for run in runs[i % 3 :] + runs[: i % 3]:
@@ -218,19 +211,9 @@ def main() -> None:
 
 
 def report(args, times, *, params: int, layers: int, sources: list, load: float) -> None:
-    import torch
 
     state_bytes = sum(t.numel() * t.element_size() for t in sources)
-    print(
-        f"machine: {os.cpu_count()} CPUs, {cpu_model()}, torch {torch.__version__}, "
-        f"{args.threads} torch thread{'s' if args.threads > 1 else ''}, "
-        f"load average {load:.2f} at start"
-    )
-    if load > 0.5:
-        print(
-            "WARNING: another process was using the CPU at start: timings are noisy; torch "
-            "threads busy-wait, so pass --threads no larger than the idle cores"
-        )
+    print("\n".join(machine_lines(threads=args.threads, load=load)))
     print(
         f"state: {params / 1e6:.1f}M fp32 parameters ({layers} x Linear({WIDTH}, {WIDTH})) + "
         f"AdamW after one step = {state_bytes / GB:.2f} GB in {len(sources)} tensors"

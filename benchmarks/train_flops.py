@@ -49,7 +49,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from machine import cpu_model
+from machine import machine_lines, pin_threads
 from models import SIZES, build_model, parameter_count
 
 MATMUL_TARGET_S = 0.2
@@ -287,11 +287,7 @@ def profile_step(trainer: Trainer, batch) -> None:
 def main() -> None:
     args = parse_args()
     load_at_start = os.getloadavg()[0]
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    import torch
-
-    torch.set_num_threads(args.threads)
+    pin_threads(args.threads)
     log(f"building the {args.model} model")
     model = build_model(args.model)
     trainer = Trainer.of(model, args)
@@ -326,23 +322,13 @@ def main() -> None:
 
 
 def report(args, *, model, batch, flops, step_s, matmul, load) -> None:
-    import torch
 
     model_flops, executed, counted = flops
     n, mm_times = matmul
     med = statistics.median
     cfg = model.config
     real = int(batch.attention_mask_BT.sum())
-    print(
-        f"machine: {os.cpu_count()} CPUs, {cpu_model()}, torch {torch.__version__}, "
-        f"{args.threads} torch thread{'s' if args.threads > 1 else ''}, "
-        f"load average {load:.2f} at start"
-    )
-    if load > 0.5:
-        print(
-            "WARNING: another process was using the CPU at start: timings are noisy; torch "
-            "threads busy-wait, so pass --threads no larger than the idle cores"
-        )
+    print("\n".join(machine_lines(threads=args.threads, load=load)))
     print(
         f"model: {args.model} ({parameter_count(model):,} parameters, float32; "
         f"{matmul_weights(model):,} non-embedding matmul weights; d {cfg.hidden_size}, "

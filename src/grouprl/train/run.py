@@ -28,7 +28,7 @@ from grouprl.roles.policy import PolicyWorker
 from grouprl.roles.reference import ReferenceWorker
 from grouprl.rollout.factory import shares_training_gpu
 from grouprl.rollout.runner import TimedScore
-from grouprl.train.checkpointing import make_checkpointer, resume, save
+from grouprl.train.checkpointing import checkpointed_roles, make_checkpointer, resume, save
 from grouprl.train.loop import Components, one_step, rollout_step, run_validation
 from grouprl.train.model import load_tokenizer
 from grouprl.train.overlap import RolloutAhead
@@ -191,6 +191,7 @@ def _train_session(cfg: RunConfig) -> dict[str, Any]:
     sinks = c = None
     try:
         c = build(cfg)
+        ckpt.attach(c.group, checkpointed_roles(c))  # a memory tier on the ranks' nodes
         eval_before = resume(c, ckpt, run_dir)
         sinks = make_sinks(
             cfg.metrics,
