@@ -8,21 +8,21 @@ plain in-memory copy of the same bytes.
           ▼                               ▼                                  ▼
     loop.sync_weights: policy       copy_ of every weight into       the push again, step by
     weights() ─► update_weights     preallocated, already-touched    step as update_weights
-    (pack, safetensors in /dev/shm, CPU tensors (the floor: what     runs it, each step timed
-    collective_rpc reload_weights)  any push must at least move)     (where the time goes)
+    (fill the shared buffer, RPC    CPU tensors (the floor: what     runs it, each step timed
+    grouprl_load_weights, reset)    any push must at least move)     (where the time goes)
           └───────────────────────────────┴──────────► report ◄─────────────┘
                  push vs plain copy: N.NNx   (push s / copy s; 1.0 is the floor)
 
 The push is ``grouprl.train.loop.sync_weights``, the call the loop makes after each
 update: the policy role's ``weights()`` (the parameters by name) handed to
-``VLLMEngine.update_weights``, which casts and copies them into tensors that own their
-storage, adds the tied head's own ``lm_head.weight``, checks names and shapes against
-the checkpoint, writes one safetensors file to a fresh /dev/shm directory and has
-vLLM's worker process reload its model from it in place. The copy moves the same
-tensors (a tied weight once). The breakdown repeats the push phase by phase with the
+``VLLMEngine.update_weights``, which casts and copies them into the shared-memory
+buffer the worker mapped at start (the tied head's own ``lm_head.weight`` included),
+checks names and shapes against the checkpoint, has vLLM's worker process reload its
+model in place from the buffer's views, and resets the prefix cache. The copy moves
+the same tensors (a tied weight once). The breakdown repeats the push phase by phase with the
 same functions update_weights calls; its total should be close to the push's.
 ``--worker-profile`` looks inside the RPC once, after the timed rounds: a no-op RPC's
-round trip, and the worker's own ``reload_weights`` under cProfile (its top functions go
+round trip, and the worker's own ``grouprl_load_weights`` under cProfile (its top functions go
 to stderr). It sends pickled callables to the worker, so it starts the engine with
 ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``; the timed rounds do not use them. Run it from
 the repo root:
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -48,10 +47,9 @@ from step_time import vllm_version
 GB = 1e9
 PHASES = (
     "policy weights()",
-    "pack: copy, tied head, name/shape checks",
-    "write safetensors to /dev/shm",
-    "collective_rpc reload_weights (worker)",
-    "remove the push directory",
+    "fill the shared buffer: copy, cast, checks",
+    "collective_rpc grouprl_load_weights (worker)",
+    "reset the prefix cache",
 )
 
 
@@ -116,8 +114,6 @@ def push(c, version: int) -> float:
 
 def push_phases(c, version: int) -> list[float]:
     """The push as ``VLLMEngine.update_weights`` runs it, each phase timed."""
-    from grouprl.rollout.weights import shared_memory_dir, write_weights
-
     engine = c.engine
     seconds = []
     t = time.perf_counter()
@@ -130,17 +126,11 @@ def push_phases(c, version: int) -> list[float]:
 
     weights = c.policy.run("weights")
     lap()
-    packed = engine._push.pack(weights.items())
+    engine._push.fill(weights.items())
     lap()
-    directory = shared_memory_dir(prefix="grouprl-weights-")
-    write_weights(packed, directory)
-    del packed
+    engine._llm.collective_rpc("grouprl_load_weights")
     lap()
-    engine._llm.collective_rpc(
-        "reload_weights", kwargs={"weights_path": directory, "is_checkpoint_format": True}
-    )
-    lap()
-    shutil.rmtree(directory, ignore_errors=True)
+    assert engine._llm.reset_prefix_cache()
     lap()
     engine._version = version
     return seconds
@@ -150,8 +140,8 @@ def _noop(worker) -> None:
     """Runs in the worker: nothing (an RPC's round trip)."""
 
 
-def _profiled_reload(worker, directory: str) -> tuple[float, str]:
-    """Runs in the worker: its ``reload_weights`` as the push calls it, under cProfile."""
+def _profiled_reload(worker) -> tuple[float, str]:
+    """Runs in the worker: its ``grouprl_load_weights`` as the push calls it, under cProfile."""
     import cProfile
     import io
     import pstats
@@ -159,7 +149,7 @@ def _profiled_reload(worker, directory: str) -> tuple[float, str]:
 
     profiler = cProfile.Profile()
     started = time.perf_counter()
-    profiler.runcall(worker.reload_weights, weights_path=directory, is_checkpoint_format=True)
+    profiler.runcall(worker.grouprl_load_weights)
     seconds = time.perf_counter() - started
     out = io.StringIO()
     pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(12)
@@ -168,22 +158,16 @@ def _profiled_reload(worker, directory: str) -> tuple[float, str]:
 
 def worker_profile(c) -> dict[str, float]:
     """One push whose RPC is profiled in the worker, and a no-op RPC's round trip."""
-    from grouprl.rollout.weights import shared_memory_dir, write_weights
-
     llm = c.engine._llm
     started = time.perf_counter()
     llm.collective_rpc(_noop)
     noop = time.perf_counter() - started
-    packed = c.engine._push.pack(c.policy.run("weights").items())
-    directory = shared_memory_dir(prefix="grouprl-weights-")
-    try:
-        write_weights(packed, directory)
-        started = time.perf_counter()
-        [(inside, table)] = llm.collective_rpc(_profiled_reload, args=(directory,))
-        rpc = time.perf_counter() - started
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-    log(f"the worker's reload_weights under cProfile (top functions by own time):\n{table}")
+    c.engine._push.fill(c.policy.run("weights").items())
+    started = time.perf_counter()
+    [(inside, table)] = llm.collective_rpc(_profiled_reload)
+    rpc = time.perf_counter() - started
+    assert llm.reset_prefix_cache()
+    log(f"the worker's grouprl_load_weights under cProfile (top functions by own time):\n{table}")
     return {"noop": noop, "rpc": rpc, "inside": inside}
 
 
@@ -263,7 +247,7 @@ def report(
     if worker is not None:
         print(
             f"inside the RPC (one push, --worker-profile): {worker['rpc']:.4f} s in all, "
-            f"{worker['inside']:.4f} s in the worker's reload_weights (cProfile on: slower), "
+            f"{worker['inside']:.4f} s in the worker's grouprl_load_weights (cProfile on: slower), "
             f"{worker['noop']:.4f} s for a no-op RPC's round trip"
         )
     print(f"push vs plain copy: {med(times['push']) / med(times['copy']):.2f}x")
@@ -286,7 +270,7 @@ def main() -> None:
         try:
             weights = c.policy.run("weights")
             sources = list(weights.values())
-            pushed = sum(t.nbytes for t in c.engine._push.pack(weights.items()).values())
+            pushed = c.engine._push.size
             times = measure(c, args)
             worker = worker_profile(c) if args.worker_profile else None
         finally:

@@ -282,6 +282,22 @@ def test_update_weights_serves_the_new_weights(engine, model, prompts):
     assert max_logprob_error(model, prompts, engine.generate(prompts, settings)) < LOGPROB_TOL
 
 
+def test_a_push_drops_cached_prompt_prefixes(engine, model, prompts):
+    """vLLM caches the keys and values of full KV blocks (128 tokens on CPU) of a prompt;
+    after a push the same prompt must be computed again with the new weights."""
+    long_prompt = (prompts[0] * 40)[:160]
+    settings = SamplingSettings(n=1, temperature=0.0, max_tokens=8, seed=5)
+    new_model = perturbed_copy(model, scale=0.05, seed=1)
+    try:
+        before = engine.generate([long_prompt], settings)  # fills the cache
+        assert max_logprob_error(model, [long_prompt], before) < LOGPROB_TOL
+        engine.update_weights(new_model.named_parameters(), version=8)
+        after = engine.generate([long_prompt], settings)
+        assert max_logprob_error(new_model, [long_prompt], after) < LOGPROB_TOL
+    finally:
+        engine.update_weights(model.named_parameters(), version=0)
+
+
 def test_partial_weight_push_is_refused(engine, model):
     some = list(model.named_parameters())[:-1]
     with pytest.raises(ValueError, match="missing|misses"):

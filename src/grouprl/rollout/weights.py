@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -64,12 +63,6 @@ def add_tied_lm_head(packed: dict[str, Tensor], *, tie_word_embeddings: bool) ->
             packed["lm_head.weight"] = embed.clone()
 
 
-def shared_memory_dir(prefix: str) -> str:
-    """A fresh directory in /dev/shm (RAM-backed), or the temp dir where there is none."""
-    root = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    return tempfile.mkdtemp(prefix=prefix, dir=root)
-
-
 def write_weights(packed: dict[str, Tensor], directory: str) -> str:
     """Write ``packed`` as one safetensors file in ``directory``; returns its path."""
     path = os.path.join(directory, WEIGHTS_FILE)
@@ -101,19 +94,19 @@ def ties_word_embeddings(model_dir: str) -> bool:
 
 
 def check_complete(
-    packed: dict[str, Tensor], expected: dict[str, tuple[int, ...]], *, engine: str
+    got: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]], *, engine: str
 ) -> None:
-    """Raise unless ``packed`` holds exactly the expected names with the expected shapes.
+    """Raise unless a push's names and shapes (``got``) are exactly the expected ones.
 
     A partial push would leave some layers on the old weights without any
     error from the engine, so pushes are all-or-nothing.
     """
-    missing = sorted(expected.keys() - packed.keys())
-    unknown = sorted(packed.keys() - expected.keys())
+    missing = sorted(expected.keys() - got.keys())
+    unknown = sorted(got.keys() - expected.keys())
     wrong = sorted(
-        f"{name}: got {tuple(packed[name].shape)}, expected {expected[name]}"
-        for name in packed.keys() & expected.keys()
-        if tuple(packed[name].shape) != expected[name]
+        f"{name}: got {got[name]}, expected {expected[name]}"
+        for name in got.keys() & expected.keys()
+        if got[name] != expected[name]
     )
     if missing or unknown or wrong:
         raise ValueError(
@@ -125,6 +118,16 @@ def check_complete(
         )
 
 
+def expected_push(model_dir: str) -> tuple[dict[str, tuple[int, ...]], bool]:
+    """The names and shapes a push to an engine over ``model_dir`` must hold (a tied
+    head as its own ``lm_head.weight``), and whether the head is tied."""
+    tied = ties_word_embeddings(model_dir)
+    expected = checkpoint_shapes(model_dir)
+    if tied and "model.embed_tokens.weight" in expected:
+        expected["lm_head.weight"] = expected["model.embed_tokens.weight"]
+    return expected, tied
+
+
 class PushPacker:
     """What an engine over a model directory accepts as a weight push: every checkpoint
     name with its shape (a tied head given as its own ``lm_head.weight``), cast to the
@@ -132,13 +135,12 @@ class PushPacker:
 
     def __init__(self, model_dir: str, *, dtype: torch.dtype | None, engine: str) -> None:
         self.dtype, self.engine = dtype, engine
-        self.tied = ties_word_embeddings(model_dir)
-        self.expected = checkpoint_shapes(model_dir)
-        if self.tied and "model.embed_tokens.weight" in self.expected:
-            self.expected["lm_head.weight"] = self.expected["model.embed_tokens.weight"]
+        self.expected, self.tied = expected_push(model_dir)
 
     def pack(self, named_tensors: Iterable[tuple[str, Tensor]]) -> dict[str, Tensor]:
         packed = pack_for_transfer(named_tensors, dtype=self.dtype)
         add_tied_lm_head(packed, tie_word_embeddings=self.tied)
-        check_complete(packed, self.expected, engine=self.engine)
+        check_complete(
+            {n: tuple(t.shape) for n, t in packed.items()}, self.expected, engine=self.engine
+        )
         return packed
