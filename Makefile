@@ -31,7 +31,7 @@ demo: install
 	$(VENV)/bin/grouprl train tiny-arith
 
 test: install
-	$(VENV)/bin/python -m pytest tests -m "not gpu" -q
+	$(VENV)/bin/python -m pytest tests -m "not gpu" -q --durations=25
 
 test-fast: install
 	$(VENV)/bin/python -m pytest tests -m "not gpu and not slow" -q

@@ -134,6 +134,7 @@ class VLLMEngine:
             )
         finally:
             self._push.unlink()  # the mappings stay; nothing is left behind if start failed
+        self._tokenizer = self._llm.get_tokenizer()
         self._version = 0
 
     @property
@@ -159,16 +160,22 @@ class VLLMEngine:
                 seed=None if settings.seed is None else settings.seed + i * n,
                 logprobs=0,
                 flat_logprobs=True,
-                skip_special_tokens=True,
+                # texts are decoded once at the end, in one batch (no stop strings need
+                # them while sampling): vLLM's incremental detokenizer costs per token
+                detokenize=False,
             )
             for i in range(len(prompts))
         ]
         outputs = self._llm.generate(
             [TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False
         )
-        groups = [
-            [_completion(c) for c in sorted(out.outputs, key=lambda c: c.index)] for out in outputs
-        ]
+        ordered = [sorted(out.outputs, key=lambda c: c.index) for out in outputs]
+        texts = iter(
+            self._tokenizer.batch_decode(
+                [c.token_ids for group in ordered for c in group], skip_special_tokens=True
+            )
+        )
+        groups = [[_completion(c, next(texts)) for c in group] for group in ordered]
         return [g if per_prompt == n else replicate(g[0], n) for g in groups]
 
     @contextmanager
@@ -209,7 +216,7 @@ class VLLMEngine:
         gc.collect()
 
 
-def _completion(output) -> Completion:
+def _completion(output, text: str) -> Completion:
     token_ids = list(output.token_ids)
     flat = output.logprobs
     if flat is None or list(flat.token_ids) != token_ids:
@@ -223,5 +230,5 @@ def _completion(output) -> Completion:
         token_ids=token_ids,
         logprobs=list(flat.logprobs),
         finish_reason=output.finish_reason,
-        text=output.text,
+        text=text,
     )
