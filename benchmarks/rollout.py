@@ -21,8 +21,10 @@ the live engines and compared in the header.
 
 What differs is what our layer adds: a SamplingParams per prompt with its own seed (so
 results do not depend on batching), flat logprobs, and turning vLLM's outputs into
-``Completion`` objects with checks. ``--raw-params ours`` gives the raw side those same
-SamplingParams, isolating the Python around the call. The grouprl figure is the
+``Completion`` objects with checks; and how texts are made: both sides return every
+completion's text, the raw call through vLLM's token-by-token detokenizer (its default),
+ours by one ``batch_decode`` after the call (``detokenize=False``). ``--raw-params ours``
+gives the raw side those same SamplingParams, isolating the Python around the call. The grouprl figure is the
 ``VLLMEngine.generate`` call; the rollout step minus rewards (``runner.collect`` with
 a reward function that returns zeros: generate plus building the Trajectory records)
 is shown beside it. Warmup rounds are run and not counted. Both engines in one process
