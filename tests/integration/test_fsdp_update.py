@@ -19,6 +19,7 @@ from grouprl.dist.fsdp import shard
 from grouprl.dist.rank import Rank
 from grouprl.train.logprobs import TokenScorer
 from grouprl.train.lora import add_lora
+from grouprl.train.optim import states_on_host
 from grouprl.train.update import policy_update
 from grouprl.types import TrainingBatch
 
@@ -85,9 +86,14 @@ def _update(rank: int, world: int, model_dir: str, out: str, init: str, mode: st
         train = TrainConfig(micro_batch_tokens=20, packing=True, max_grad_norm=1.0)
     if world > 1:
         shard(scorer, model, offload=False)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.SGD(trained, lr=1.0)
+    if mode == "adamw_on_host":  # cluster.offload_optimizer: sharded moments move each step
+        optimizer = torch.optim.AdamW(trained, lr=1e-2, eps=1e-3)
+        states_on_host(optimizer)
     metrics = policy_update(
         scorer=scorer,
-        optimizer=torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0),
+        optimizer=optimizer,
         batch=_batch(packed),
         algo=AlgoConfig(num_iterations=2),  # old logprobs of each rank's rows
         train=train,
@@ -103,9 +109,10 @@ def _update(rank: int, world: int, model_dir: str, out: str, init: str, mode: st
         _exit_worker()
 
 
-@pytest.mark.parametrize("mode", ["padded", "packed", "lora"])
+@pytest.mark.parametrize("mode", ["padded", "packed", "lora", "adamw_on_host"])
 def test_two_fsdp_ranks_update_like_one_process(tmp_path: Path, tiny_model_dir: str, mode):
-    """packed: a token budget per pass; lora: frozen base and adapters in one FSDP unit."""
+    """packed: a token budget per pass; lora: frozen base and adapters in one FSDP unit;
+    adamw_on_host: AdamW whose sharded moments are copied to and from the host each step."""
     one, two = tmp_path / "one.pt", tmp_path / "two.pt"
     _update(0, 1, tiny_model_dir, str(one), "", mode)
     init = _tcp_init()
@@ -117,7 +124,7 @@ def test_two_fsdp_ranks_update_like_one_process(tmp_path: Path, tiny_model_dir: 
     for name, value in a["state"].items():
         # float sums in another order: packed passes differ in shape between the runs,
         # and LoRA's B @ A products carry each rank's rounding into both factors
-        atol = {"padded": 1e-6, "packed": 2e-6, "lora": 5e-5}[mode]
+        atol = {"padded": 1e-6, "packed": 2e-6, "lora": 5e-5, "adamw_on_host": 1e-5}[mode]
         close = torch.testing.assert_close
         close(b["state"][name], value, rtol=0, atol=atol, msg=lambda m, n=name: f"{n}: {m}")
         if mode != "lora":

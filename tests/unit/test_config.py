@@ -311,6 +311,14 @@ def test_dr_grpo_norm_tokens_default_to_max_tokens():
             ["algo.name=ppo", "critic.path=builtin:tiny-arith", "critic.warmup_steps=40"],
             r"critic\.warmup_steps=40 leaves no step of train\.steps=40",
         ),
+        (
+            ["cluster.offload_optimizer=true", "train.device=cpu"],
+            r"train\.device=cpu trains on the CPU, where they already are",
+        ),
+        (
+            ["cluster.offload_optimizer=true", "cluster.offload=true"],
+            r"Set one of them: cluster\.offload_optimizer to keep parameters on the GPUs",
+        ),
     ],
 )
 def test_mismatched_algorithm_settings_fail_at_config_time(overrides, message):

@@ -99,6 +99,19 @@ def test_offload_reference_and_one_rank():
     assert row(one.training_gpu, "gathered params") == 0
 
 
+def test_offloaded_optimizer_states_come_back_only_for_the_step():
+    plain, moved = small_plan([]), small_plan(["cluster.offload_optimizer=true"])
+    moments = SMALL_PARAMS * 8 // 4  # two fp32 moments per parameter, 4 ranks
+    states = row(plain.training_gpu, "policy states")
+    assert row(moved.training_gpu, "policy states") == states - moments
+    assert row(moved.training_gpu, "optimizer step") == moments
+    assert moved.generation_phase == plain.generation_phase - moments  # the engine gets them
+    # the step's moments arrive after backward freed the activations: the larger counts
+    assert moved.training_phase == plain.training_phase - moments
+    with_lora = small_plan(["cluster.offload_optimizer=true", "train.lora.rank=4"])
+    assert row(with_lora.training_gpu, "optimizer step") < moments  # the adapters' moments only
+
+
 def test_critic_pass_counts_apart_from_the_policys():
     plan = small_plan(["algo.name=ppo", "critic.path=builtin:tiny-arith"])
     rows = plan.training_gpu
@@ -198,8 +211,14 @@ def test_70b_on_one_node_of_h100s_is_rejected_without_offload(monkeypatch, tmp_p
     message = str(err.value)
     assert "more than cluster.gpu=H100 has" in message
     assert "cluster.offload=true" in message
-    # the fixes in order: offload, activation checkpointing, micro-batch, more GPUs
-    order = ["cluster.offload=true", "train.activation_checkpointing=true", "micro_batch_size"]
+    # the fixes in order: optimizer offload, offload, activation checkpointing, micro-batch,
+    # more GPUs
+    order = [
+        "cluster.offload_optimizer=true",
+        "cluster.offload=true",
+        "train.activation_checkpointing=true",
+        "micro_batch_size",
+    ]
     positions = [message.index(key) for key in [*order, "more GPUs"]]
     assert positions == sorted(positions)
 

@@ -12,6 +12,7 @@ from grouprl.roles.common import checkpoint_activations
 from grouprl.train.batch import build_batch
 from grouprl.train.critic import ValueScorer, batch_values, critic_update, token_values
 from grouprl.train.logprobs import TokenScorer, token_logprobs
+from grouprl.train.optim import make_optimizer, states_on_host
 from grouprl.train.update import MicroBatching, policy_update
 from grouprl.types import Completion, Trajectory, Turn
 
@@ -312,3 +313,54 @@ def test_old_logprobs_from_the_engine_anchor_the_ratio(model):
     assert metrics["engine_logprob_gap"] == pytest.approx(1.0, abs=1e-4)
     _, trainer = _update(model, copy.deepcopy(batch), micro=8, mini=8)
     assert trainer["clip_frac"] == 0.0  # the trainer's own logprobs: ratio 1
+
+
+def test_adamw_states_kept_on_the_host_give_the_same_updates(model):
+    """cluster.offload_optimizer: the moments move to the parameters' device for each step
+    and back after it (copies even on CPU, so the moves happen here too), and a state
+    dict loads into such an optimizer; training is bit for bit the same."""
+    batch = _with_advantages(build_batch(_trajectories(8, seed=6), pad_id=0), torch.randn(8))
+    train = TrainConfig(lr=1e-2, micro_batch_size=4, logprob_chunk_tokens=16)
+
+    def run(m, opt, updates: int) -> None:
+        for _ in range(updates):  # 2 mini-batches: 2 optimizer steps per update
+            policy_update(
+                scorer=TokenScorer(m, chunk_tokens=16),
+                optimizer=opt,
+                batch=copy.deepcopy(batch),
+                algo=AlgoConfig(),
+                train=train,
+                mini_batch_size=4,
+            )
+
+    plain, kept = copy.deepcopy(model), copy.deepcopy(model)
+    plain_opt, kept_opt = make_optimizer(plain, train), make_optimizer(kept, train)
+    states_on_host(kept_opt)
+    storage = []  # exp_avg of one weight: before the step, during it, after it
+    weight = kept.lm_head.weight
+
+    def address(opt) -> int | None:
+        state = opt.state.get(weight)
+        return state["exp_avg"].data_ptr() if state else None
+
+    kept_opt.register_step_pre_hook(lambda opt, a, k: storage.append(address(opt)))
+    kept_opt.register_step_post_hook(lambda opt, a, k: storage.append(address(opt)))
+    run(plain, plain_opt, 2)
+    run(kept, kept_opt, 2)
+    assert len(storage) == 8 and storage[0] is None  # 4 steps; no state before the first
+    for step in range(1, 4):  # each step brought the moments in and moved them out again
+        before, during, after = storage[2 * step - 1], storage[2 * step], storage[2 * step + 1]
+        assert before != during != after, storage  # each a copy made while the other lived
+
+    # a checkpoint's optimizer state loads into an optimizer that keeps states on the host
+    resumed_opt = make_optimizer(kept, train)
+    states_on_host(resumed_opt)
+    saved = kept_opt.state_dict()
+    resumed_opt.load_state_dict(saved)
+    loaded = resumed_opt.state[weight]["exp_avg"]
+    assert loaded.data_ptr() != saved["state"][0]["exp_avg"].data_ptr()
+    run(plain, plain_opt, 1)
+    run(kept, resumed_opt, 1)
+    for (name, a), b in zip(plain.named_parameters(), kept.parameters(), strict=True):
+        assert torch.equal(a, b), name
+    assert not torch.equal(plain.lm_head.weight, model.lm_head.weight)

@@ -395,6 +395,19 @@ def _check_cluster(cfg: RunConfig) -> list[str]:
             f"cluster.gpus_per_node={c.gpus_per_node} but train.device=cpu; set "
             "train.device=auto (or cuda) to train on the GPUs, or cluster.gpus_per_node=0."
         )
+    if c.offload_optimizer and c.offload:
+        problems.append(
+            "cluster.offload_optimizer=true and cluster.offload=true: the full offload already "
+            "keeps the optimizer states in CPU memory, with the parameters and gradients. Set "
+            "one of them: cluster.offload_optimizer to keep parameters on the GPUs, "
+            "cluster.offload to move everything."
+        )
+    if c.offload_optimizer and cfg.train.device == "cpu":
+        problems.append(
+            "cluster.offload_optimizer=true moves optimizer states off the GPUs, but "
+            "train.device=cpu trains on the CPU, where they already are; remove "
+            "cluster.offload_optimizer, or train on GPUs (train.device=auto or cuda)."
+        )
     if c.workers_per_node and c.gpus_per_node and c.workers_per_node > c.gpus_per_node:
         problems.append(
             f"cluster.workers_per_node={c.workers_per_node} is more than cluster.gpus_per_node="

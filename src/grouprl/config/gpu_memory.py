@@ -14,7 +14,8 @@ states, sharded by FSDP2, and computes under bf16 autocast::
     one training GPU, training phase
       CUDA context     0.5 GiB (the trainer process)
       policy states    P x 16 / W      fp32 weights 4 + grads 4 + AdamW moments 8; 0 with
-                                       cluster.offload (W > 1: one rank is never sharded)
+                                       cluster.offload (W > 1: one rank is never sharded);
+                                       P x 8 / W with cluster.offload_optimizer
       reference        P x 2 / W       algo.beta > 0; bf16 (model.dtype); 0 with offload
       critic states    Pc x 16 / W     a critic: section; 0 with offload
       gathered params  (2 x layer + root) x 4 when sharded: one decoder layer gathered, one
@@ -28,6 +29,9 @@ states, sharded by FSDP2, and computes under bf16 autocast::
                        log-softmax and their gradient
       critic pass      the critic's gathered params + activations (same N); it runs apart
                        from the policy's pass, so the phase counts the larger of the two
+      optimizer step   cluster.offload_optimizer: P x 8 / W of moments brought in for the
+                       step, after backward freed the activations (the larger of this, the
+                       critic's, and the passes)
     the vLLM engine: on GPU 0 beside training rank 0 (rollout.gpus=0, colocated) or on GPUs
     of its own (rollout.gpus > 0, dedicated)
       claim            rollout.gpu_memory_utilization x GPU size
@@ -216,6 +220,7 @@ class _Trainer:
     resident: int  # context + states + reference: held in both phases
     working: int  # the larger of the policy's and the critic's forward/backward
     states: int  # policy + critic optimizer states on the GPU
+    moments: int  # the AdamW moments among them (cluster.offload_optimizer moves them)
     activations: int  # the policy's
     activations_checkpointed: int  # the policy's with train.activation_checkpointing=true
 
@@ -225,12 +230,9 @@ def _trainer(
 ) -> _Trainer:
     world, tokens = derived.world_size, derived.max_tokens_per_micro_batch
     shape, count = decoder_shape(config), estimate_params(config)
+    adapters = lora_params(shape, cfg.train.lora.rank)
     policy_states = _states_row(
-        "policy states",
-        count.causal_lm,
-        world=world,
-        cfg=cfg,
-        adapters=lora_params(shape, cfg.train.lora.rank),
+        "policy states", count.causal_lm, world=world, cfg=cfg, adapters=adapters
     )
     resident = [
         MemoryRow("CUDA context", CUDA_CONTEXT, "the trainer process (about 0.5 GiB)"),
@@ -240,16 +242,31 @@ def _trainer(
         resident.append(_reference_row(cfg, count.causal_lm, world=world))
     policy_pass = _policy_pass(cfg, derived, shape=shape, count=count)
     working, states, critic = sum(r.bytes for r in policy_pass), policy_states.bytes, []
+    moments = [_moments(count.causal_lm, world=world, adapters=adapters)]
     if cfg.critic is not None:
         critic_states, critic_pass = _critic_rows(cfg, critic_config, tokens=tokens, world=world)
         resident.append(critic_states)
         critic = [critic_pass]
         working, states = max(working, critic_pass.bytes), states + critic_states.bytes
+        moments.append(_moments(estimate_params(critic_config).value_model, world=world))
+    step = []
+    if cfg.cluster.offload_optimizer:  # the policy and the critic step one after the other
+        step = [
+            MemoryRow(
+                "optimizer step",
+                max(moments),
+                "cluster.offload_optimizer=true: AdamW moments (8 bytes per trained param) "
+                "brought from CPU memory for the optimizer step, after backward freed the "
+                "activations; the phase counts the larger of this and the passes",
+            )
+        ]
+        working = max(working, max(moments))
     return _Trainer(
-        rows=resident + policy_pass + critic,
+        rows=resident + policy_pass + critic + step,
         resident=sum(r.bytes for r in resident),
         working=working,
         states=states,
+        moments=0 if cfg.cluster.offload_optimizer else sum(moments),
         activations=policy_pass[1].bytes,
         activations_checkpointed=activation_bytes(shape, tokens=tokens, checkpointing=True),
     )
@@ -287,21 +304,31 @@ def _policy_pass(
 def _states_row(
     what: str, params: int, *, world: int, cfg: RunConfig, adapters: int = 0
 ) -> MemoryRow:
-    per_rank = params * ADAMW_FP32_BYTES // world
-    how = f"{human_count(params)} params x 16 bytes (fp32 weights, grads, 2 AdamW moments)"
+    trained = 8 if cfg.cluster.offload_optimizer else ADAMW_FP32_BYTES  # bytes per param
+    kept = "fp32 weights, grads" + ("" if trained == 8 else ", 2 AdamW moments")
+    per_rank = params * trained // world
+    how = f"{human_count(params)} params x {trained} bytes ({kept})"
     if adapters:  # LoRA: a frozen fp32 base, and adapters that train
-        per_rank = (params * FP32 + adapters * ADAMW_FP32_BYTES) // world
+        per_rank = (params * FP32 + adapters * trained) // world
         how = (
             f"{human_count(params)} frozen params x 4 bytes + {human_count(adapters)} LoRA "
-            "params x 16 bytes (train.lora)"
+            f"params x {trained} bytes ({kept}; train.lora)"
         )
+    moments = "; the AdamW moments wait in CPU memory (cluster.offload_optimizer)"
+    moments = moments if cfg.cluster.offload_optimizer else ""
     if world == 1:
         note = "; cluster.offload needs 2+ ranks" if cfg.cluster.offload else ""
-        return MemoryRow(what, per_rank, f"{how} on one rank, unsharded{note}")
+        return MemoryRow(what, per_rank, f"{how} on one rank, unsharded{moments}{note}")
     how += f" / {world} ranks (FSDP2)"
     if cfg.cluster.offload:
         return MemoryRow(what, 0, f"cluster.offload=true: {how} = {human_bytes(per_rank)} in CPU")
-    return MemoryRow(what, per_rank, how)
+    return MemoryRow(what, per_rank, how + moments)
+
+
+def _moments(params: int, *, world: int, adapters: int = 0) -> int:
+    """Bytes per rank of AdamW's two fp32 moments of the trained parameters (the LoRA
+    adapters when there are any)."""
+    return (adapters or params) * 2 * FP32 // world
 
 
 def lora_params(shape: DecoderShape, rank: int) -> int:
@@ -374,6 +401,11 @@ def _peak_problems(
     phase = "training" if plan.training_phase >= plan.generation_phase else "generation"
     c, t = cfg.cluster, cfg.train
     fixes = []
+    if not c.offload and trainer.moments:
+        fixes.append(
+            f"cluster.offload_optimizer=true (keeps {human_bytes(trainer.moments)} of AdamW "
+            "moments in CPU memory except during each optimizer step)"
+        )
     if derived.world_size > 1 and not c.offload and trainer.states:
         fixes.append(
             f"cluster.offload=true (moves {human_bytes(trainer.states)} of weights, grads "

@@ -416,7 +416,12 @@ class ClusterConfig(Section):
     A100-80GB, A100-40GB, L40S, L4, A10G, B200) or a size (`80GiB`); null: no check."""
     offload: bool = False
     """FSDP2 CPU offload: parameters, gradients and optimizer states live in CPU memory
-    between uses (fits bigger models on fewer GPUs, slower steps)."""
+    between uses (fits bigger models on fewer GPUs, slower steps; needs 2+ ranks)."""
+    offload_optimizer: bool = False
+    """The optimizer states alone (AdamW's moments, 8 bytes per parameter) live in CPU
+    memory and come to the GPU only for each optimizer step: more room for activations
+    and for a colocated engine's KV cache, at one transfer each way per step. Nothing to
+    do on CPU, or where cluster.offload already keeps them there."""
 
 
 class MetricsConfig(Section):

@@ -10,6 +10,7 @@ from grouprl.config.schema import RunConfig
 from grouprl.device import autocast_for, resolve_dtype
 from grouprl.dist.fsdp import shard
 from grouprl.dist.rank import Rank
+from grouprl.train.optim import states_on_host
 from grouprl.types import TrainingBatch
 
 
@@ -38,6 +39,13 @@ def prepare(scorer: torch.nn.Module, model: torch.nn.Module, *, rank: Rank, cfg:
     )
     for buffer in model.buffers():  # not in the state dict (rotary frequencies)
         dist.broadcast(buffer, src=0)
+
+
+def place_optimizer_states(optimizer: torch.optim.Optimizer, *, rank: Rank, cfg: RunConfig):
+    """cluster.offload_optimizer: the states in host memory between optimizer steps (on a
+    GPU rank; a CPU rank's states are there already)."""
+    if cfg.cluster.offload_optimizer and rank.device != "cpu":
+        states_on_host(optimizer)
 
 
 def autocast(cfg: RunConfig, rank: Rank):

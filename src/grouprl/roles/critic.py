@@ -11,7 +11,13 @@ from torch import Tensor
 from grouprl.ckpt.resume import load_part, part_state
 from grouprl.config.schema import RunConfig
 from grouprl.dist.rank import Rank
-from grouprl.roles.common import autocast, loads_weights, my_rows, prepare
+from grouprl.roles.common import (
+    autocast,
+    loads_weights,
+    my_rows,
+    place_optimizer_states,
+    prepare,
+)
 from grouprl.train.critic import (
     ValueScorer,
     batch_values,
@@ -35,6 +41,7 @@ class CriticWorker:
         self.scorer = ValueScorer(self.model, packed=cfg.train.packing)
         prepare(self.scorer, self.model, rank=rank, cfg=cfg)
         self.optimizer = make_critic_optimizer(self.model, cfg.critic)
+        place_optimizer_states(self.optimizer, rank=rank, cfg=cfg)
         self.autocast = autocast(cfg, rank)
 
     def values(self, batch: TrainingBatch) -> Tensor:

@@ -14,7 +14,13 @@ from torch import Tensor
 from grouprl.ckpt.resume import load_part, part_state
 from grouprl.config.schema import RunConfig
 from grouprl.dist.rank import Rank
-from grouprl.roles.common import autocast, loads_weights, my_rows, prepare
+from grouprl.roles.common import (
+    autocast,
+    loads_weights,
+    my_rows,
+    place_optimizer_states,
+    prepare,
+)
 from grouprl.train.logprobs import TokenScorer
 from grouprl.train.lora import adapters_off, add_lora, has_lora, merged_weights
 from grouprl.train.model import load_causal_lm
@@ -38,6 +44,7 @@ class PolicyWorker:
         )
         prepare(self.scorer, self.model, rank=rank, cfg=cfg)
         self.optimizer = make_optimizer(self.model, cfg.train)
+        place_optimizer_states(self.optimizer, rank=rank, cfg=cfg)
         self.scheduler = make_scheduler(self.optimizer, cfg.train, total_steps=learning_steps)
         self.autocast = autocast(cfg, rank)
 

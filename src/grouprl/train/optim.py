@@ -36,3 +36,26 @@ def make_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_factor(step, cfg=cfg, total_steps=total_steps)
     )
+
+
+def states_on_host(optimizer: torch.optim.Optimizer) -> None:
+    """Keeps ``optimizer``'s state tensors (AdamW's two moments per parameter) in host
+    memory except during ``optimizer.step()``: a hook brings them to each parameter's
+    device before the step and moves them back after it, and again after a
+    ``load_state_dict`` (which places them on the parameters' devices). The moments then
+    take no GPU memory during forward/backward passes or while a colocated engine
+    generates; each step moves them both ways once (``cluster.offload_optimizer``).
+    Scalars (AdamW's ``step``) stay where the optimizer keeps them."""
+
+    def move(opt: torch.optim.Optimizer, *, to_host: bool) -> None:
+        for group in opt.param_groups:
+            for param in group["params"]:
+                state = opt.state.get(param, {})
+                for key, value in state.items():
+                    if torch.is_tensor(value) and value.dim() > 0:
+                        device = torch.device("cpu") if to_host else param.device
+                        state[key] = value.to(device, copy=True)
+
+    optimizer.register_step_pre_hook(lambda opt, args, kwargs: move(opt, to_host=False))
+    optimizer.register_step_post_hook(lambda opt, args, kwargs: move(opt, to_host=True))
+    optimizer.register_load_state_dict_post_hook(lambda opt: move(opt, to_host=True))
