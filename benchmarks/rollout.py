@@ -23,16 +23,16 @@ What differs is what our layer adds: a SamplingParams per prompt with its own se
 results do not depend on batching), flat logprobs, and turning vLLM's outputs into
 ``Completion`` objects with checks; and how texts are made: both sides return every
 completion's text, the raw call through vLLM's token-by-token detokenizer (its default),
-ours by one ``batch_decode`` after the call (``detokenize=False``). ``--raw-params ours``
-gives the raw side those same SamplingParams, isolating the Python around the call. The grouprl figure is the
-``VLLMEngine.generate`` call; the rollout step minus rewards (``runner.collect`` with
-a reward function that returns zeros: generate plus building the Trajectory records)
-is shown beside it. Warmup rounds are run and not counted. Both engines in one process
-would double memory and threads, so the sides run one after the other (``--order``).
-Two engines built one after the other differ by up to ~15% on a busy machine, so
-``--interleave`` runs both calls on grouprl's engine instead (its ``vllm.LLM`` for the
-raw call), alternating which goes first each round and emptying the prefix cache before
-each call. Run it from the repo root:
+ours by one ``batch_decode`` after the call (``detokenize=False``). ``--raw-params
+ours`` gives the raw side those same SamplingParams, isolating the Python around the
+call. The grouprl figure is the ``VLLMEngine.generate`` call; the rollout step minus
+rewards (``runner.collect`` with a reward function that returns zeros: generate plus
+building the Trajectory records) is shown beside it. Warmup rounds are run and not
+counted. Both engines in one process would double memory and threads, so the sides run
+one after the other (``--order``). Two engines built one after the other differ by up to
+~15% on a busy machine, so ``--interleave`` runs both calls on grouprl's engine instead
+(its ``vllm.LLM`` for the raw call), alternating which goes first each round and
+emptying the prefix cache before each call. Run it from the repo root:
 
     .venv/bin/python benchmarks/rollout.py [--model tiny|25m --prompts 16 --group 8 ...]
 """
