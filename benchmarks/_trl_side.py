@@ -135,7 +135,7 @@ def main(spec_path: str) -> None:
         shuffle_dataset=False,
         use_vllm=False,
         gradient_checkpointing=False,  # TRL's default is True; grouprl does not recompute
-        bf16=False,
+        bf16=spec["bf16"],  # CPU autocast in transformers' Trainer; weights stay float32
         fp16=False,
         use_cpu=True,
         seed=spec["seed"],

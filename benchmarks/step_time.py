@@ -13,8 +13,9 @@ Equal work: same weights, prompts (in the same order: shuffling off on both
 sides), prompts per step, group size, completion length (every completion is
 forced to exactly --completion-len tokens: grouprl's rollout.ignore_eos, TRL's
 min_new_tokens), KL beta, learning rate and Adam settings, one optimizer step
-per generation batch with the same micro-batch, float32, and the same torch
-thread count. Warmup steps are run and not counted. Run it from the repo root:
+per generation batch with the same micro-batch, float32 (``--bf16``: bf16 autocast
+over float32 weights on both sides), and the same torch thread count. Warmup steps
+are run and not counted. Run it from the repo root:
 
     .venv/bin/python benchmarks/step_time.py [--prompts 16 --group 8 ...]
 """
@@ -63,6 +64,7 @@ class Settings:
     adam_betas: tuple[float, float]
     max_grad_norm: float
     seed: int
+    bf16: bool = False  # bf16 autocast over float32 weights on both sides
     extra: tuple[str, ...] = ()  # grouprl-only overrides (--set), e.g. train.packing=true
 
     @property
@@ -108,6 +110,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--beta", type=float, default=0.0, help="KL coefficient (>0 loads a reference)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads")
     p.add_argument("--engine", choices=["vllm", "hf"], default="vllm", help="grouprl's engine")
+    p.add_argument(
+        "--bf16",
+        action="store_true",
+        help="bf16 autocast on both sides (fast on CPUs with AMX): grouprl model.dtype=bfloat16, "
+        "TRL bf16=True",
+    )
     p.add_argument("--skip-trl-install", action="store_true", help="use the TRL venv as it is")
     p.add_argument("--trl-venv", type=Path, default=TRL_VENV, help="where the TRL venv lives")
     p.add_argument("--only", choices=["grouprl", "trl"], help="run one side (no ratio)")
@@ -136,7 +144,7 @@ def grouprl_config(s: Settings, run_dir: Path):
 
     overrides = [
         f"model.path={s.model}",
-        "model.dtype=float32",
+        f"model.dtype={'bfloat16' if s.bf16 else 'float32'}",
         f"data.batch_size={s.prompts}",
         "data.shuffle=false",
         "data.eval=null",
@@ -284,6 +292,7 @@ def run_trl(s: Settings, work: Path, python: Path) -> tuple[SideResult, dict]:
     spec = {
         **{k: getattr(s, k) for k in ("model", "prompts", "group", "completion_len", "steps")},
         **{k: getattr(s, k) for k in ("warmup", "beta", "threads", "micro_batch", "lr", "seed")},
+        "bf16": s.bf16,
         "adam_betas": list(s.adam_betas),
         "max_grad_norm": s.max_grad_norm,
         "rows": prompt_rows(s),
@@ -347,6 +356,13 @@ def header(s: Settings, *, params: int | None, trl: dict | None, load_at_start: 
         )
     lines += [
         f"model: {s.model}" + (f" ({params:,} parameters, float32)" if params else ""),
+        "precision: "
+        + (
+            "bf16 autocast over float32 weights (grouprl model.dtype=bfloat16, its engine "
+            "in bf16; TRL bf16=True)"
+            if s.bf16
+            else "float32 throughout"
+        ),
         f"work per step: {s.prompts} prompts x {s.group} samples x {s.completion_len} tokens "
         f"(forced), 1 optimizer step, micro-batch {s.micro_batch}, beta {s.beta}, lr {s.lr}, "
         f"{s.threads} torch thread{'s' if s.threads > 1 else ''}",
@@ -390,6 +406,7 @@ def main() -> None:
         adam_betas=recipe.train.betas,
         max_grad_norm=recipe.train.max_grad_norm or 0.0,
         seed=recipe.train.seed,
+        bf16=args.bf16,
         extra=tuple(args.set),
     )
     with tmp:

@@ -1,7 +1,9 @@
 """Device and dtype resolution: the one place that decides where tensors live.
 
 ``auto`` means CUDA when a GPU is visible, else CPU; the ``auto`` dtype is
-float32 on CPU (bf16 matmuls are slow or emulated there) and bfloat16 on CUDA.
+float32 on CPU and bfloat16 on CUDA. ``model.dtype=bfloat16`` on CPU trains under
+autocast too: several times faster than float32 on CPUs with bf16 matrix units (Intel
+AMX), slower on CPUs without them, which is why ``auto`` never picks it there.
 """
 
 from __future__ import annotations
@@ -54,10 +56,10 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def autocast_for(device: torch.device, dtype: torch.dtype):
-    """A no-argument context factory: mixed precision on CUDA when ``dtype`` is 16-bit,
-    nothing on CPU (float32 there)."""
+    """A no-argument context factory: mixed precision in ``dtype`` when it is 16-bit (the
+    weights and optimizer states stay float32), nothing when it is float32."""
     import functools
 
-    if device.type == "cuda" and dtype != torch.float32:
-        return functools.partial(torch.autocast, device_type="cuda", dtype=dtype)
+    if dtype != torch.float32:
+        return functools.partial(torch.autocast, device_type=device.type, dtype=dtype)
     return functools.partial(torch.autocast, device_type=device.type, enabled=False)

@@ -1,12 +1,14 @@
 """Training-step invariants on a small random Qwen2 model."""
 
 import copy
+from contextlib import nullcontext
 
 import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from grouprl.config.schema import AlgoConfig, CriticConfig, TrainConfig
+from grouprl.device import autocast_for
 from grouprl.dist.rank import Rank
 from grouprl.roles.common import checkpoint_activations
 from grouprl.train.batch import build_batch
@@ -92,6 +94,7 @@ def _update(
     ckpt=False,
     packing: bool = False,
     tokens: int | None = None,
+    autocast=nullcontext,
 ):
     # plain SGD: the parameter change is the (clipped) gradient itself, so the
     # comparison is not blurred by Adam's division by tiny second moments
@@ -113,6 +116,7 @@ def _update(
         algo=AlgoConfig(num_iterations=iterations),
         train=train,
         mini_batch_size=mini,
+        autocast=autocast,
     )
     return m, metrics
 
@@ -364,3 +368,24 @@ def test_adamw_states_kept_on_the_host_give_the_same_updates(model):
     for (name, a), b in zip(plain.named_parameters(), kept.parameters(), strict=True):
         assert torch.equal(a, b), name
     assert not torch.equal(plain.lm_head.weight, model.lm_head.weight)
+
+
+def test_bfloat16_on_cpu_trains_under_autocast_over_float32_weights(model):
+    """model.dtype=bfloat16 on CPU: the passes run in bf16 (fast with AMX), the weights and
+    their update stay float32 and close to the float32 update."""
+    autocast = autocast_for(torch.device("cpu"), torch.bfloat16)
+    with autocast():
+        assert torch.get_autocast_dtype("cpu") == torch.bfloat16
+        assert torch.is_autocast_enabled("cpu")
+    batch = _with_advantages(build_batch(_trajectories(8, seed=7), pad_id=0), torch.randn(8))
+    full, _ = _update(model, copy.deepcopy(batch), micro=8, mini=8, lr=1e-2)
+    half, _ = _update(model, copy.deepcopy(batch), micro=8, mini=8, lr=1e-2, autocast=autocast)
+    for (name, a), b, start in zip(
+        full.named_parameters(), half.parameters(), model.parameters(), strict=True
+    ):
+        assert b.dtype == torch.float32, name
+        step = (a - start).abs().max()
+        assert (b - a).abs().max() <= 0.1 * step + 1e-7, name  # bf16 rounding of the gradient
+    assert any(
+        not torch.equal(a, b) for a, b in zip(full.parameters(), half.parameters(), strict=True)
+    )  # it did run in bf16
