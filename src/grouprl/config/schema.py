@@ -26,7 +26,7 @@ class ModelConfig(Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Precision of training passes (autocast over float32 weights) and of the rollout
     engine; `auto` is float32 on CPU and bfloat16 on GPU. On a CPU with AMX, bfloat16 is
-    several times faster than float32; on other CPUs it is slower."""
+    faster than float32 (a 24M model's step: 1.9x); on other CPUs it is slower."""
     trust_remote_code: bool = False
     """Passed to transformers when loading the model and tokenizer."""
     revision: str | None = None
