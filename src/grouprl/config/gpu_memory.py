@@ -83,6 +83,7 @@ GiB = 1024**3
 CUDA_CONTEXT = GiB // 2
 GATHERED_LAYERS = 2  # the layer computing and the one FSDP2 prefetches
 FP32 = 4
+MOMENT_BYTES = 2 * FP32  # AdamW's two fp32 moments per trained parameter
 
 # total memory as nvidia-smi reports it
 GPU_MEMORY: dict[str, int] = {
@@ -304,8 +305,9 @@ def _policy_pass(
 def _states_row(
     what: str, params: int, *, world: int, cfg: RunConfig, adapters: int = 0
 ) -> MemoryRow:
-    trained = 8 if cfg.cluster.offload_optimizer else ADAMW_FP32_BYTES  # bytes per param
-    kept = "fp32 weights, grads" + ("" if trained == 8 else ", 2 AdamW moments")
+    moved = cfg.cluster.offload_optimizer  # the moments wait in CPU memory
+    trained = ADAMW_FP32_BYTES - (MOMENT_BYTES if moved else 0)  # bytes per trained param
+    kept = "fp32 weights, grads" + ("" if moved else ", 2 AdamW moments")
     per_rank = params * trained // world
     how = f"{human_count(params)} params x {trained} bytes ({kept})"
     if adapters:  # LoRA: a frozen fp32 base, and adapters that train
@@ -314,8 +316,7 @@ def _states_row(
             f"{human_count(params)} frozen params x 4 bytes + {human_count(adapters)} LoRA "
             f"params x {trained} bytes ({kept}; train.lora)"
         )
-    moments = "; the AdamW moments wait in CPU memory (cluster.offload_optimizer)"
-    moments = moments if cfg.cluster.offload_optimizer else ""
+    moments = "; the AdamW moments wait in CPU memory (cluster.offload_optimizer)" if moved else ""
     if world == 1:
         note = "; cluster.offload needs 2+ ranks" if cfg.cluster.offload else ""
         return MemoryRow(what, per_rank, f"{how} on one rank, unsharded{moments}{note}")
@@ -328,7 +329,7 @@ def _states_row(
 def _moments(params: int, *, world: int, adapters: int = 0) -> int:
     """Bytes per rank of AdamW's two fp32 moments of the trained parameters (the LoRA
     adapters when there are any)."""
-    return (adapters or params) * 2 * FP32 // world
+    return (adapters or params) * MOMENT_BYTES // world
 
 
 def lora_params(shape: DecoderShape, rank: int) -> int:
