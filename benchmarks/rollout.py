@@ -174,8 +174,8 @@ def prompt_rounds(s: Settings) -> list:
     """``warmup + rounds`` PromptSets of ``prompts`` rows each: the arith train split in
     order, rendered with the model's chat template as the trainer renders it."""
     from grouprl.config.schema import DataConfig, DataSource, ModelConfig
-    from grouprl.train.model import load_tokenizer
-    from grouprl.train.setup import load_prompt_set
+    from grouprl.rollout.setup import load_prompt_set
+    from grouprl.workers.model import load_tokenizer
 
     source = DataSource(source="builtin:arith", split="train", limit=s.rows_needed)
     data = DataConfig(train=source, eval=None, max_prompt_tokens=MAX_PROMPT_TOKENS)
@@ -290,9 +290,9 @@ def grouprl_engine(s: Settings, work: Path):
 def grouprl_round(s: Settings, engine, side: SideResult):
     """``(round index, prompt set) -> Measured``: one ``runner.collect`` (rewards zero),
     its ``generate`` call measured; collect's own seconds go to ``side.collect_s``."""
+    from grouprl.driver.loop import sampling_seed
     from grouprl.rollout.base import SamplingSettings
     from grouprl.rollout.runner import collect
-    from grouprl.train.loop import sampling_seed
 
     timed = TimedEngine(engine)
     seed = run_config(s).train.seed
@@ -387,7 +387,7 @@ def raw_round(s: Settings, llm):
     """``(round index, prompt set) -> Measured``: one ``llm.generate`` on the prompts."""
     from vllm.inputs import TokensPrompt
 
-    from grouprl.train.loop import sampling_seed
+    from grouprl.driver.loop import sampling_seed
 
     seed = run_config(s).train.seed
 

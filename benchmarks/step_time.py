@@ -193,8 +193,8 @@ def process_tree_cpu_seconds() -> float:
 def run_grouprl(s: Settings, work: Path) -> tuple[SideResult, dict]:
     import psutil
 
-    from grouprl.train.loop import one_step
-    from grouprl.train.run import build
+    from grouprl.driver.loop import one_step
+    from grouprl.driver.run import build
 
     cfg = grouprl_config(s, work / "grouprl-run")
     c = build(cfg)
@@ -275,8 +275,8 @@ def prompt_rows(s: Settings) -> list[dict]:
     """The first rows of the arith train split with grouprl's rendered prompt ids: the TRL
     side checks that its own chat rendering gives the same ids."""
     from grouprl.config.schema import DataConfig, DataSource, ModelConfig
-    from grouprl.train.model import load_tokenizer
-    from grouprl.train.setup import load_prompt_set
+    from grouprl.rollout.setup import load_prompt_set
+    from grouprl.workers.model import load_tokenizer
 
     source = DataSource(source="builtin:arith", split="train", limit=s.rows_needed)
     data = DataConfig(train=source, eval=None, max_prompt_tokens=128)

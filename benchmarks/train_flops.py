@@ -94,7 +94,7 @@ def make_batch(args, *, vocab: int):
     a seeded length in [min_fill, 1] x tokens_per_row; advantages +-1 by row."""
     import torch
 
-    from grouprl.train.batch import build_batch
+    from grouprl.driver.batch import build_batch
     from grouprl.types import Completion, Trajectory, Turn
 
     g = torch.Generator().manual_seed(0)
@@ -145,15 +145,15 @@ class Trainer:
     @classmethod
     def of(cls, model, args) -> Trainer:
         from grouprl.config.schema import AlgoConfig
-        from grouprl.train.logprobs import TokenScorer
-        from grouprl.train.optim import make_optimizer
+        from grouprl.workers.logprobs import TokenScorer
+        from grouprl.workers.optim import make_optimizer
 
         train = train_config(args)
         scorer = TokenScorer(model, chunk_tokens=train.logprob_chunk_tokens, packed=train.packing)
         return cls(model, scorer, make_optimizer(model, train), train, AlgoConfig())
 
     def step(self, batch) -> dict[str, float]:
-        from grouprl.train.update import policy_update
+        from grouprl.workers.update import policy_update
 
         self.scorer.train()
         return policy_update(
@@ -193,7 +193,7 @@ def matmul_weights(model) -> int:
 
 def analytic_flops(model, batch, train) -> tuple[Flops, Flops]:
     """(model FLOPs over real tokens, FLOPs as executed) of one step; see the docstring."""
-    from grouprl.train.update import MicroBatching
+    from grouprl.workers.update import MicroBatching
 
     cfg = model.config
     d, V, L = cfg.hidden_size, cfg.vocab_size, cfg.num_hidden_layers

@@ -13,7 +13,7 @@ plain in-memory copy of the same bytes.
           └───────────────────────────────┴──────────► report ◄─────────────┘
                  push vs plain copy: N.NNx   (push s / copy s; 1.0 is the floor)
 
-The push is ``grouprl.train.loop.sync_weights``, the call the loop makes after each
+The push is ``grouprl.driver.loop.sync_weights``, the call the loop makes after each
 update: the policy role's ``weights()`` (the parameters by name) handed to
 ``VLLMEngine.update_weights``, which casts and copies them into the shared-memory
 buffer the worker mapped at start (the tied head's own ``lm_head.weight`` included),
@@ -81,7 +81,7 @@ def log(message: str) -> None:
 def build_run(model: Path, work: Path, threads: int):
     """The loop's components (policy role and vLLM engine) for a run over ``model``."""
     from grouprl.config.loader import load_config
-    from grouprl.train.run import build
+    from grouprl.driver.run import build
 
     cfg = load_config(
         "tiny-arith",
@@ -105,7 +105,7 @@ def build_run(model: Path, work: Path, threads: int):
 
 
 def push(c, version: int) -> float:
-    from grouprl.train.loop import sync_weights
+    from grouprl.driver.loop import sync_weights
 
     started = time.perf_counter()
     sync_weights(c, version=version)

@@ -33,7 +33,7 @@ import torch
 from tiny_models import build_tokenizer, save_tiny_model, tiny_qwen2_config
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
-from grouprl.data.arith import arith_split
+from grouprl.assets.arith import arith_split
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "src/grouprl/assets/tiny-arith"
 SEED = 0

@@ -57,8 +57,8 @@ import torch
 from tiny_models import build_tokenizer, save_tiny_model, tiny_qwen2_config
 from transformers import Qwen2ForCausalLM
 
+from grouprl.assets.fictional import DIETS, GOODS, PROFESSIONS, SYLLABLES, passages, questions
 from grouprl.config.schema import DataConfig, EnvConfig
-from grouprl.data.fictional import DIETS, GOODS, PROFESSIONS, SYLLABLES, passages, questions
 from grouprl.data.prompts import chat_prompt_ids
 from grouprl.envs.base import render_observation
 from grouprl.envs.search import build_index

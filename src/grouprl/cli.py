@@ -20,10 +20,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from grouprl.config.checks import derive
 from grouprl.config.loader import list_recipes, load_config
 from grouprl.config.redact import RESOLVED_CONFIG_FILE
 from grouprl.config.schema import RunConfig
+from grouprl.plan.check import check_run
 
 if TYPE_CHECKING:
     from grouprl.ckpt.inspect import Row
@@ -67,7 +67,7 @@ def _user_errors() -> Iterator[None]:
 
 def _load_checked(recipe: str, overrides: list[str] | None) -> RunConfig:
     cfg = load_config(recipe, overrides or [])
-    derive(cfg)  # raises ConfigError on batch arithmetic and other cross-field problems
+    check_run(cfg)  # raises ConfigError on batch arithmetic, memory and other problems
     return cfg
 
 
@@ -102,11 +102,11 @@ def recipes() -> None:
 def plan(recipe: Recipe, overrides: Overrides = None) -> None:
     """Validate a run and print every derived quantity (batches, steps, tokens) without
     loading anything."""
-    from grouprl.config.plan import render_plan
+    from grouprl.plan.render import render_plan
 
     with _user_errors():
         cfg = load_config(recipe, overrides or [])
-        Console().print(render_plan(cfg, derive(cfg)))
+        Console().print(render_plan(cfg, check_run(cfg)))
 
 
 @app.command()
@@ -115,7 +115,7 @@ def train(recipe: Recipe, overrides: Overrides = None) -> None:
     with _user_errors():
         cfg = _load_checked(recipe, overrides)
         from grouprl.ckpt.preempt import Preempted
-        from grouprl.train.run import train as run_training
+        from grouprl.driver.run import train as run_training
 
         try:
             run_training(cfg)
@@ -144,7 +144,7 @@ def eval_(
             saved = Path(target) / RESOLVED_CONFIG_FILE
             recipe = str(saved) if saved.is_file() else DEFAULT_EVAL_RECIPE
         cfg = _load_checked(recipe, overrides)
-        from grouprl.evaluate import evaluate_cli
+        from grouprl.driver.evaluate import evaluate_cli
 
         evaluate_cli(target, cfg)
 
@@ -238,7 +238,7 @@ def ckpt_ls(target: Target, endpoint_url: EndpointUrl = None) -> None:
 
 
 def _tier_line(rows: list[Row]) -> str:
-    from grouprl.config.memory import human_bytes
+    from grouprl.plan.memory import human_bytes
 
     root = rows[0].found.where.rstrip("/").rpartition("/")[0]
     total = sum(row.manifest.bytes for row in rows if row.manifest is not None)
@@ -249,7 +249,7 @@ def _checkpoint_table(rows: list[Row]) -> Table:
     """One row per checkpoint, located relative to the tier printed above it."""
     from datetime import datetime
 
-    from grouprl.config.memory import human_bytes
+    from grouprl.plan.memory import human_bytes
 
     table = Table(box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
     for column in ("step", "location", "size", "files", "created", "world", "config hash"):
@@ -363,7 +363,7 @@ def submit(
     first). With cluster.nodes > 1 the training ranks spread over the cluster's nodes."""
     with _user_errors():
         _load_checked(recipe, overrides)
-        from grouprl.dist import jobs
+        from grouprl.cluster import jobs
 
         submitted = jobs.submit(
             recipe,
@@ -388,7 +388,7 @@ def jobs_ls(address: Address = None) -> None:
     from datetime import datetime
 
     with _user_errors():
-        from grouprl.dist import jobs
+        from grouprl.cluster import jobs
 
         found = jobs.list_jobs(address)
     table = Table(box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
@@ -410,7 +410,7 @@ def jobs_ls(address: Address = None) -> None:
 def jobs_status(job: JobId, address: Address = None) -> None:
     """The job's status and Ray's message about it."""
     with _user_errors():
-        from grouprl.dist import jobs
+        from grouprl.cluster import jobs
 
         state, message = jobs.status(address, job)
     typer.echo(f"{job}: {state}" + (f" ({message})" if message else ""))
@@ -424,7 +424,7 @@ def jobs_logs(
 ) -> None:
     """The job's log (its driver's stdout and stderr)."""
     with _user_errors():
-        from grouprl.dist import jobs
+        from grouprl.cluster import jobs
 
         if follow:
             jobs.follow(address, job)
@@ -436,7 +436,7 @@ def jobs_logs(
 def jobs_stop(job: JobId, address: Address = None) -> None:
     """Stop the job (SIGTERM to its driver: grouprl saves a checkpoint and exits)."""
     with _user_errors():
-        from grouprl.dist import jobs
+        from grouprl.cluster import jobs
 
         stopped = jobs.stop(address, job)
     typer.echo(f"{job}: {'stopping' if stopped else 'already finished'}")

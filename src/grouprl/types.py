@@ -81,6 +81,14 @@ class Trajectory:
     def generated_tokens(self) -> int:
         return sum(len(turn.completion.token_ids) for turn in self.turns)
 
+    def sequence_ids(self) -> list[int]:
+        """The sample's tokens exactly as the engine saw and produced them: the prompt,
+        then each turn's completion and the observation rendered after it."""
+        ids = list(self.prompt_ids)
+        for turn in self.turns:
+            ids += turn.completion.token_ids + turn.observation_ids
+        return ids
+
 
 @dataclass
 class TrainingBatch:

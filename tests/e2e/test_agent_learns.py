@@ -7,7 +7,7 @@ import json
 import pytest
 
 from grouprl.config.loader import load_config
-from grouprl.train.run import train
+from grouprl.driver.run import train
 
 MARGIN = 0.05
 

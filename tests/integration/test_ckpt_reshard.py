@@ -29,7 +29,7 @@ def _exit_worker() -> None:
 
 def _tcp_init() -> str:
     # a TCP store on loopback: the file:// store aborted a rank at exit now and then
-    from grouprl.dist.rank import free_port
+    from grouprl.workers.rank import free_port
 
     return f"tcp://127.0.0.1:{free_port()}"
 

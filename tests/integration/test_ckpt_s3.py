@@ -19,7 +19,7 @@ from grouprl.ckpt.resume import find_resume, training_state
 from grouprl.ckpt.state import TrainerState
 from grouprl.config.loader import load_config
 from grouprl.config.schema import CheckpointConfig
-from grouprl.train.run import train
+from grouprl.driver.run import train
 
 pytestmark = [pytest.mark.s3, pytest.mark.timeout(600)]
 

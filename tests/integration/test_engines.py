@@ -391,7 +391,7 @@ def test_a_run_trains_through_the_server(vllm_server, server_engine, model, tmp_
     import json
 
     from grouprl.config.loader import load_config
-    from grouprl.train.run import train
+    from grouprl.driver.run import train
 
     overrides = [
         f"model.path={ASSET_MODEL}",

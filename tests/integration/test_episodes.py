@@ -5,11 +5,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from grouprl.driver.batch import build_batch, turn_tensors
 from grouprl.envs.base import Step
 from grouprl.rollout.base import SamplingSettings
 from grouprl.rollout.episodes import run_episodes
 from grouprl.rollout.hf_engine import HFEngine
-from grouprl.train.batch import build_batch, turn_tensors
 
 
 class ThreeTurns:

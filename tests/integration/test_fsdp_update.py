@@ -15,13 +15,13 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from transformers import AutoModelForCausalLM
 
 from grouprl.config.schema import AlgoConfig, LoraConfig, TrainConfig
-from grouprl.dist.fsdp import shard
-from grouprl.dist.rank import Rank
-from grouprl.train.logprobs import TokenScorer
-from grouprl.train.lora import add_lora
-from grouprl.train.optim import states_on_host
-from grouprl.train.update import policy_update
 from grouprl.types import TrainingBatch
+from grouprl.workers.fsdp import shard
+from grouprl.workers.logprobs import TokenScorer
+from grouprl.workers.lora import add_lora
+from grouprl.workers.optim import states_on_host
+from grouprl.workers.rank import Rank
+from grouprl.workers.update import policy_update
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -37,7 +37,7 @@ def _exit_worker() -> None:
 
 def _tcp_init() -> str:
     # a TCP store on loopback: the file:// store aborted a rank at exit now and then
-    from grouprl.dist.rank import free_port
+    from grouprl.workers.rank import free_port
 
     return f"tcp://127.0.0.1:{free_port()}"
 

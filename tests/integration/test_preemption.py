@@ -18,7 +18,7 @@ import torch
 from grouprl.ckpt.export import find_checkpoint, part_state
 from grouprl.ckpt.preempt import EXIT_PREEMPTED
 from grouprl.config.loader import load_config
-from grouprl.train.run import train
+from grouprl.driver.run import train
 
 pytestmark = pytest.mark.timeout(600)
 STEPS = 5

@@ -20,7 +20,7 @@ import torch
 from grouprl.ckpt.export import find_checkpoint, part_state
 from grouprl.ckpt.manifest import parse_manifest
 from grouprl.config.loader import load_config
-from grouprl.train.run import train
+from grouprl.driver.run import train
 from ray_cluster import ray_env
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]

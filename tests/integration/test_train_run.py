@@ -10,8 +10,8 @@ from transformers import AutoModelForCausalLM
 
 from grouprl.ckpt.export import export_run, find_checkpoint, part_state
 from grouprl.config.loader import load_config
-from grouprl.evaluate import evaluate_cli
-from grouprl.train.run import train
+from grouprl.driver.evaluate import evaluate_cli
+from grouprl.driver.run import train
 
 
 def _cfg(tmp_path, name, tiny_model_dir, *extra):

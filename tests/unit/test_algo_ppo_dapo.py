@@ -17,7 +17,7 @@ from grouprl.algo.objective import micro_batch_loss
 from grouprl.algo.shaping import overlong_penalty
 from grouprl.algo.value import clipped_value_loss
 from grouprl.config.schema import AlgoConfig
-from grouprl.train.batch import build_batch
+from grouprl.driver.batch import build_batch
 from grouprl.types import Completion, Trajectory, Turn
 
 # row 0: prompt at column 0, three generated tokens; row 1: one generated token

@@ -56,9 +56,9 @@ def test_any_exception_marked_user_error_is_reported_like_config_error(monkeypat
     def fail(cfg):
         raise DatasetMissing("data.train.source='x.jsonl' does not exist")
 
-    module = types.ModuleType("grouprl.train.run")
+    module = types.ModuleType("grouprl.driver.run")
     module.train = fail
-    monkeypatch.setitem(sys.modules, "grouprl.train.run", module)
+    monkeypatch.setitem(sys.modules, "grouprl.driver.run", module)
     result = runner.invoke(app, ["train", "tiny-arith"])
     assert result.exit_code == 2
     assert "x.jsonl' does not exist" in result.output

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from grouprl.dist.jobs import EXCLUDES, JobError, entrypoint, runtime_env
-from grouprl.dist.rank import Rank
+from grouprl.cluster.jobs import EXCLUDES, JobError, entrypoint, runtime_env
+from grouprl.workers.rank import Rank
 
 
 def test_each_rank_trains_its_contiguous_block_of_every_mini_batch():

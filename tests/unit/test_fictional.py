@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from grouprl.data import fictional
+from grouprl.assets import fictional
 from grouprl.envs.search import SearchIndex, build_index
 
 
@@ -61,7 +61,7 @@ def test_write_corpus_jsonl_round_trips(tmp_path):
 
 def test_import_needs_no_torch_or_search_backend():
     code = (
-        "import sys, grouprl.data.fictional; print(sorted({'torch', 'bm25s'} & set(sys.modules)))"
+        "import sys, grouprl.assets.fictional; print(sorted({'torch', 'bm25s'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

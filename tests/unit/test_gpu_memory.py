@@ -6,10 +6,11 @@ import pytest
 from typer.testing import CliRunner
 
 from grouprl.cli import app
-from grouprl.config import ConfigError, check_config, derive, load_config
-from grouprl.config.gpu_memory import GPU_MEMORY, parse_gpu, plan_for_run, plan_gpu_memory
-from grouprl.config.known_models import known_config
-from grouprl.config.memory import (
+from grouprl.config import ConfigError, derive, load_config
+from grouprl.plan.check import check_run
+from grouprl.plan.gpu_memory import GPU_MEMORY, parse_gpu, plan_for_run, plan_gpu_memory
+from grouprl.plan.known_models import known_config
+from grouprl.plan.memory import (
     SizeUnknown,
     activation_bytes,
     decoder_shape,
@@ -18,7 +19,7 @@ from grouprl.config.memory import (
     layer_activation_bytes,
     model_config,
 )
-from grouprl.config.plan_models import memory_rows
+from grouprl.plan.rows import memory_rows
 
 MiB, GiB = 1024**2, 1024**3
 runner = CliRunner()
@@ -156,7 +157,7 @@ def test_parse_gpu_rejects_unknown_names_with_the_choices():
         assert all(name in message for name in GPU_MEMORY)
         assert "80GiB" in message and "null" in message
     with pytest.raises(ConfigError, match="cluster.gpu='H1000'"):
-        check_config(load_config("tiny-arith", ["cluster.gpu=H1000"]))
+        check_run(load_config("tiny-arith", ["cluster.gpu=H1000"]))
 
 
 def test_known_models_table(monkeypatch, tmp_path):
@@ -207,7 +208,7 @@ def test_70b_on_one_node_of_h100s_is_rejected_without_offload(monkeypatch, tmp_p
         "train.device=auto",
     ]
     with pytest.raises(ConfigError) as err:
-        check_config(load_config("tiny-arith", overrides))
+        check_run(load_config("tiny-arith", overrides))
     message = str(err.value)
     assert "more than cluster.gpu=H100 has" in message
     assert "cluster.offload=true" in message
@@ -233,7 +234,7 @@ def test_max_model_len_beyond_the_kv_cache_is_rejected():
         "rollout.max_model_len=131072",
     ]
     with pytest.raises(ConfigError) as err:
-        check_config(load_config("tiny-arith", overrides))
+        check_run(load_config("tiny-arith", overrides))
     message = str(err.value)
     assert "rollout.max_model_len=131072 needs 7 GiB of KV cache per sequence" in message
     assert "raise rollout.gpu_memory_utilization" in message

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grouprl.config.checks import derive
 from grouprl.config.loader import load_config
+from grouprl.plan.check import check_run
 
 LAUNCH = Path(__file__).resolve().parents[2] / "launch"
 
@@ -27,7 +27,7 @@ def _check_train_command(command: str, **env: str) -> list[str]:
     words = shlex.split(command)
     start = words.index("train")
     recipe, overrides = words[start + 1], words[start + 2 :]
-    derive(load_config(recipe, overrides))
+    check_run(load_config(recipe, overrides))
     return overrides
 
 

@@ -8,11 +8,12 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from grouprl.config.schema import AlgoConfig, LoraConfig, TrainConfig
-from grouprl.train.logprobs import TokenScorer
-from grouprl.train.lora import adapters_off, add_lora, has_lora, merged_weights
-from grouprl.train.optim import make_optimizer
-from grouprl.train.update import policy_update
+from grouprl.lora_weights import merged_weights
 from grouprl.types import TrainingBatch
+from grouprl.workers.logprobs import TokenScorer
+from grouprl.workers.lora import adapters_off, add_lora, has_lora
+from grouprl.workers.optim import make_optimizer
+from grouprl.workers.update import policy_update
 
 
 @pytest.fixture(scope="module")

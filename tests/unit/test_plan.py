@@ -7,8 +7,8 @@ import json
 from rich.console import Console
 
 from grouprl.config import derive, load_config
-from grouprl.config.memory import estimate_params, human_bytes, model_config
-from grouprl.config.plan import render_plan
+from grouprl.plan.memory import estimate_params, human_bytes, model_config
+from grouprl.plan.render import render_plan
 
 
 def plan_text(recipe: str, overrides: list[str]) -> str:

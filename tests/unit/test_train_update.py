@@ -9,14 +9,14 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from grouprl.config.schema import AlgoConfig, CriticConfig, TrainConfig
 from grouprl.device import autocast_for
-from grouprl.dist.rank import Rank
-from grouprl.roles.common import checkpoint_activations
-from grouprl.train.batch import build_batch
-from grouprl.train.critic import ValueScorer, batch_values, critic_update, token_values
-from grouprl.train.logprobs import TokenScorer, token_logprobs
-from grouprl.train.optim import make_optimizer, states_on_host
-from grouprl.train.update import MicroBatching, policy_update
+from grouprl.driver.batch import build_batch
 from grouprl.types import Completion, Trajectory, Turn
+from grouprl.workers.common import checkpoint_activations
+from grouprl.workers.logprobs import TokenScorer, token_logprobs
+from grouprl.workers.optim import make_optimizer, states_on_host
+from grouprl.workers.rank import Rank
+from grouprl.workers.update import MicroBatching, policy_update
+from grouprl.workers.value_model import ValueScorer, batch_values, critic_update, token_values
 
 
 @pytest.fixture(scope="module")
@@ -289,7 +289,7 @@ def test_token_budget_ranges_cover_every_row_within_budget():
 
 def test_every_rank_gets_as_many_passes_as_the_busiest(monkeypatch):
     """FSDP2 pairs collectives pass by pass: a rank needing fewer passes splits its own."""
-    monkeypatch.setattr("grouprl.train.update.all_max", lambda count: 4)
+    monkeypatch.setattr("grouprl.workers.update.all_max", lambda count: 4)
     mask = torch.ones(6, 4, dtype=torch.long)
     ranges = MicroBatching(size=99, tokens=100, packed=True).ranges(mask, Rank(0, 2))
     assert [list(r) for r in ranges] == [[0], [1, 2], [3], [4, 5]]

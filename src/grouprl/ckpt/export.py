@@ -19,7 +19,7 @@ from grouprl.ckpt.shards import SafeReader, load_shards
 from grouprl.ckpt.snapshot import SHARDS
 from grouprl.ckpt.state import CheckpointError
 from grouprl.ckpt.tiers import LocalTier, step_name
-from grouprl.train.lora import merged_weights
+from grouprl.lora_weights import merged_weights
 
 HF_FILES = "hf"
 

@@ -20,10 +20,9 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
+from grouprl.assets.datasets import BUILTIN_DATASETS, split_sizes
 from grouprl.config.errors import ConfigError, choices, show
-from grouprl.config.gpu_memory import gpu_memory_problems, gpu_name_problems
 from grouprl.config.schema import DataSource, RunConfig
-from grouprl.data.builtin import BUILTIN_DATASETS, split_sizes
 
 # estimators whose baseline is the prompt's other samples (they need rollout.n >= 2)
 GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "mt_grpo", "turn_returns")
@@ -61,11 +60,10 @@ class Derived:
     world_size: int  # training ranks: cluster.nodes x ranks per node
 
 
-def check_config(cfg: RunConfig) -> None:
-    """Raise ``ConfigError`` listing every cross-field problem (batch arithmetic first);
-    once the rest passes and cluster.gpu is set, the memory plan's (``config/gpu_memory.py``,
-    skipped when a model's config.json is unknown)."""
-    problems = [
+def config_problems(cfg: RunConfig) -> list[str]:
+    """Every cross-field problem of ``cfg``, batch arithmetic first (the memory plan's
+    come after these, from ``plan.check_run``)."""
+    return [
         *_check_batch(cfg),
         *_check_length(cfg),
         *_check_algo(cfg),
@@ -74,10 +72,11 @@ def check_config(cfg: RunConfig) -> None:
         *_check_trainer(cfg),
         *_check_cluster(cfg),
         *_check_server(cfg),
-        *gpu_name_problems(cfg),
     ]
-    if not problems:  # the memory plan needs the derived numbers, so a valid config
-        problems = gpu_memory_problems(cfg, _numbers(cfg))
+
+
+def raise_problems(problems: list[str]) -> None:
+    """One ``ConfigError`` naming every problem (numbered when there are several)."""
     if len(problems) == 1:
         raise ConfigError(problems[0])
     if problems:
@@ -85,14 +84,20 @@ def check_config(cfg: RunConfig) -> None:
         raise ConfigError(f"{len(problems)} problems in the run configuration:\n{listed}")
 
 
+def check_config(cfg: RunConfig) -> None:
+    """Raise ``ConfigError`` listing every cross-field problem (``plan.check_run`` adds
+    the memory plan's)."""
+    raise_problems(config_problems(cfg))
+
+
 def derive(cfg: RunConfig) -> Derived:
     """Check ``cfg`` (raising ``ConfigError``) and compute the derived quantities."""
     check_config(cfg)
-    return _numbers(cfg)
+    return derived_numbers(cfg)
 
 
-def _numbers(cfg: RunConfig) -> Derived:
-    """The derived quantities of a config that passes the checks before the memory plan."""
+def derived_numbers(cfg: RunConfig) -> Derived:
+    """The derived quantities of a config that passes ``config_problems``."""
     prompts = cfg.data.batch_size
     samples = prompts * cfg.rollout.n
     mini = cfg.train.mini_batch_size or samples

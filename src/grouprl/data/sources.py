@@ -2,8 +2,8 @@
 
 Sources (``DataSource.source``)::
 
-    builtin:arith            generated arithmetic problems (grouprl.data.arith)
-    builtin:fictional        questions about a fictional encyclopedia (grouprl.data.fictional)
+    builtin:arith            generated arithmetic problems (grouprl.assets.arith)
+    builtin:fictional        questions about a fictional encyclopedia (grouprl.assets.fictional)
     path/to/rows.jsonl       one JSON object per line
     path/to/rows.json        a JSON list of objects
     path/to/rows.parquet     a parquet table
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grouprl.assets.datasets import BUILTIN_DATASETS, builtin_rows, split_sizes
 from grouprl.config.schema import DataSource
-from grouprl.data.builtin import BUILTIN_DATASETS, builtin_rows, split_sizes
 
 logger = logging.getLogger(__name__)
 

@@ -89,7 +89,7 @@ class BuildReport:
 
 
 def _fictional_passages() -> list[dict[str, str]]:
-    from grouprl.data.fictional import passages
+    from grouprl.assets.fictional import passages
 
     return passages()
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from torch import Tensor
 
+from grouprl.cluster.connection import PLACEMENT_TIMEOUT_S
 from grouprl.config.schema import RunConfig
-from grouprl.dist.ray_group import PLACEMENT_TIMEOUT_S
 from grouprl.rollout.base import SamplingSettings
 from grouprl.types import Completion
 
@@ -31,12 +31,12 @@ class RolloutHost:
         from transformers import AutoTokenizer
 
         from grouprl.device import resolve_device
-        from grouprl.rollout.factory import make_engine
+        from grouprl.rollout.engines import build_here
 
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         device = resolve_device("cuda" if cfg.rollout.gpus else "cpu")
         here = cfg.rollout.model_copy(update={"placement": "driver"})  # this actor drives it
-        self.engine = make_engine(
+        self.engine = build_here(
             cfg.model_copy(update={"rollout": here}),
             model_dir=model_dir,
             tokenizer=tokenizer,
@@ -63,7 +63,7 @@ class ActorEngine:
     def start(cls, cfg: RunConfig, *, model_dir: str, cache_dir: str | None) -> ActorEngine:
         import ray
 
-        from grouprl.dist.ray_group import connect
+        from grouprl.cluster.connection import connect
 
         temp = Path(cache_dir) / "ray" if cache_dir is not None else None
         connect(cfg.cluster, world_size=cfg.world_size, temp_dir=temp)
@@ -111,7 +111,7 @@ class ActorEngine:
     def _get(self, ref, what: str, *, timeout: float | None = None):
         import ray
 
-        from grouprl.dist.ray_group import WorkerFailed, reason
+        from grouprl.cluster.connection import WorkerFailed, reason
 
         try:
             return ray.get(ref, timeout=timeout)
@@ -125,9 +125,3 @@ class ActorEngine:
             raise WorkerFailed(
                 f"the rollout engine's actor failed during {what}: {reason(err)}"
             ) from None
-
-
-def placed_in_actor(cfg: RunConfig) -> bool:
-    """``rollout.placement``: auto puts the engine in an actor when it has GPUs of its own."""
-    placement = cfg.rollout.placement
-    return placement == "actor" or (placement == "auto" and cfg.rollout.gpus > 0)

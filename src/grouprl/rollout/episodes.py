@@ -5,7 +5,7 @@ and each turn's generation is one engine call over all episodes still running.
         ─► step(text) ─► observation ids ─► engine (the running episodes' contexts) ─► ...
 
 A context is the prompt, then every turn's engine tokens and rendered
-observation: exactly the tokens the trainer will see (``train.batch.sequence_ids``).
+observation: exactly the tokens the trainer will see (``Trajectory.sequence_ids``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import Any
 from grouprl.data.prompts import chat_prompt_ids
 from grouprl.envs.base import STOP_REASONS, Environment, Step, render_observation
 from grouprl.rollout.base import RolloutEngine, SamplingSettings
-from grouprl.train.batch import sequence_ids
 from grouprl.types import Trajectory, Turn
 
 ENV_WORKERS = 16  # episodes whose environment steps (tool calls) run at the same time
@@ -57,7 +56,7 @@ def run_episodes(
             running = [i for i, t in enumerate(trajectories) if not t.stop_reason]
             if not running:
                 break
-            contexts = [sequence_ids(trajectories[i]) for i in running]
+            contexts = [trajectories[i].sequence_ids() for i in running]
             turn_settings = replace(
                 settings, n=1, seed=None if settings.seed is None else settings.seed + turn * 7919
             )
@@ -79,7 +78,7 @@ def run_episodes(
                 traj.stop_reason = "max_turns"
             else:
                 observation = render_observation(tokenizer, step.messages, **template)
-                room = max_model_len - len(sequence_ids(traj)) - len(observation)
+                room = max_model_len - len(traj.sequence_ids()) - len(observation)
                 if room < settings.max_tokens:
                     traj.stop_reason = "context_overflow"
                 else:

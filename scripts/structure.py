@@ -1,0 +1,240 @@
+"""The package's structure, read with ast (nothing is imported): import loops, imports
+that run up the layers, lines per package, the largest files and longest functions.
+
+    python scripts/structure.py [--src src/grouprl] [--layers layers.json]
+
+``tests/unit/test_structure.py`` holds the project to it: no import loop, no loop
+between packages, and at most one upward import, marked ``# upward import:`` with why.
+docs/architecture.md draws the layers this table encodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+LAYERS: dict[str, int] = {
+    # records and pure math: tensors in, tensors out
+    "types": 0,
+    "algo": 0,
+    "assets": 0,
+    # torch-free: the schema, loading, checks; above it the memory planner
+    "config": 1,
+    "plan": 2,
+    # shared parts: what both the driver and the workers use
+    "device": 3,
+    "runtime": 3,
+    "lora_weights": 3,
+    "cluster": 3,
+    "data": 3,
+    "rewards": 3,
+    "envs": 3,
+    "rollout": 3,
+    "ckpt": 3,
+    "metrics": 3,
+    # the code that runs on each training rank
+    "workers": 4,
+    # the run: the loop, checkpoint orchestration, evaluation
+    "driver": 5,
+    # the command line and the public API
+    "cli": 6,
+    "__main__": 6,
+    "grouprl": 6,
+}
+"""Layer of each top-level module or package of ``grouprl``: a module imports only from
+its own layer or below (and, within a layer, without loops between packages)."""
+
+UPWARD_MARK = "# upward import:"
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # importing module
+    target: str  # imported module
+    line: int
+    marked: bool  # the line carries UPWARD_MARK
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules(root: Path) -> dict[str, Path]:
+    return {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+
+
+def imports(root: Path) -> list[Import]:
+    """Every import of one of the package's own modules (also inside functions and under
+    TYPE_CHECKING: each ties two modules together for a reader)."""
+    files = modules(root)
+    found = []
+    for name, path in files.items():
+        text = path.read_text()
+        lines = text.splitlines()
+        base = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(text, filename=str(path))):
+            if isinstance(node, ast.Import):
+                wanted = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    anchor = base[: len(base) - (node.level - 1)]
+                    target = ".".join(anchor + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                wanted = [f"{target}.{a.name}" for a in node.names] + [target]
+            else:
+                continue
+            marked = any(UPWARD_MARK in lines[i - 1] for i in (node.lineno, node.lineno - 1))
+            for target in _resolve(wanted, files, name):
+                found.append(Import(name, target, node.lineno, marked))
+    return found
+
+
+def _resolve(wanted: list[str], files: dict[str, Path], source: str) -> set[str]:
+    """A dotted name resolves to the longest module it names (pkg.mod.func -> pkg.mod);
+    a package's own children are not counted as its imports."""
+    out = set()
+    for w in wanted:
+        parts = w.split(".")
+        for k in range(len(parts), 0, -1):
+            cand = ".".join(parts[:k])
+            if cand in files:
+                if cand != source and not cand.startswith(source + "."):
+                    out.add(cand)
+                break
+    # `from pkg import mod` names both pkg and pkg.mod: keep the module
+    return {t for t in out if not any(o.startswith(t + ".") for o in out)}
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Groups of nodes that reach each other (Tarjan), each of two or more."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return groups
+
+
+def top(module: str) -> str:
+    """The top-level package or module of ``grouprl.X.Y``: ``X``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def module_loops(found: list[Import]) -> list[list[str]]:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for imp in found:
+        graph[imp.source].add(imp.target)
+    return strongly_connected(graph)
+
+
+def package_loops(found: list[Import]) -> list[list[str]]:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for imp in found:
+        a, b = top(imp.source), top(imp.target)
+        if a != b and "grouprl" not in (a, b):
+            graph[a].add(b)
+    return strongly_connected(graph)
+
+
+def upward(found: list[Import], layers: dict[str, int]) -> list[Import]:
+    """Imports from a higher layer than the importer's (unknown packages count as
+    violations: every package must have a layer)."""
+    out = []
+    for imp in found:
+        a, b = top(imp.source), top(imp.target)
+        if layers.get(b, 99) > layers.get(a, -1):
+            out.append(imp)
+    return out
+
+
+def functions(root: Path) -> list[tuple[int, str]]:
+    """(lines, module:qualname) of every function."""
+    out = []
+    for name, path in modules(root).items():
+        tree = ast.parse(path.read_text())
+
+        def walk(node: ast.AST, prefix: str, module: str) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                    qual = f"{prefix}{child.name}"
+                    out.append((child.end_lineno - child.lineno + 1, f"{module}:{qual}"))
+                    walk(child, qual + ".", module)
+                elif isinstance(child, ast.ClassDef):
+                    walk(child, f"{prefix}{child.name}.", module)
+
+        walk(tree, "", name)
+    return out
+
+
+def report(root: Path, layers: dict[str, int]) -> str:
+    found = imports(root)
+    files = modules(root)
+    sizes = {name: len(path.read_text().splitlines()) for name, path in files.items()}
+    per_package: dict[str, int] = defaultdict(int)
+    for name, n in sizes.items():
+        per_package[top(name)] += n
+    loops, pkg_loops, up = module_loops(found), package_loops(found), upward(found, layers)
+    lines = [
+        f"{len(files)} modules, {sum(sizes.values())} lines; median file "
+        f"{sorted(sizes.values())[len(sizes) // 2]} lines",
+        f"import loops between modules: {len(loops)}",
+        *[f"  {' <-> '.join(loop)}" for loop in loops],
+        f"packages importing each other (loops): {len(pkg_loops)}",
+        *[f"  {' <-> '.join(loop)}" for loop in pkg_loops],
+        f"upward imports: {len(up)}",
+        *[f"  {i.source}:{i.line} -> {i.target}{'  (marked)' if i.marked else ''}" for i in up],
+        "lines per package: "
+        + ", ".join(f"{p} {n}" for p, n in sorted(per_package.items(), key=lambda x: -x[1])),
+        "largest files: "
+        + ", ".join(f"{m} {n}" for m, n in sorted(sizes.items(), key=lambda x: -x[1])[:6]),
+        "longest functions: "
+        + ", ".join(f"{q} {n}" for n, q in sorted(functions(root), reverse=True)[:6]),
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--src", default=str(Path(__file__).parents[1] / "src/grouprl"))
+    parser.add_argument("--layers", help="a JSON file mapping top-level names to layers")
+    args = parser.parse_args()
+    layers = json.loads(Path(args.layers).read_text()) if args.layers else LAYERS
+    print(report(Path(args.src).resolve(), layers))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""Trajectories -> a right-padded TrainingBatch (advantages are filled in later)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from grouprl.types import TrainingBatch, Trajectory
+
+
+def build_batch(
+    trajectories: list[Trajectory], *, pad_id: int, mask_truncated: bool = False
+) -> TrainingBatch:
+    """One row per trajectory: prompt tokens, then each turn's completion and observation.
+
+    The loss mask covers the model's tokens only (none of them, with
+    ``mask_truncated``, for an episode whose last turn was cut off at the length
+    limit); the engine's logprobs are placed at the positions of the tokens they
+    score and ``turn_index_BT`` numbers the model turns. Advantages start at zero.
+    """
+    rows = [t.sequence_ids() for t in trajectories]
+    width = max(len(ids) for ids in rows)
+    B = len(trajectories)
+    input_ids = torch.full((B, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((B, width), dtype=torch.long)
+    loss_mask = torch.zeros((B, width), dtype=torch.float32)
+    turn_index = torch.full((B, width), -1, dtype=torch.long)
+    engine_lp = torch.zeros((B, width), dtype=torch.float32)
+    for b, (traj, ids) in enumerate(zip(trajectories, rows, strict=True)):
+        input_ids[b, : len(ids)] = torch.tensor(ids)
+        attention[b, : len(ids)] = 1
+        in_loss = not (mask_truncated and traj.completion.finish_reason == "length")
+        start = len(traj.prompt_ids)
+        for k, turn in enumerate(traj.turns):
+            end = start + len(turn.completion.token_ids)
+            loss_mask[b, start:end] = float(in_loss)
+            turn_index[b, start:end] = k
+            engine_lp[b, start:end] = torch.tensor(turn.completion.logprobs, dtype=torch.float32)
+            start = end + len(turn.observation_ids)
+    return TrainingBatch(
+        input_ids_BT=input_ids,
+        attention_mask_BT=attention,
+        loss_mask_BT=loss_mask,
+        turn_index_BT=turn_index,
+        advantages_BT=torch.zeros_like(loss_mask),
+        engine_logprobs_BT=engine_lp,
+    )
+
+
+def turn_tensors(trajectories: list[Trajectory]) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-turn records for multi-turn estimators: each model turn's reward ``[B, K]``
+    (zero-padded to the longest episode), the number of turns ``[B]``, and how many
+    leading turns earn turn-level credit ``[B]``: up to and including the first turn
+    whose tool call returned (``turn.info["tool_calls"] > 0``), else the first turn."""
+    K = max(len(t.turns) for t in trajectories)
+    rewards_BK = torch.zeros((len(trajectories), K))
+    counts_B = torch.tensor([len(t.turns) for t in trajectories])
+    credit = []
+    for b, traj in enumerate(trajectories):
+        rewards_BK[b, : len(traj.turns)] = torch.tensor([turn.reward for turn in traj.turns])
+        called = [k for k, turn in enumerate(traj.turns) if turn.info.get("tool_calls", 0) > 0]
+        credit.append(called[0] + 1 if called else 1)
+    return rewards_BK, counts_B, torch.tensor(credit)

@@ -1,0 +1,103 @@
+"""The training run's side of checkpoints: what goes in, and putting it back."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from grouprl.ckpt.checkpointer import Checkpointer
+from grouprl.ckpt.resume import find_resume
+from grouprl.ckpt.state import TRAINER_FILE, TrainerState, rng_state, set_rng_state
+from grouprl.config.redact import redacted_dict
+from grouprl.config.schema import RunConfig
+from grouprl.driver.loop import Components, sync_weights
+
+logger = logging.getLogger(__name__)
+
+RUN_ONLY_SECTIONS = ("trainer", "checkpoint", "metrics")
+"""Sections that may change between a run and its resumption without changing the run."""
+
+
+def config_hash(cfg: RunConfig) -> str:
+    """Identifies what the run computes (its config without the run-only sections)."""
+    data = {k: v for k, v in redacted_dict(cfg).items() if k not in RUN_ONLY_SECTIONS}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def make_checkpointer(cfg: RunConfig, run_dir: Path) -> Checkpointer:
+    return Checkpointer(
+        cfg.checkpoint,
+        run_dir=run_dir,
+        run_name=cfg.name,
+        config_hash=config_hash(cfg),
+        world_size=cfg.world_size,
+    )
+
+
+def small_files(c: Components) -> dict[str, bytes]:
+    """The model's config and tokenizer files (``hf/``, for export) and the resolved config."""
+    files = {f"hf/{name}": data for name, data in c.policy.run("hf_files").items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        c.tokenizer.save_pretrained(tmp)
+        files |= {f"hf/{p.name}": p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}
+    files["config.yaml"] = yaml.safe_dump(redacted_dict(c.cfg), sort_keys=False).encode()
+    return files
+
+
+def save(
+    c: Components, ckpt: Checkpointer, *, eval_before: dict[str, float], final: bool = False
+) -> bool:
+    """Starts a save at ``c.step`` if a tier is due (``final``: the end of a session)."""
+    if not ckpt.due_tiers(c.step, final=final):
+        return False
+    trainer = TrainerState(
+        step=c.step,
+        weight_version=c.weight_version,
+        sampler=c.sampler_state(),
+        scheduler=c.policy.run("scheduler_state"),
+        rng=rng_state(),
+        eval_before=eval_before,
+        algo=c.algo_state(),
+    )
+    if c.checkpoint_files is None:
+        c.checkpoint_files = small_files(c)
+    return ckpt.save(
+        c.step,
+        state=c.group.shards(checkpointed_roles(c)),
+        trainer=trainer,
+        files=c.checkpoint_files,
+        final=final,
+    )
+
+
+def checkpointed_roles(c: Components) -> list[str]:
+    return ["policy"] + ["critic"] * (c.critic is not None)
+
+
+def resume(c: Components, ckpt: Checkpointer, run_dir: Path) -> dict[str, float] | None:
+    """Restores the checkpoint ``trainer.resume`` asks for; returns its eval_before."""
+    found = find_resume(c.cfg.trainer.resume, ckpt, restore_dir=run_dir / "cache" / "restore")
+    if found is None:
+        return None
+    if found.manifest.config_hash != config_hash(c.cfg):
+        logger.warning(
+            "the checkpoint was written by a run with another config (model, data, rollout, "
+            "algo or train sections differ); continuing with this run's config"
+        )
+    for role in (c.policy, c.critic):
+        if role is not None:
+            role.run("load", found.load_from)
+    ckpt.restored()
+    state = TrainerState.read(found.path / TRAINER_FILE)
+    c.load_algo_state(state.algo)
+    c.policy.run("load_scheduler_state", state.scheduler)
+    c.sampler.load_state_dict(state.sampler)
+    set_rng_state(state.rng)
+    c.step = state.step
+    sync_weights(c, version=state.weight_version)
+    return state.eval_before

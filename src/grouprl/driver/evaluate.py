@@ -1,0 +1,105 @@
+"""Held-out evaluation: the same engine and reward functions as training, greedy by default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grouprl.config.schema import RolloutConfig, RunConfig
+from grouprl.rollout.base import SamplingSettings
+from grouprl.rollout.episodes import episode_metrics
+from grouprl.rollout.setup import PromptSet, RolloutFn
+
+
+def validate(
+    *,
+    run: RolloutFn,
+    prompt_set: PromptSet,
+    rollout: RolloutConfig,
+    seed: int,
+    multi_turn: bool = False,
+) -> dict[str, float]:
+    """One episode per held-out prompt (greedy unless ``rollout.eval_temperature``)."""
+    settings = SamplingSettings(
+        n=1,
+        temperature=rollout.eval_temperature,
+        top_p=rollout.top_p,
+        top_k=rollout.top_k,
+        max_tokens=rollout.max_tokens,
+        seed=seed,
+    )
+    trajectories, scores = run(prompt_set, settings)
+    n = max(len(trajectories), 1)
+    metrics = {
+        "eval/accuracy": sum(t.correct for t in trajectories) / n,
+        "eval/reward_mean": sum(t.reward for t in trajectories) / n,
+        "eval/response_len": sum(t.generated_tokens for t in trajectories) / n,
+        "eval/reward_errors": float(len(scores.errors)),
+    }
+    if multi_turn:
+        metrics.update(episode_metrics(trajectories, prefix="eval/"))
+    return metrics
+
+
+def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
+    """`grouprl eval TARGET`: score a run's newest checkpoint, or a model, on ``data.eval``."""
+    import json
+
+    import torch
+
+    from grouprl.ckpt.export import export_checkpoint, find_checkpoint
+    from grouprl.device import resolve_device
+    from grouprl.envs.tool_env import make_env
+    from grouprl.rollout.setup import (
+        load_prompt_set,
+        make_rollout,
+        make_score_fn,
+        start_engine,
+    )
+    from grouprl.runtime import quiet_libraries, shared_cache
+    from grouprl.workers.model import load_tokenizer
+
+    if cfg.data.eval is None:
+        raise EvalError("data.eval is null: set data.eval.source (and split) to evaluate on.")
+    run_dir = Path(target) if (Path(target) / "checkpoints").is_dir() else None
+    if run_dir is not None:
+        ckpt = find_checkpoint(run_dir)
+        exported = run_dir / "cache" / "export" / ckpt.name
+        if not (exported / "config.json").is_file():
+            export_checkpoint(ckpt, exported)
+        cfg.model.path = str(exported)
+    else:
+        cfg.model.path = target
+    quiet_libraries()
+    device = resolve_device(cfg.train.device)
+    tokenizer = load_tokenizer(cfg.model)
+    env = make_env(cfg.env, cfg.data, cache_dir=shared_cache(cfg))
+    prompt_set = load_prompt_set(
+        cfg.data.eval, tokenizer=tokenizer, data=cfg.data, config_key="data.eval", env=env
+    )
+    cache = run_dir / "cache" if run_dir is not None else Path("runs") / ".cache"
+    engine = start_engine(cfg, tokenizer=tokenizer, device=device, cache_dir=cache)
+    try:
+        with torch.no_grad():
+            score = make_score_fn(cfg.reward, answer_key=cfg.data.answer_key)
+            run = make_rollout(cfg, engine=engine, tokenizer=tokenizer, score=score, env=env)
+            metrics = validate(
+                run=run,
+                prompt_set=prompt_set,
+                rollout=cfg.rollout,
+                seed=cfg.train.seed,
+                multi_turn=cfg.env.name != "single_turn",
+            )
+    finally:
+        engine.close()
+    print(f"model: {cfg.model.path}")
+    print(
+        f"held-out accuracy: {metrics['eval/accuracy']:.3f}  "
+        f"mean reward: {metrics['eval/reward_mean']:.3f}  ({len(prompt_set)} prompts)"
+    )
+    if run_dir is not None:
+        (run_dir / "eval.json").write_text(json.dumps(metrics, indent=2))
+    return metrics
+
+
+class EvalError(ValueError):
+    user_error = True

@@ -1,0 +1,297 @@
+"""The training loop: algorithm-blind orchestration of one step after another.
+
+sampler ─► prompt rows ─► engine.generate (weights v) ─► rewards (+ overlong shaping)
+    ▲                                                        │
+    └── more prompts while groups carry no signal ◄──────────┤ (dynamic sampling)
+                                                             ▼
+TrainingBatch ─► [reference / old logprobs, critic values, as the config needs]
+          │
+          ▼
+advantages (algo registry) ─► critic update ─► policy update ─► KL coefficient
+          │                                          │
+          │                  engine.update_weights (v + 1) ◄─┘
+          ▼
+metrics sinks / samples.jsonl / checkpoint / validation every N steps
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from grouprl.algo.advantages import ADVANTAGES, AdvantageInputs
+from grouprl.algo.aggregate import LossNorm, token_mean
+from grouprl.algo.kl import KL_ESTIMATORS, adaptive_kl_coef
+from grouprl.algo.shaping import overlong_penalty
+from grouprl.config.schema import RunConfig
+from grouprl.data.sampler import PromptSampler
+from grouprl.driver.batch import build_batch, turn_tensors
+from grouprl.driver.evaluate import validate
+from grouprl.driver.overlap import RolloutAhead
+from grouprl.rewards.scoring import RewardScores
+from grouprl.rewards.scoring import metrics as reward_metrics
+from grouprl.rollout.base import RolloutEngine, SamplingSettings
+from grouprl.rollout.episodes import episode_metrics
+from grouprl.rollout.runner import TimedScore
+from grouprl.rollout.setup import PromptSet, RolloutFn
+from grouprl.types import Trajectory
+from grouprl.workers.group import Role, WorkerGroup
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Components:
+    """Everything the loop needs, built by ``train.run``."""
+
+    cfg: RunConfig
+    tokenizer: Any
+    group: WorkerGroup  # the training ranks (this process, or Ray actors)
+    policy: Role  # PolicyWorker: weights, optimizer, LR schedule
+    reference: Role | None  # ReferenceWorker, when algo.beta > 0
+    engine: RolloutEngine
+    train_set: PromptSet
+    eval_set: PromptSet | None
+    sampler: PromptSampler
+    score: TimedScore  # the reward functions, timed
+    rollout: RolloutFn  # episodes for a prompt set, scored (single- or multi-turn)
+    mini_batch_size: int
+    total_steps: int
+    critic: Role | None = None  # CriticWorker, with a critic: section
+    kl_coef: float = 0.0  # algo.beta, moved by the adaptive controller when kl_target is set
+    weight_version: int = 0
+    step: int = 0
+    checkpoint_files: dict[str, bytes] | None = None  # config/tokenizer files, read once
+    ahead: RolloutAhead | None = None  # with rollout.max_staleness=1: the next batch
+
+    def sampler_state(self) -> dict[str, Any]:
+        """The sampler's position as a checkpoint records it (before any batch ahead)."""
+        return self.ahead.sampler_state() if self.ahead else self.sampler.state_dict()
+
+    def algo_state(self) -> dict[str, float]:
+        """Algorithm state a checkpoint carries."""
+        return {"kl_coef": self.kl_coef}
+
+    def load_algo_state(self, state: dict[str, float]) -> None:
+        self.kl_coef = state.get("kl_coef", self.kl_coef)
+
+
+def sampling_seed(seed: int, step: int, round_: int = 0) -> int:
+    """Distinct per (run seed, step, generation round); sample j of prompt i adds
+    i * n + j (engines)."""
+    return ((seed * 1_000_003 + step) * 100_000 + round_ * 10_000_019) % (2**31 - 1)
+
+
+def _generate(c: Components, step: int, round_: int) -> tuple[list[Trajectory], RewardScores]:
+    """One round of ``data.batch_size`` prompts x ``rollout.n`` samples, scored and shaped."""
+    cfg = c.cfg
+    prompt_set = c.train_set.take(c.sampler.next_batch(cfg.data.batch_size))
+    settings = SamplingSettings(
+        n=cfg.rollout.n,
+        temperature=cfg.rollout.temperature,
+        top_p=cfg.rollout.top_p,
+        top_k=cfg.rollout.top_k,
+        max_tokens=cfg.rollout.max_tokens,
+        seed=sampling_seed(cfg.train.seed, step, round_),
+        ignore_eos=cfg.rollout.ignore_eos,
+    )
+    trajectories, scores = c.rollout(prompt_set, settings)
+    if cfg.algo.overlong_buffer is not None:
+        for t in trajectories:
+            penalty = overlong_penalty(
+                len(t.completion.token_ids),
+                max_tokens=cfg.rollout.max_tokens,
+                buffer=cfg.algo.overlong_buffer,
+                factor=cfg.algo.overlong_penalty,
+            )
+            t.reward += penalty
+            t.reward_parts["overlong"] = penalty
+    return trajectories, scores
+
+
+def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, float]]:
+    """The step's ``data.batch_size`` groups. With ``algo.dynamic_sampling``, groups whose
+    rewards are all equal are dropped and more prompts sampled, for at most
+    ``algo.max_sampling_rounds`` rounds; a batch still short is filled with dropped
+    groups (they add no gradient) and a warning says so."""
+    cfg, algo = c.cfg, c.cfg.algo
+    n, wanted = cfg.rollout.n, cfg.data.batch_size
+    t0 = time.perf_counter()
+    c.score.seconds = 0.0
+    generated: list[Trajectory] = []
+    all_scores: list[RewardScores] = []
+    kept: list[list[Trajectory]] = []
+    dropped: list[list[Trajectory]] = []
+    rounds = algo.max_sampling_rounds if algo.dynamic_sampling else 1
+    for round_ in range(rounds):
+        trajectories, scores = _generate(c, step, round_)
+        generated += trajectories
+        all_scores.append(scores)
+        for start in range(0, len(trajectories), n):
+            group = trajectories[start : start + n]
+            varied = len({t.reward for t in group}) > 1
+            (kept if varied or not algo.dynamic_sampling else dropped).append(group)
+        if len(kept) >= wanted:
+            break
+    filled = max(0, wanted - len(kept))
+    if filled:
+        logger.warning(
+            "step %d: dynamic sampling found %d of %d groups with differing rewards in "
+            "algo.max_sampling_rounds=%d rounds; filled the batch with %d zero-advantage "
+            "groups. If this repeats, raise algo.max_sampling_rounds or check that the "
+            "rewards can differ (a task too easy or too hard for the model).",
+            step,
+            len(kept),
+            wanted,
+            rounds,
+            filled,
+        )
+        kept += dropped[:filled]
+    batch = [t for group in kept[:wanted] for t in group]
+    total = time.perf_counter() - t0
+    lengths = [t.generated_tokens for t in generated]
+    rewards = torch.tensor([t.reward for t in generated])
+    metrics = {
+        "reward/mean": float(rewards.mean()),
+        "reward/std": float(rewards.std(unbiased=False)),
+        "accuracy": sum(t.correct for t in generated) / len(generated),
+        "response_len/mean": sum(lengths) / len(lengths),
+        "response_len/max": float(max(lengths)),
+        "response/truncated_frac": sum(t.completion.finish_reason == "length" for t in generated)
+        / len(generated),
+        "time/reward_s": c.score.seconds,
+        "time/generate_s": total - c.score.seconds,
+        "tokens_per_s": sum(lengths) / max(total - c.score.seconds, 1e-9),
+        **reward_metrics(RewardScores.concat(all_scores)),
+    }
+    if algo.overlong_buffer is not None:
+        metrics["reward/overlong"] = sum(t.reward_parts["overlong"] for t in generated) / len(
+            generated
+        )
+    if cfg.env.name != "single_turn":
+        metrics.update(episode_metrics(generated))
+    if algo.dynamic_sampling:
+        metrics["sampling/rounds"] = float(len(all_scores))
+        metrics["sampling/filled_groups"] = float(filled)
+    return batch, metrics
+
+
+def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict[str, float]:
+    cfg, algo = c.cfg, c.cfg.algo
+    batch = build_batch(
+        trajectories, pad_id=c.tokenizer.pad_token_id, mask_truncated=algo.mask_truncated
+    )
+    mask_BT = batch.loss_mask_BT
+    metrics = _staleness(c, trajectories)
+    if c.reference is not None:
+        batch.ref_logprobs_BT = c.reference.rows("logprobs", batch)
+    token_rewards_BT = None
+    if algo.kl_in == "reward" and c.reference is not None:
+        batch.old_logprobs_BT = c.policy.rows("logprobs", batch)
+        kl_BT = KL_ESTIMATORS[algo.kl_estimator](batch.old_logprobs_BT, batch.ref_logprobs_BT)
+        token_rewards_BT = -c.kl_coef * kl_BT * mask_BT
+        norm = LossNorm(tokens=int(mask_BT.sum()), sequences=len(batch))
+        metrics["kl"] = float(token_mean(kl_BT, mask_BT, norm=norm))
+    if c.critic is not None:
+        batch.old_values_BT = c.critic.rows("values", batch)
+    scores_B = torch.tensor([t.reward for t in trajectories])
+    turn_rewards_BK, turn_counts_B, credit_turns_B = turn_tensors(trajectories)
+    advantages = ADVANTAGES[algo.advantage](
+        AdvantageInputs(
+            scores_B=scores_B,
+            mask_BT=mask_BT,
+            group_size=cfg.rollout.n,
+            token_rewards_BT=token_rewards_BT,
+            values_BT=batch.old_values_BT,
+            turn_index_BT=batch.turn_index_BT,
+            turn_rewards_BK=turn_rewards_BK,
+            turn_counts_B=turn_counts_B,
+            credit_turns_B=credit_turns_B,
+        ),
+        cfg=algo,
+    )
+    batch.advantages_BT = advantages.advantages_BT
+    batch.returns_BT = advantages.returns_BT
+    if c.critic is not None:
+        metrics.update(c.critic.run("update", batch, mini_batch_size=c.mini_batch_size))
+    critic_warmup = cfg.critic.warmup_steps if cfg.critic is not None else 0
+    if step > critic_warmup:
+        metrics.update(
+            c.policy.run("update", batch, kl_coef=c.kl_coef, mini_batch_size=c.mini_batch_size)
+        )
+    if algo.kl_target is not None and "kl" in metrics:
+        c.kl_coef = adaptive_kl_coef(
+            c.kl_coef,
+            observed_kl=metrics["kl"],
+            target=algo.kl_target,
+            horizon=algo.kl_horizon,
+            n_samples=len(batch),
+        )
+    if algo.beta > 0:
+        metrics["kl_coef"] = c.kl_coef
+    if cfg.rollout.n > 1:  # groups whose scores are all equal teach group estimators nothing
+        scores_PG = scores_B.view(-1, cfg.rollout.n)
+        equal_P = scores_PG.amax(dim=1) == scores_PG.amin(dim=1)
+        metrics["zero_adv_groups_frac"] = float(equal_P.float().mean())
+    return metrics
+
+
+def _staleness(c: Components, trajectories: list[Trajectory]) -> dict[str, float]:
+    """Weight versions each sample lags the policy it trains (bounded by
+    rollout.max_staleness: a larger lag is a bug in the loop, never trained on)."""
+    lags = [c.weight_version - t.weight_version for t in trajectories]
+    if max(lags) > c.cfg.rollout.max_staleness:
+        raise RuntimeError(
+            f"a batch generated with weights {c.weight_version - max(lags)} would train "
+            f"policy version {c.weight_version}: more than rollout.max_staleness="
+            f"{c.cfg.rollout.max_staleness} behind"
+        )
+    return {"staleness": sum(lags) / len(lags)} if c.ahead is not None else {}
+
+
+def sync_weights(c: Components, *, version: int) -> None:
+    """Pushes the policy's weights into the engine as ``version``."""
+    c.engine.update_weights(c.policy.run("weights").items(), version=version)
+    c.weight_version = version
+
+
+def run_validation(c: Components) -> dict[str, float]:
+    if c.eval_set is None or len(c.eval_set) == 0:
+        return {}
+    return validate(
+        run=c.rollout,
+        prompt_set=c.eval_set,
+        rollout=c.cfg.rollout,
+        seed=c.cfg.train.seed,
+        multi_turn=c.cfg.env.name != "single_turn",
+    )
+
+
+def one_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, float]]:
+    """Generate, score, update, sync: training step ``step`` (1-based). With a batch
+    ahead (``train/overlap.py``), this step's batch was generated during the last one
+    and the next one generates while this one trains."""
+    t0 = time.perf_counter()
+    taken = c.ahead.take(step) if c.ahead is not None else None
+    trajectories, metrics = taken if taken is not None else rollout_step(c, step)
+    if c.ahead is not None and step < c.total_steps:
+        c.ahead.start(step + 1)
+    t1 = time.perf_counter()
+    with c.engine.released():  # a colocated engine sleeps while training uses the GPU
+        metrics.update(train_step(c, trajectories, step))
+    t2 = time.perf_counter()
+    if c.ahead is not None:
+        c.ahead.settle()  # the batch in flight finishes with the weights it started with
+    t3 = time.perf_counter()
+    sync_weights(c, version=c.weight_version + 1)
+    t4 = time.perf_counter()
+    metrics.update({"time/train_s": t2 - t1, "time/weight_sync_s": t4 - t3, "time/step_s": t4 - t0})
+    if c.ahead is not None:
+        metrics["time/wait_rollout_s"] = t3 - t2
+    metrics["weight_version"] = float(c.weight_version)
+    c.step = step
+    return trajectories, metrics

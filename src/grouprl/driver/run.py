@@ -1,0 +1,276 @@
+"""`grouprl train`: build the components, resume if asked, run the loop, report."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from grouprl.ckpt.checkpointer import Checkpointer
+from grouprl.ckpt.preempt import Preempted, Preemption
+from grouprl.config.checks import steps_for_epochs
+from grouprl.config.errors import ConfigError
+from grouprl.config.redact import redacted_dict, save_resolved
+from grouprl.config.schema import RunConfig
+from grouprl.data.sampler import PromptSampler
+from grouprl.device import resolve_device
+from grouprl.driver.checkpointing import checkpointed_roles, make_checkpointer, resume, save
+from grouprl.driver.loop import Components, one_step, rollout_step, run_validation
+from grouprl.driver.overlap import RolloutAhead
+from grouprl.envs.tool_env import make_env
+from grouprl.metrics.progress import TrainProgress
+from grouprl.metrics.report import write_report
+from grouprl.metrics.samples import SamplesWriter
+from grouprl.metrics.sinks import make_sinks
+from grouprl.plan.check import check_run
+from grouprl.rollout.engines import shares_training_gpu
+from grouprl.rollout.runner import TimedScore
+from grouprl.rollout.setup import load_prompt_set, make_rollout, make_score_fn, start_engine
+from grouprl.runtime import (
+    console,
+    quiet_libraries,
+    run_dir_of,
+    seed_everything,
+    shared_cache,
+    show_logs,
+)
+from grouprl.types import Trajectory
+from grouprl.workers.critic import CriticWorker
+from grouprl.workers.group import Role, make_group
+from grouprl.workers.model import load_tokenizer
+from grouprl.workers.policy import PolicyWorker
+from grouprl.workers.reference import ReferenceWorker
+
+
+def build(cfg: RunConfig) -> Components:
+    derived = check_run(cfg)
+    quiet_libraries()
+    seed_everything(cfg.train)
+    device = resolve_device(cfg.train.device)
+    if cfg.rollout.max_staleness and shares_training_gpu(cfg, device):
+        raise ConfigError(
+            f"rollout.max_staleness={cfg.rollout.max_staleness} generates while the policy "
+            "trains, but the engine shares the training GPU (it sleeps while training). Give "
+            "it GPUs of its own (rollout.gpus=1 with cluster.gpus_per_node, or "
+            "rollout.engine=server), or set rollout.max_staleness=0."
+        )
+    console.log(f"loading tokenizer and data (model {cfg.model.path}, device {device})")
+    tokenizer = load_tokenizer(cfg.model)
+    env = make_env(cfg.env, cfg.data, cache_dir=shared_cache(cfg))
+    train_set = load_prompt_set(
+        cfg.data.train, tokenizer=tokenizer, data=cfg.data, config_key="data.train", env=env
+    )
+    eval_set = None
+    if cfg.data.eval is not None:
+        eval_set = load_prompt_set(
+            cfg.data.eval, tokenizer=tokenizer, data=cfg.data, config_key="data.eval", env=env
+        )
+    total_steps = derived.total_steps or steps_for_epochs(
+        epochs=cfg.train.epochs, rows=len(train_set), batch_size=cfg.data.batch_size
+    )
+    models = (
+        ["policy"] + ["reference"] * derived.reference_model + ["critic"] * derived.critic_model
+    )
+    where = "here" if derived.world_size == 1 else f"on {derived.world_size} Ray workers"
+    console.log(f"loading {', '.join(models)} ({where})")
+    group = make_group(cfg, run_dir=run_dir_of(cfg))
+    # the policy's schedule starts when it starts learning, after the critic's warmup
+    learning_steps = total_steps - derived.critic_warmup_steps
+    group.add("policy", PolicyWorker, cfg=cfg, learning_steps=learning_steps)
+    if derived.reference_model:
+        group.add("reference", ReferenceWorker, cfg=cfg)
+    if cfg.critic is not None:
+        group.add("critic", CriticWorker, cfg=cfg)
+    console.log(f"starting the {cfg.rollout.engine} rollout engine")
+    engine = start_engine(
+        cfg, tokenizer=tokenizer, device=device, cache_dir=run_dir_of(cfg) / "cache"
+    )
+    score = TimedScore(make_score_fn(cfg.reward, answer_key=cfg.data.answer_key))
+    c = Components(
+        cfg=cfg,
+        tokenizer=tokenizer,
+        group=group,
+        policy=Role(group, "policy"),
+        reference=_reference(cfg, group, separate=derived.reference_model),
+        critic=Role(group, "critic") if cfg.critic is not None else None,
+        engine=engine,
+        train_set=train_set,
+        eval_set=eval_set,
+        sampler=PromptSampler(len(train_set), seed=cfg.train.seed, shuffle=cfg.data.shuffle),
+        score=score,
+        rollout=make_rollout(cfg, engine=engine, tokenizer=tokenizer, score=score, env=env),
+        mini_batch_size=derived.mini_batch_size,
+        total_steps=total_steps,
+        kl_coef=cfg.algo.beta,
+    )
+    if cfg.rollout.max_staleness:
+        c.ahead = RolloutAhead(partial(rollout_step, c), c.sampler)
+    return c
+
+
+def _reference(cfg: RunConfig, group, *, separate: bool) -> Role | None:
+    """The KL reference: a frozen copy (``ReferenceWorker``), or a LoRA policy with its
+    adapters off; None when algo.beta is 0."""
+    if separate:
+        return Role(group, "reference")
+    if cfg.algo.beta > 0 and cfg.train.lora.rank:
+        return Role(group, "policy", {"adapters": False})
+    return None
+
+
+def sample_records(trajectories: list[Trajectory], tokenizer, *, n: int, group: int) -> list[dict]:
+    """The first sample of each of the first ``n`` prompts, readable."""
+    picked = trajectories[::group][:n]
+    return [
+        {
+            "prompt": tokenizer.decode(t.prompt_ids, skip_special_tokens=False),
+            "completion": t.completion.text,
+            "reward": t.reward,
+            "reward_parts": t.reward_parts,
+            "correct": t.correct,
+            "finish_reason": t.completion.finish_reason,
+            "weight_version": t.weight_version,
+        }
+        for t in picked
+    ]
+
+
+def train(cfg: RunConfig) -> dict[str, Any]:
+    """Trains to ``train.steps`` (or ``trainer.stop_after`` steps this session).
+    Returns the summary also written to ``RUN/summary.json``. A dead training rank
+    restarts the ranks from the newest checkpoint up to ``trainer.max_restarts`` times."""
+    from grouprl.cluster.connection import WorkerFailed
+
+    restarts = 0
+    while True:
+        try:
+            return _train_session(cfg)
+        except WorkerFailed as err:
+            if restarts == cfg.trainer.max_restarts:
+                raise
+            restarts += 1
+            console.log(
+                f"[yellow]{err}[/yellow]\nrestarting the training ranks from the newest "
+                f"checkpoint (restart {restarts} of trainer.max_restarts="
+                f"{cfg.trainer.max_restarts})"
+            )
+            cfg = cfg.model_copy(
+                update={"trainer": cfg.trainer.model_copy(update={"resume": "auto"})}
+            )
+
+
+def _train_session(cfg: RunConfig) -> dict[str, Any]:
+    run_dir = run_dir_of(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_resolved(cfg, run_dir / "config.yaml")
+    show_logs()
+    ckpt = make_checkpointer(cfg, run_dir)  # before loading models: a bad bucket fails fast
+    sinks = c = None
+    try:
+        c = build(cfg)
+        ckpt.attach(c.group, checkpointed_roles(c))  # a memory tier on the ranks' nodes
+        eval_before = resume(c, ckpt, run_dir)
+        sinks = make_sinks(
+            cfg.metrics,
+            run_dir=run_dir,
+            run_name=cfg.name,
+            config_dict=redacted_dict(cfg),
+            resume_step=c.step,
+        )
+        with Preemption(cfg.checkpoint.grace_period_s) as preemption:
+            summary = _loop(c, ckpt, run_dir, sinks, eval_before=eval_before, preemption=preemption)
+    finally:
+        # the loop waited for its final save; an upload still running here is cut short
+        # by an error or a preemption past its grace period, so it is not awaited
+        ckpt.close(abandon_uploads=True)
+        if c is not None:
+            if c.ahead is not None:
+                c.ahead.close()
+            c.engine.close()
+            c.group.close()
+        if sinks is not None:
+            sinks.close()
+    write_report(run_dir, run_name=cfg.name)
+    return summary
+
+
+def _loop(
+    c: Components,
+    ckpt: Checkpointer,
+    run_dir: Path,
+    sinks,
+    *,
+    eval_before: dict[str, float] | None,
+    preemption: Preemption,
+):
+    cfg = c.cfg
+    samples = SamplesWriter(run_dir)
+    samples.truncate_after(c.step)
+    with TrainProgress(
+        total_steps=c.total_steps, start_step=c.step, show_bar=cfg.metrics.progress
+    ) as progress:
+        if eval_before is None:
+            eval_before = {}
+            if cfg.trainer.eval_before_train:
+                progress.log("validating the initial model")
+                eval_before = run_validation(c)
+                sinks.log(0, eval_before)
+                progress.update(0, eval_before)
+        done_this_session, metrics = 0, {}
+        while c.step < c.total_steps:
+            trajectories, metrics = one_step(c, c.step + 1)
+            done_this_session += 1
+            last = c.step == c.total_steps
+            if last or (cfg.trainer.eval_every and c.step % cfg.trainer.eval_every == 0):
+                metrics.update(run_validation(c))
+            stopping = (
+                cfg.trainer.stop_after is not None and done_this_session >= cfg.trainer.stop_after
+            )
+            final = last or stopping or preemption.requested
+            save(c, ckpt, eval_before=eval_before, final=final)
+            metrics.update(ckpt.drain_metrics())
+            sinks.log(c.step, metrics)
+            samples.write(
+                c.step,
+                sample_records(
+                    trajectories, c.tokenizer, n=cfg.trainer.log_samples, group=cfg.rollout.n
+                ),
+            )
+            progress.update(c.step, metrics)
+            if preemption.requested:
+                _finish_preempted(ckpt, preemption, step=c.step)
+            if final:
+                ckpt.wait()
+            if stopping and not last:
+                progress.log(
+                    f"stopped after {done_this_session} steps (trainer.stop_after); "
+                    "continue with trainer.resume=auto"
+                )
+                break
+    return _summarize(c, run_dir, eval_before=eval_before, metrics=metrics)
+
+
+def _finish_preempted(ckpt: Checkpointer, preemption: Preemption, *, step: int) -> None:
+    """After the emergency save has started: wait for it within the grace period."""
+    if not ckpt.wait(timeout=preemption.time_left()):
+        raise Preempted(f"preempted at step {step}; the save did not finish in time")
+    raise Preempted(f"preempted at step {step}; checkpoint saved, resume with trainer.resume=auto")
+
+
+def _summarize(c: Components, run_dir: Path, *, eval_before: dict[str, float], metrics) -> dict:
+    summary: dict[str, Any] = {
+        "run_dir": str(run_dir),
+        "step": c.step,
+        "total_steps": c.total_steps,
+        "finished": c.step == c.total_steps,
+    }
+    before, after = eval_before.get("eval/accuracy"), metrics.get("eval/accuracy")
+    summary["held_out_accuracy_before"] = before
+    summary["held_out_accuracy_after"] = after if summary["finished"] else None
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    if before is not None and summary["held_out_accuracy_after"] is not None:
+        line = f"held-out accuracy: {before:.2f} -> {after:.2f}"
+        (run_dir / "held_out.txt").write_text(line + "\n")
+        print(line)
+    return summary

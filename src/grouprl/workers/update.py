@@ -1,0 +1,220 @@
+"""One training step's updates: iterations x mini-batches x micro-batches.
+
+    batch (B samples) ─► [old logprobs, once, if the batch feeds >1 update]
+        for iteration in range(num_iterations):
+            for mini-batch (mini_batch_size samples):      ─► one optimizer step
+                for micro-batch (micro_batch_size samples, or micro_batch_tokens tokens):
+                    forward (padded, or packed without padding), loss, backward
+                    loss denominators = the whole mini-batch's counts
+
+Because denominators are the mini-batch's, micro-batch size changes the
+arithmetic order but not the update. On a group of ranks each rank runs the
+micro-batches of its block of every mini-batch (``Rank.block``) with the same
+denominators, and FSDP2 sums the gradients: the update is the one-process update.
+The policy and the critic share this schedule (``run_updates``); each brings its
+own micro-batch loss.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+from torch.distributed.tensor import DTensor
+
+from grouprl.algo.aggregate import LossNorm, token_mean
+from grouprl.algo.objective import micro_batch_loss
+from grouprl.config.schema import AlgoConfig, TrainConfig
+from grouprl.types import TrainingBatch
+from grouprl.workers.logprobs import TokenScorer
+from grouprl.workers.rank import SINGLE, Rank, all_max, all_sum
+
+# (micro-batch, the mini-batch's norm, iteration) -> (loss to backpropagate, metrics)
+MicroLoss = Callable[[TrainingBatch, LossNorm, int], tuple[torch.Tensor, dict]]
+
+
+def trimmed(batch: TrainingBatch) -> TrainingBatch:
+    """Drop right-padding columns that no row of this micro-batch uses."""
+    width = int(batch.attention_mask_BT.sum(dim=1).max())
+    return batch.select((slice(None), slice(0, width)))
+
+
+@dataclass(frozen=True)
+class MicroBatching:
+    """How a rank's samples split into forward/backward passes: ``size`` samples each,
+    or (``tokens``) as many consecutive samples as fit that many tokens. Tokens are the
+    real ones when ``packed`` (no padding is computed), else rows x the longest row."""
+
+    size: int
+    tokens: int | None = None
+    packed: bool = False
+
+    @classmethod
+    def of(cls, train: TrainConfig) -> MicroBatching:
+        return cls(train.micro_batch_size, train.micro_batch_tokens, train.packing)
+
+    def ranges(self, attention_mask_BT: torch.Tensor, rank: Rank = SINGLE) -> list[range]:
+        """Consecutive row ranges. Under a token budget every rank gets as many ranges
+        as the rank needing most (FSDP2's collectives pair up pass by pass)."""
+        rows = attention_mask_BT.shape[0]
+        if self.tokens is None:
+            return [range(s, min(s + self.size, rows)) for s in range(0, rows, self.size)]
+        lengths = attention_mask_BT.sum(dim=1).tolist()
+        ranges, start = [], 0
+        for end in range(1, rows + 1):
+            if end - start > 1 and self._cost(lengths[start:end]) > self.tokens:
+                ranges.append(range(start, end - 1))
+                start = end - 1
+        ranges.append(range(start, rows))
+        want = all_max(len(ranges)) if rank.distributed else len(ranges)
+        while len(ranges) < want:  # split the longest range (each rank has >= want rows)
+            i = max(range(len(ranges)), key=lambda j: len(ranges[j]))
+            r = ranges[i]
+            half = r.start + len(r) // 2
+            ranges[i : i + 1] = [range(r.start, half), range(half, r.stop)]
+        return ranges
+
+    def _cost(self, lengths: list[int]) -> int:
+        return sum(lengths) if self.packed else len(lengths) * max(lengths)
+
+
+def micro_batches(batch: TrainingBatch, plan: MicroBatching, rank: Rank = SINGLE):
+    """``(first row, trimmed micro-batch)`` over ``batch`` in order."""
+    for rows in plan.ranges(batch.attention_mask_BT, rank):
+        yield rows.start, trimmed(batch.select(slice(rows.start, rows.stop)))
+
+
+def batch_logprobs(
+    scorer: TokenScorer,
+    batch: TrainingBatch,
+    *,
+    micro: MicroBatching,
+    autocast=nullcontext,
+    rank: Rank = SINGLE,
+) -> torch.Tensor:
+    """Logprobs of the batch's loss tokens under ``scorer``, no gradient, full width."""
+    out = torch.zeros_like(batch.engine_logprobs_BT)
+    with torch.no_grad():
+        for start, part in micro_batches(batch, micro, rank):
+            with autocast():
+                lp, _ = scorer(part.input_ids_BT, part.attention_mask_BT, part.loss_mask_BT)
+            out[start : start + len(part), : lp.shape[1]] = lp.float()
+    return out
+
+
+def run_updates(
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: TrainingBatch,
+    micro_loss: MicroLoss,
+    num_iterations: int,
+    mini_batch_size: int,
+    micro: MicroBatching,
+    max_grad_norm: float | None,
+    rank: Rank = SINGLE,
+) -> dict[str, float]:
+    """Runs the optimizer steps; returns the metrics summed per optimizer step (over
+    micro-batches and ranks), then averaged over them, plus ``grad_norm``. Metrics a
+    micro-loss reports only in iteration 0 are averaged over the first pass's steps. A
+    mini-batch without loss tokens (all masked) makes no update."""
+    totals: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for iteration in range(num_iterations):
+        for start in range(0, len(batch), mini_batch_size):
+            mini = batch.select(slice(start, start + mini_batch_size))
+            norm = LossNorm(tokens=int(mini.loss_mask_BT.sum()), sequences=len(mini))
+            if norm.tokens == 0:
+                continue
+            optimizer.zero_grad(set_to_none=True)
+            step_metrics: dict[str, float] = defaultdict(float)
+            for _, part in micro_batches(mini.select(rank.block(len(mini))), micro, rank):
+                loss, metrics = micro_loss(part, norm, iteration)
+                loss.backward()
+                metrics["loss"] = loss.detach()
+                for name, value in metrics.items():
+                    step_metrics[name] += float(value)
+            limit = max_grad_norm if max_grad_norm is not None else math.inf
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), limit)
+            if isinstance(grad_norm, DTensor):
+                grad_norm = grad_norm.full_tensor()
+            if not torch.isfinite(grad_norm):
+                raise FloatingPointError(f"gradient norm is {float(grad_norm)}; update skipped")
+            optimizer.step()
+            step_metrics = all_sum(step_metrics)
+            step_metrics["grad_norm"] = float(grad_norm)
+            for name, value in step_metrics.items():
+                totals[name] += value
+                counts[name] += 1
+    return {name: value / counts[name] for name, value in totals.items()}
+
+
+def policy_update(
+    *,
+    scorer: TokenScorer,
+    optimizer: torch.optim.Optimizer,
+    batch: TrainingBatch,
+    algo: AlgoConfig,
+    train: TrainConfig,
+    mini_batch_size: int,
+    kl_coef: float = 0.0,
+    autocast=nullcontext,
+    rank: Rank = SINGLE,
+) -> dict[str, float]:
+    """Runs the policy's update and returns metrics averaged over its optimizer steps."""
+    single_update = algo.num_iterations == 1 and mini_batch_size == len(batch)
+    if algo.old_logprobs == "engine":
+        batch.old_logprobs_BT = batch.engine_logprobs_BT
+    if not single_update and batch.old_logprobs_BT is None:
+        # the sampling policy's logprobs, once, for the rows this rank trains on
+        rows = rank.rows(len(batch), mini_batch_size=mini_batch_size)
+        old_BT = torch.zeros_like(batch.engine_logprobs_BT)
+        old_BT[rows] = batch_logprobs(
+            scorer, batch.select(rows), micro=MicroBatching.of(train), autocast=autocast, rank=rank
+        )
+        batch.old_logprobs_BT = old_BT
+
+    def micro_loss(micro: TrainingBatch, norm: LossNorm, iteration: int):
+        with autocast():
+            logprobs_BT, entropy_BT = scorer(
+                micro.input_ids_BT, micro.attention_mask_BT, micro.loss_mask_BT
+            )
+        logprobs_BT = logprobs_BT.float()
+        # one update per batch: the sampling policy is the current one
+        old_BT = logprobs_BT.detach() if micro.old_logprobs_BT is None else micro.old_logprobs_BT
+        loss, metrics = micro_batch_loss(
+            logprobs_BT=logprobs_BT,
+            old_logprobs_BT=old_BT,
+            ref_logprobs_BT=micro.ref_logprobs_BT,
+            engine_logprobs_BT=micro.engine_logprobs_BT,
+            advantages_BT=micro.advantages_BT,
+            loss_mask_BT=micro.loss_mask_BT,
+            norm=LossNorm(norm.tokens, norm.sequences, algo.norm_tokens),
+            cfg=algo,
+            kl_coef=kl_coef,
+        )
+        metrics["entropy"] = token_mean(entropy_BT, micro.loss_mask_BT, norm=norm)
+        if iteration == 0:
+            # the policy's logprobs before the update vs the engine's: numerics, and a
+            # stale-weights alarm (after a good sync ~0 in float32; one step of policy
+            # change with rollout.max_staleness=1)
+            before_BT = logprobs_BT.detach() if algo.old_logprobs == "engine" else old_BT
+            gap_BT = (before_BT - micro.engine_logprobs_BT).abs()
+            metrics["engine_logprob_gap"] = token_mean(gap_BT, micro.loss_mask_BT, norm=norm)
+        return loss, metrics
+
+    return run_updates(
+        model=scorer,
+        optimizer=optimizer,
+        batch=batch,
+        micro_loss=micro_loss,
+        num_iterations=algo.num_iterations,
+        mini_batch_size=mini_batch_size,
+        micro=MicroBatching.of(train),
+        max_grad_norm=train.max_grad_norm,
+        rank=rank,
+    )
