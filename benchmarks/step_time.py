@@ -94,6 +94,13 @@ class SideResult:
         )
 
 
+def policy_weights(c) -> dict:
+    """The policy's full weights by name, as the loop pushes them to the engine."""
+    from grouprl.workers.policy import PolicyWorker
+
+    return c.policy.call(PolicyWorker.weights)
+
+
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -216,7 +223,7 @@ def run_grouprl(s: Settings, work: Path) -> tuple[SideResult, dict]:
                 wall.append(t1 - t0)
                 cpu.append(cpu1 - cpu0)
                 tokens.append(n_tokens)
-        info = {"params": sum(t.numel() for t in c.policy.run("weights").values())}
+        info = {"params": sum(t.numel() for t in policy_weights(c).values())}
         processes = 1 + len(psutil.Process().children(recursive=True))
     finally:
         c.engine.close()

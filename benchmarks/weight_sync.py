@@ -42,7 +42,7 @@ from pathlib import Path
 
 from machine import copy_into, machine_lines, pin_threads
 from models import SIZES, resolve_model
-from step_time import vllm_version
+from step_time import policy_weights, vllm_version
 
 GB = 1e9
 PHASES = (
@@ -124,7 +124,7 @@ def push_phases(c, version: int) -> list[float]:
         seconds.append(now - t)
         t = now
 
-    weights = c.policy.run("weights")
+    weights = policy_weights(c)
     lap()
     engine._push.fill(weights.items())
     lap()
@@ -162,7 +162,7 @@ def worker_profile(c) -> dict[str, float]:
     started = time.perf_counter()
     llm.collective_rpc(_noop)
     noop = time.perf_counter() - started
-    c.engine._push.fill(c.policy.run("weights").items())
+    c.engine._push.fill(policy_weights(c).items())
     started = time.perf_counter()
     [(inside, table)] = llm.collective_rpc(_profiled_reload)
     rpc = time.perf_counter() - started
@@ -185,7 +185,7 @@ def measure(c, args) -> dict[str, list]:
     the machine's load hits every method alike."""
     import torch
 
-    sources = list(c.policy.run("weights").values())
+    sources = list(policy_weights(c).values())
     buffers = [torch.empty_like(t).zero_() for t in sources]  # allocated and touched
     times: dict[str, list] = {"push": [], "copy": [], "phases": []}
     version = 0
@@ -194,7 +194,7 @@ def measure(c, args) -> dict[str, list]:
         push(c, version)
         copy_into(buffers, sources)
     for i in range(args.rounds):
-        nudge(c.policy.run("weights"))
+        nudge(policy_weights(c))
 
         def ours() -> None:
             nonlocal version
@@ -268,7 +268,7 @@ def main() -> None:
             sys.exit(f"--model {args.model}: {err}")
         c = build_run(model, work, args.threads)
         try:
-            weights = c.policy.run("weights")
+            weights = policy_weights(c)
             sources = list(weights.values())
             pushed = c.engine._push.size
             times = measure(c, args)

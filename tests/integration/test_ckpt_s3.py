@@ -76,7 +76,7 @@ def test_an_s3_outage_mid_upload_neither_blocks_nor_stops_training(
     boto3.client("s3", endpoint_url=s3_server.endpoint_url).create_bucket(Bucket="outage")
     assert ckpt.wait(timeout=60), "the upload did not finish after the server returned"
     (newest,) = [f for f in ckpt.s3.complete() if f.step == 5]
-    local = ckpt.s3.fetch(newest, tmp_path / "fetched")
+    local = ckpt.s3.restore(newest, tmp_path / "fetched").path
     assert verify(local).step == 5
     ckpt.close()
 

@@ -126,3 +126,31 @@ def test_config_choices_match_registries():
     assert set(get_args(fields["policy_loss"].annotation)) == set(POLICY_LOSSES)
     assert set(get_args(fields["kl_estimator"].annotation)) == set(KL_ESTIMATORS)
     assert set(get_args(fields["loss_agg"].annotation)) == set(AGGREGATIONS)
+
+
+def test_the_traits_table_and_the_estimator_registry_name_the_same_estimators():
+    from grouprl.algo.traits import ESTIMATORS
+
+    assert set(ADVANTAGES) == set(ESTIMATORS)
+    for name in ESTIMATORS:  # the schema takes its choices from the table
+        assert AlgoConfig(advantage=name).advantage == name
+
+
+def test_estimators_give_one_advantage_per_sample_unless_their_traits_say_per_token():
+    """The table's ``per_token`` and ``token_returns`` describe what the functions do."""
+    from grouprl.algo.traits import ESTIMATORS
+
+    torch.manual_seed(0)
+    scores_B, mask_BT = torch.randn(4), torch.ones(4, 5)
+    token_rewards_BT = torch.randn(4, 5) * 0.1
+    for name, traits in ESTIMATORS.items():
+        if traits.per_token or traits.needs_values or traits.needs_turns:
+            continue
+        cfg = AlgoConfig(advantage=name)
+        for rewards in (None, token_rewards_BT):
+            inputs = AdvantageInputs(
+                scores_B=scores_B, mask_BT=mask_BT, group_size=2, token_rewards_BT=rewards
+            )
+            adv_BT = ADVANTAGES[name](inputs, cfg=cfg).advantages_BT
+            varies = bool((adv_BT - adv_BT[:, :1]).abs().max() > 1e-6)
+            assert varies == (rewards is not None and traits.token_returns), name

@@ -1,7 +1,8 @@
 """Advantage estimators: a batch's rewards (and values) -> one advantage per token.
 
-Signature of every estimator: ``fn(inputs: AdvantageInputs, *, cfg) -> Advantages``
-where ``cfg`` is the ``AlgoConfig``. Suffixes: B samples, T tokens, P prompts,
+Signature of every estimator: ``fn(inputs: AdvantageInputs, *, cfg: EstimatorParams)
+-> Advantages`` (``cfg``: the ``algo`` config section, or anything with those fields).
+Each is registered under its row of ``algo/traits.py``. Suffixes: B samples, T tokens, P prompts,
 G samples per prompt; a batch is P groups of G consecutive samples.
 
 Rewards come in two parts: each sample's outcome score (the reward functions,
@@ -14,14 +15,24 @@ advantage; REINFORCE++ and GAE give each token its own return.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from grouprl.algo.registry import Registry
-from grouprl.config.schema import AlgoConfig
 
 ADVANTAGES: Registry = Registry("advantage estimator")
+
+
+class EstimatorParams(Protocol):
+    """The ``algo`` keys the estimators read."""
+
+    scale_by_std: bool
+    adv_eps: float
+    gamma: float
+    gae_lambda: float
+    turn_advantage_coef: float
 
 
 @dataclass
@@ -89,7 +100,7 @@ def group_normalized(rewards_PG: Tensor, *, scale_by_std: bool, eps: float) -> T
 
 
 @ADVANTAGES.register("grpo")
-def grpo(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advantages:
+def grpo(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages:
     """GRPO outcome advantage (DeepSeekMath, Shao et al. 2024), same for every token:
 
         A_i = (R_i - mean_j R_j) / (std_j R_j + eps)     over the prompt's G samples
@@ -104,7 +115,7 @@ def grpo(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advantages:
 
 
 @ADVANTAGES.register("dr_grpo")
-def dr_grpo(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advantages:
+def dr_grpo(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages:
     """Dr.GRPO advantage (Liu et al. 2025, "Understanding R1-Zero-Like Training"):
 
         A_i = R_i - mean_j R_j        (over the prompt's G samples; no std division)
@@ -118,7 +129,7 @@ def dr_grpo(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advantages:
 
 
 @ADVANTAGES.register("rloo")
-def rloo(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advantages:
+def rloo(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages:
     """REINFORCE leave-one-out (Kool et al. 2019; Ahmadian et al. 2024, "Back to Basics"):
 
         A_i = R_i - 1/(G-1) sum_{j != i} R_j  =  G/(G-1) * (R_i - mean_j R_j)
@@ -138,7 +149,7 @@ def rloo(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advantages:
 
 
 @ADVANTAGES.register("reinforce_pp")
-def reinforce_pp(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advantages:
+def reinforce_pp(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages:
     """REINFORCE++ (Hu 2025, "REINFORCE++"): no critic and no group baseline; each
     token's return, whitened over every generated token of the batch:
 
@@ -155,7 +166,7 @@ def reinforce_pp(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advantages:
 
 
 @ADVANTAGES.register("reinforce_pp_baseline")
-def reinforce_pp_baseline(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advantages:
+def reinforce_pp_baseline(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages:
     """REINFORCE++-baseline (Hu 2025): subtract the group mean from the scores, then
     as ``reinforce_pp``:
 
@@ -171,7 +182,7 @@ def reinforce_pp_baseline(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advant
 
 
 @ADVANTAGES.register("gae")
-def gae(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advantages:
+def gae(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages:
     """Generalised advantage estimation (Schulman et al. 2015) over each sample's
     generated tokens, with the critic's values V_t (of the prefix before token t):
 
@@ -218,7 +229,7 @@ def _turn_inputs(inputs: AdvantageInputs, name: str) -> tuple[Tensor, Tensor, Te
 
 
 @ADVANTAGES.register("mt_grpo")
-def mt_grpo(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advantages:
+def mt_grpo(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages:
     """MT-GRPO (Zeng et al. 2025, "Reinforcing Multi-Turn Reasoning in LLM Agents via
     Turn-Level Credit Assignment"): GRPO's outcome advantage on every model token, plus
     a group-normalised turn advantage on the turns up to the first tool result:
@@ -250,7 +261,7 @@ def mt_grpo(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advantages:
 
 
 @ADVANTAGES.register("turn_returns")
-def turn_returns(inputs: AdvantageInputs, *, cfg: AlgoConfig) -> Advantages:
+def turn_returns(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages:
     """Discounted per-turn returns, with the group's episode returns as the baseline:
 
         G_i,k = sum_{j >= k} gamma^(j - k) r_i,j  +  gamma^(K_i - 1 - k) * score_i

@@ -9,14 +9,22 @@ every loss returns values for all positions (the aggregation masks them).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from grouprl.algo.registry import Registry
-from grouprl.config.schema import AlgoConfig
 
 POLICY_LOSSES: Registry = Registry("policy loss")
+
+
+class ClipParams(Protocol):
+    """The ``algo`` keys the policy losses read."""
+
+    clip_eps_low: float
+    clip_eps_high: float
+    dual_clip_c: float | None
 
 
 @dataclass
@@ -25,7 +33,7 @@ class PolicyLoss:
     clipped_BT: Tensor  # bool: the clip was active (gradient zero) on this token
 
 
-def _clipped_surrogate(ratio: Tensor, adv: Tensor, cfg: AlgoConfig) -> tuple[Tensor, Tensor]:
+def _clipped_surrogate(ratio: Tensor, adv: Tensor, cfg: ClipParams) -> tuple[Tensor, Tensor]:
     """-min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A) and where the clip won."""
     unclipped = ratio * adv
     clipped = ratio.clamp(1 - cfg.clip_eps_low, 1 + cfg.clip_eps_high) * adv
@@ -39,7 +47,7 @@ def ppo_clip(
     old_logprobs_BT: Tensor,
     advantages_BT: Tensor,
     loss_mask_BT: Tensor,
-    cfg: AlgoConfig,
+    cfg: ClipParams,
 ) -> PolicyLoss:
     """PPO's clipped surrogate on token ratios (as in GRPO):
 
@@ -78,7 +86,7 @@ def gspo(
     old_logprobs_BT: Tensor,
     advantages_BT: Tensor,
     loss_mask_BT: Tensor,
-    cfg: AlgoConfig,
+    cfg: ClipParams,
 ) -> PolicyLoss:
     """GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization"): one ratio per
     sequence, the geometric mean of its token ratios, clipped per sequence:
@@ -110,7 +118,7 @@ def gspo_token(
     old_logprobs_BT: Tensor,
     advantages_BT: Tensor,
     loss_mask_BT: Tensor,
-    cfg: AlgoConfig,
+    cfg: ClipParams,
 ) -> PolicyLoss:
     """GSPO-token (Zheng et al. 2025, eq. 13): per-token ratios whose value is the
     sequence ratio but whose gradient flows through each token's own logprob:

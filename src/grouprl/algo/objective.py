@@ -9,13 +9,24 @@ without knowing which estimator, loss or aggregation the config chose.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 from torch import Tensor
 
 from grouprl.algo.aggregate import AGGREGATIONS, LossNorm, token_mean
 from grouprl.algo.kl import KL_ESTIMATORS
-from grouprl.algo.losses import POLICY_LOSSES
-from grouprl.config.schema import AlgoConfig
+from grouprl.algo.losses import POLICY_LOSSES, ClipParams
+
+
+class ObjectiveParams(ClipParams, Protocol):
+    """The ``algo`` keys the objective reads (and its policy loss's)."""
+
+    policy_loss: str
+    loss_agg: str
+    kl_in: str
+    kl_estimator: str
+    tis_cap: float | None
 
 
 def truncated_importance_weight(
@@ -42,7 +53,7 @@ def micro_batch_loss(
     advantages_BT: Tensor,
     loss_mask_BT: Tensor,
     norm: LossNorm,
-    cfg: AlgoConfig,
+    cfg: ObjectiveParams,
     kl_coef: float,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Loss to backpropagate, plus metrics already divided by the mini-batch's

@@ -25,24 +25,19 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from grouprl.ckpt.node_tier import NodeMemoryTier
+from grouprl.ckpt.rank_shards import RankShards, ShardWriter
 from grouprl.ckpt.s3 import S3Store
 from grouprl.ckpt.snapshot import Shards, Snapshot, StagedShards, write_checkpoint
 from grouprl.ckpt.state import CheckpointError, TrainerState
-from grouprl.ckpt.tiers import Found, LocalTier, S3Tier, due
+from grouprl.ckpt.tiers import Found, LocalTier, S3Tier, Tier, due
 from grouprl.config.schema import CheckpointConfig
 
 logger = logging.getLogger(__name__)
 
 GB = 1 << 30
-
-
-class RemoteShards(Shards, Protocol):
-    """Shards staged by the ranks that hold them: ``stage()`` returns the bytes staged."""
-
-    def stage(self) -> int: ...
 
 
 NOTICE_WAIT_S = 0.5  # shorter waits for the previous save are not worth a log line
@@ -61,9 +56,10 @@ class Checkpointer:
         self.cfg, self.config_hash = cfg, config_hash
         self.world_size = world_size
         self.namespace = cfg.namespace.replace("{name}", run_name)
-        self.memory, self.disk, self.outbox = _local_tiers(
+        self.memory, self.node_memory, self.disk, self.outbox = _local_tiers(
             cfg, run_dir, self.namespace, world_size=world_size
         )
+        self.shards: RankShards | None = None
         self.s3 = _s3_tier(cfg, self.namespace) if cfg.s3.uri is not None else None
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="ckpt-writer")
         self._write: Future | None = None
@@ -82,17 +78,21 @@ class Checkpointer:
     # --- the loop's side ------------------------------------------------------
 
     def attach(self, group, roles: list[str]) -> None:
-        """The ranks of a multi-rank run: its memory tier lives on their nodes."""
-        if isinstance(self.memory, NodeMemoryTier):
-            self.memory.attach(group, roles)
+        """The ranks of the run (a worker group): each stages and writes its own shards of
+        ``roles`` (a ``ShardWriter`` role beside them), and a memory tier across nodes
+        lives on their nodes."""
+        self.shards = RankShards(group.add("checkpoint", ShardWriter, uses=roles))
+        if self.node_memory is not None:
+            self.node_memory.attach(group, self.shards)
 
     def restored(self) -> None:
-        """The ranks have loaded a resumed checkpoint: the nodes' copies for it can go."""
-        if isinstance(self.memory, NodeMemoryTier):
-            self.memory.drop_restored()
+        """The ranks have loaded a resumed checkpoint: copies made for it can go."""
+        for tier in self.tiers():
+            tier.release()
 
-    def tiers(self) -> list[LocalTier | NodeMemoryTier | S3Tier]:
-        return [t for t in (self.memory, self.disk, self.s3) if t is not None]
+    def tiers(self) -> list[Tier]:
+        memory = self.node_memory or self.memory
+        return [t for t in (memory, self.disk, self.s3) if t is not None]
 
     def due_tiers(self, step: int, *, final: bool = False) -> list[str]:
         """Tiers saving at ``step``; ``final`` (end of run, preemption) adds disk and S3."""
@@ -107,14 +107,14 @@ class Checkpointer:
         self,
         step: int,
         *,
-        state: Callable[[], dict[str, Any]] | RemoteShards,
         trainer: TrainerState,
         files: dict[str, bytes],
         final: bool = False,
+        state: Callable[[], dict[str, Any]] | None = None,
     ) -> bool:
         """Stages the state if any tier is due at ``step`` and hands it to the writer;
         returns whether a save started. ``state`` is ``() -> nested state dicts`` (staged
-        here) or the ranks' shards of a worker group (each rank stages its own)."""
+        here); without it, the ranks of ``attach`` stage their own shards."""
         tiers = self.due_tiers(step, final=final)
         if not tiers:
             return False
@@ -137,11 +137,13 @@ class Checkpointer:
                     step,
                     waited,
                 )
-        if callable(state):
+        if state is not None:
             shards: Shards = self._staged
             nbytes = self._staged.stage(state())
+        elif self.shards is not None:
+            shards, nbytes = self.shards, self.shards.stage()
         else:
-            shards, nbytes = state, state.stage()
+            raise RuntimeError("Checkpointer.save needs a state, or attach() to the ranks first")
         snap = Snapshot(step, trainer.weight_version, shards, trainer, files, nbytes)
         blocking = time.perf_counter() - started  # waiting for the writer, then staging
         self._write = self._writer.submit(self._write_tiers, snap, tiers, blocking)
@@ -191,7 +193,7 @@ class Checkpointer:
 
     def _write_tiers(self, snap: Snapshot, tiers: list[str], blocking: float) -> None:
         metrics = {"ckpt/blocking_s": blocking, "ckpt/state_bytes": float(snap.nbytes)}
-        if isinstance(self.memory, NodeMemoryTier) and "memory" in tiers:
+        if self.node_memory is not None and "memory" in tiers:
             tiers = [t for t in tiers if t != "memory"]
             metrics |= self._write_node_memory(snap)
             if not tiers:
@@ -240,9 +242,10 @@ class Checkpointer:
 
     def _write_node_memory(self, snap: Snapshot) -> dict[str, float]:
         """The memory tier of ranks on several nodes: parts and peer replicas there."""
-        assert isinstance(self.memory, NodeMemoryTier)
-        per_node = self.memory.node_bytes(snap.nbytes)
-        if per_node > self.memory.budget:
+        memory = self.node_memory
+        assert memory is not None, "the memory tier is the nodes' (several ranks)"
+        per_node = memory.node_bytes(snap.nbytes)
+        if per_node > memory.budget:
             logger.warning(
                 "checkpoint at step %d skips the memory tier: a node's part and its peer's "
                 "copy (%.2f GB) do not fit checkpoint.memory.max_gb=%s; raise it",
@@ -253,9 +256,7 @@ class Checkpointer:
             return {}
         started = time.perf_counter()
         try:
-            written = self.memory.write(
-                snap, world_size=self.world_size, config_hash=self.config_hash
-            )
+            written = memory.write(snap, world_size=self.world_size, config_hash=self.config_hash)
         except Exception as err:
             logger.error("checkpoint at step %d failed in the memory tier: %s", snap.step, err)
             self._results.put({"ckpt/failed": 1.0})
@@ -331,31 +332,26 @@ class Checkpointer:
 
 def _local_tiers(
     cfg: CheckpointConfig, run_dir: Path, namespace: str, *, world_size: int
-) -> tuple[LocalTier | NodeMemoryTier | None, LocalTier, LocalTier]:
-    """Memory (if on: the ranks' nodes' when there are several ranks), disk, and the
-    outbox (S3-only saves wait there for their upload), with the leftovers of
-    interrupted saves removed."""
-    memory = None
-    if cfg.memory.every is not None and world_size > 1:
-        memory = NodeMemoryTier(
-            Path(cfg.memory.dir) / namespace,
-            every=cfg.memory.every,
-            keep=cfg.memory.keep,
-            budget=int(cfg.memory.max_gb * GB),
-        )
-    elif cfg.memory.every is not None:
-        memory = LocalTier(
-            "memory",
-            Path(cfg.memory.dir) / namespace,
-            every=cfg.memory.every,
-            keep=cfg.memory.keep,
-            budget=int(cfg.memory.max_gb * GB),
-        )
+) -> tuple[LocalTier | None, NodeMemoryTier | None, LocalTier, LocalTier]:
+    """Memory in this process's node (one rank) or across the ranks' nodes (several),
+    disk, and the outbox (S3-only saves wait there for their upload), with the leftovers
+    of interrupted saves removed."""
+    memory = node_memory = None
+    if cfg.memory.every is not None:
+        root, budget = Path(cfg.memory.dir) / namespace, int(cfg.memory.max_gb * GB)
+        if world_size > 1:
+            node_memory = NodeMemoryTier(
+                root, every=cfg.memory.every, keep=cfg.memory.keep, budget=budget
+            )
+        else:
+            memory = LocalTier(
+                "memory", root, every=cfg.memory.every, keep=cfg.memory.keep, budget=budget
+            )
     disk_root = Path(cfg.disk.dir) if cfg.disk.dir else run_dir / "checkpoints"
     disk = LocalTier("disk", disk_root, every=cfg.disk.every, keep=cfg.disk.keep)
     for tier in (memory, disk):
         try:
-            if isinstance(tier, LocalTier):
+            if tier is not None:
                 tier.remove_leftovers()
         except OSError as err:
             raise CheckpointError(
@@ -364,7 +360,7 @@ def _local_tiers(
             ) from None
     outbox = LocalTier("outbox", disk_root / ".outbox", every=None, keep=1)
     shutil.rmtree(outbox.root, ignore_errors=True)  # uploads a crash cut short
-    return memory, disk, outbox
+    return memory, node_memory, disk, outbox
 
 
 def _s3_tier(cfg: CheckpointConfig, namespace: str) -> S3Tier:

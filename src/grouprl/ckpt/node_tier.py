@@ -33,11 +33,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from grouprl.ckpt.manifest import MANIFEST, Manifest, parse_manifest, verify, write_manifest
+from grouprl.ckpt.manifest import MANIFEST, parse_manifest, verify, write_manifest
+from grouprl.ckpt.rank_shards import RankShards, ShardWriter
 from grouprl.ckpt.shards import METADATA, parse_metadata
 from grouprl.ckpt.snapshot import SHARDS, Snapshot
 from grouprl.ckpt.state import TRAINER_FILE, CheckpointError
-from grouprl.ckpt.tiers import Found, LocalTier, step_name
+from grouprl.ckpt.tiers import Found, LocalTier, Restored, step_name
 
 logger = logging.getLogger(__name__)
 
@@ -152,18 +153,26 @@ class NodeStore:
         shutil.rmtree(self.root / RESTORE, ignore_errors=True)
 
 
+class NodeStoreRole(NodeStore):
+    """``NodeStore`` as a role of a Ray worker group: built on every rank, called on each
+    node's first rank (``NodeMemoryTier``)."""
+
+    def __init__(self, rank, *, root: str, keep: int, budget: int) -> None:
+        super().__init__(root, keep=keep, budget=budget)
+
+    def assemble_fetched(self, step: int, local: dict[str, int], fetched: list) -> None:
+        """``assemble`` with ``fetched`` as Ray references to the files a peer read."""
+        import ray
+
+        files = {name: data for part in ray.get(fetched) for name, data in part.items()}
+        self.assemble(step, local, files)
+
+
 def _write_files(root: Path, files: dict[str, bytes]) -> None:
     for name, data in files.items():
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-
-
-@dataclass
-class Restored:
-    path: Path  # the driver's copy of the small files and part 0's manifest
-    manifest: Manifest
-    load_from: NodeDir  # what the ranks load: their own node's restore/step_N
 
 
 class NodeMemoryTier:
@@ -174,11 +183,14 @@ class NodeMemoryTier:
 
     def __init__(self, root: Path, *, every: int | None, keep: int, budget: int) -> None:
         self.root, self.every, self.keep, self.budget = str(root), every, keep, budget
-        self.group = None
-        self.roles: list[str] = []
+        self.group = self.store = self.shards = None
 
-    def attach(self, group, roles: list[str]) -> None:
-        self.group, self.roles = group, roles
+    def attach(self, group, shards: RankShards) -> None:
+        """Works through ``group``'s ranks: a ``NodeStoreRole`` on each, and ``shards``."""
+        self.group, self.shards = group, shards
+        self.store = group.add(
+            "node_memory", NodeStoreRole, root=self.root, keep=self.keep, budget=self.budget // 2
+        )
 
     # --- saving ---------------------------------------------------------------------
 
@@ -194,12 +206,12 @@ class NodeMemoryTier:
         leaders, parts, step = group.leaders(), group.nodes, snap.step
         staging = group.gather(
             [
-                self._call(leader, "begin", k, step, snap.nbytes // parts)
+                self._store().on(leader, NodeStore.begin, k, step, snap.nbytes // parts)
                 for k, leader in enumerate(leaders)
             ],
             what="begin a memory checkpoint",
         )
-        snap.shards.write_parts([f"{s}/{SHARDS}" for s in staging])
+        self.shards.write_parts([f"{s}/{SHARDS}" for s in staging], group.ranks_of)
         fields = {
             "weight_version": snap.weight_version,
             "world_size": world_size,
@@ -212,7 +224,9 @@ class NodeMemoryTier:
         def finish(ks: range) -> None:
             group.gather(
                 [
-                    self._call(leaders[k], "finish", staging[k], k, step, files, **fields)
+                    self._store().on(
+                        leaders[k], NodeStore.finish, staging[k], k, step, files, **fields
+                    )
                     for k in ks
                 ],
                 what="finish a memory checkpoint",
@@ -220,19 +234,20 @@ class NodeMemoryTier:
 
         finish(range(1))  # part 0 holds DCP's metadata (rank 0 wrote it): every part gets it
         [metadata] = group.gather(
-            [self._call(leaders[0], "read", 0, step, [META_FILE])], what="read metadata"
+            [self._store().on(leaders[0], NodeStore.read, 0, step, [META_FILE])],
+            what="read metadata",
         )
         files |= metadata
         finish(range(1, parts))
         if parts > 1:
             group.gather(
                 [
-                    self._call(
+                    self._store().on(
                         leaders[(k + 1) % parts],
-                        "store",
+                        NodeStore.store,
                         k,
                         step,
-                        self._call(leaders[k], "read", k, step),
+                        self._store().on(leaders[k], NodeStore.read, k, step),
                     )
                     for k in range(parts)
                 ],
@@ -265,18 +280,19 @@ class NodeMemoryTier:
         small_names = [n for n in contents[0] if not n.startswith(f"{SHARDS}/")]
         [small] = group.gather(
             [
-                self._call(
-                    leaders[intact[0][0]], "read", 0, step, [*small_names, META_FILE, MANIFEST]
+                self._store().on(
+                    leaders[intact[0][0]],
+                    NodeStore.read,
+                    0,
+                    step,
+                    [*small_names, META_FILE, MANIFEST],
                 )
             ],
             what="read a checkpoint",
         )
         metadata = small[META_FILE]
         parse_metadata(metadata, where=f"node memory, step {step}")  # refuse a crafted one here
-        needs = group.gather(
-            [h.shard_files_needed.remote(self.roles, metadata) for h in group.hosts],
-            what="plan a restore",
-        )
+        needs = self.shards.role.each(ShardWriter.files_needed, metadata)
         calls = []
         for node, leader in enumerate(leaders):
             names = {META_FILE} | {f"{SHARDS}/{n}" for r in group.ranks_of(node) for n in needs[r]}
@@ -290,18 +306,22 @@ class NodeMemoryTier:
                     k = holding[0]
                     remote[(k, intact[k][0])].append(name)
             fetched = [
-                self._call(leaders[at], "read", k, step, names) for (k, at), names in remote.items()
+                self._store().on(leaders[at], NodeStore.read, k, step, names)
+                for (k, at), names in remote.items()
             ]
-            calls.append(leader.assemble_restore.remote(self.root, step, local, fetched))
+            calls.append(
+                self._store().on(leader, NodeStoreRole.assemble_fetched, step, local, fetched)
+            )
         group.gather(calls, what="assemble a checkpoint from node memory")
         _write_files(into, {n: small[n] for n in [*small_names, MANIFEST]})
         manifest = parse_manifest(small[MANIFEST], where=f"node memory, step {step}")
-        return Restored(into, manifest, NodeDir(self.root, f"{RESTORE}/{step_name(step)}"))
+        load_from = NodeDir(self.root, f"{RESTORE}/{step_name(step)}")
+        return Restored(into, self.name, manifest, "memory tier of the nodes", load_from)
 
-    def drop_restored(self) -> None:
+    def release(self) -> None:
         group = self._group()
         group.gather(
-            [self._call(leader, "drop_restored") for leader in group.leaders()],
+            [self._store().on(leader, NodeStore.drop_restored) for leader in group.leaders()],
             what="drop a restored checkpoint",
         )
 
@@ -312,16 +332,17 @@ class NodeMemoryTier:
             raise RuntimeError("NodeMemoryTier used before attach(group)")
         return self.group
 
-    def _call(self, leader, op: str, *args: Any, **kwargs: Any):
-        return leader.memory_tier.remote(
-            self.root, self.keep, self.budget // 2, op, *args, **kwargs
-        )
+    def _store(self):
+        if self.store is None:
+            raise RuntimeError("NodeMemoryTier used before attach(group)")
+        return self.store
 
     def _held(self) -> dict[tuple[int, str], dict[int, list[tuple[dict, int]]]]:
         """(step, save_id) -> part -> [(manifest, node index)] of every copy held."""
         group = self._group()
         listed = group.gather(
-            [self._call(leader, "held") for leader in group.leaders()], what="list memory"
+            [self._store().on(leader, NodeStore.held) for leader in group.leaders()],
+            what="list memory",
         )
         held: dict = defaultdict(lambda: defaultdict(list))
         for node, manifests in enumerate(listed):
@@ -334,7 +355,7 @@ class NodeMemoryTier:
         group = self._group()
         leaders = group.leaders()
         problems = group.gather(
-            [self._call(leaders[node], "check", k, step) for _, node in copies],
+            [self._store().on(leaders[node], NodeStore.check, k, step) for _, node in copies],
             what="verify a memory checkpoint",
         )
         for (_, node), problem in zip(copies, problems, strict=True):

@@ -9,53 +9,32 @@ checkpoint: a directory, or ``s3://bucket/prefix/NAMESPACE/step_N``.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from grouprl.ckpt.checkpointer import Checkpointer
-from grouprl.ckpt.manifest import MANIFEST, Manifest, verify
-from grouprl.ckpt.node_tier import NodeMemoryTier
+from grouprl.ckpt.manifest import MANIFEST, verify
 from grouprl.ckpt.s3 import S3Store
 from grouprl.ckpt.shards import load_shards, shard_parts
 from grouprl.ckpt.snapshot import SHARDS
 from grouprl.ckpt.state import TRAINER_FILE, CheckpointError, TrainerState
-from grouprl.ckpt.tiers import step_name, step_of
+from grouprl.ckpt.tiers import Restored, step_name, step_of
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class Resumable:
-    path: Path  # a local directory (an S3 checkpoint is downloaded first)
-    tier: str
-    manifest: Manifest
-    load_from: Any = None  # what the ranks load (a NodeDir for node memory), else ``path``
-
-    def __post_init__(self) -> None:
-        if self.load_from is None:
-            self.load_from = self.path
-
-
-def find_resume(resume: str, ckpt: Checkpointer, *, restore_dir: Path) -> Resumable | None:
+def find_resume(resume: str, ckpt: Checkpointer, *, restore_dir: Path) -> Restored | None:
     """The verified checkpoint ``trainer.resume`` asks for; None to start fresh."""
     if resume == "never":
         return None
     if resume != "auto":
         return _explicit(resume, ckpt, restore_dir=restore_dir)
+    tiers = {tier.name: tier for tier in ckpt.tiers()}
     for found in ckpt.newest():
         try:
-            if isinstance(ckpt.memory, NodeMemoryTier) and found.tier == "memory":
-                restored = ckpt.memory.restore(found, restore_dir / step_name(found.step))
-                logger.info("resuming from step %d, memory tier of the nodes", found.step)
-                return Resumable(restored.path, found.tier, restored.manifest, restored.load_from)
-            path = Path(found.where)
-            if found.tier == "s3":
-                assert ckpt.s3 is not None
-                path = ckpt.s3.fetch(found, restore_dir / Path(found.where).name)
-            manifest = verify(path)
+            restored = tiers[found.tier].restore(found, restore_dir / step_name(found.step))
         except Exception as err:  # a damaged or unreachable copy: the next one may do
             logger.warning(
                 "checkpoint step %d in the %s tier (%s) cannot be used: %s; trying the next",
@@ -65,13 +44,13 @@ def find_resume(resume: str, ckpt: Checkpointer, *, restore_dir: Path) -> Resuma
                 err,
             )
             continue
-        logger.info("resuming from step %d, %s tier (%s)", found.step, found.tier, found.where)
-        return Resumable(path, found.tier, manifest)
+        logger.info("resuming from step %d, %s", found.step, restored.source)
+        return restored
     logger.info("trainer.resume=auto: no checkpoint in any tier, starting fresh")
     return None
 
 
-def _explicit(resume: str, ckpt: Checkpointer, *, restore_dir: Path) -> Resumable:
+def _explicit(resume: str, ckpt: Checkpointer, *, restore_dir: Path) -> Restored:
     where, tier = Path(resume), "path"
     if resume.startswith("s3://"):
         parent, _, name = resume.rstrip("/").rpartition("/")
@@ -90,7 +69,7 @@ def _explicit(resume: str, ckpt: Checkpointer, *, restore_dir: Path) -> Resumabl
         )
     manifest = verify(where)
     logger.info("resuming from step %d (%s)", manifest.step, resume)
-    return Resumable(where, tier, manifest)
+    return Restored(where, tier, manifest, source=resume)
 
 
 PARTS = {"model": "optimizer", "critic": "critic_optimizer"}

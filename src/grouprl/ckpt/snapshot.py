@@ -31,7 +31,7 @@ SHARDS = "shards"
 
 class Shards(Protocol):
     """Staged tensors that can write themselves as DCP shards: ``StagedShards`` in this
-    process, or the ranks' own staged copies in a Ray group (``dist.ray_group``)."""
+    process, or the ranks' own staged copies in a worker group (``ckpt/rank_shards.py``)."""
 
     def write(self, out: Path) -> None: ...
 

@@ -17,8 +17,9 @@ import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
-from grouprl.ckpt.manifest import MANIFEST, is_complete
+from grouprl.ckpt.manifest import MANIFEST, Manifest, is_complete, verify
 from grouprl.ckpt.s3 import S3Store
 
 logger = logging.getLogger(__name__)
@@ -49,6 +50,44 @@ class Found:
     where: str
 
 
+@dataclass
+class Restored:
+    """A verified checkpoint to resume from: ``path`` holds its small files and manifest;
+    the ranks load their shards from ``load_from`` (``path``, or each node's own copy)."""
+
+    path: Path
+    tier: str
+    manifest: Manifest
+    source: str = ""  # for the log line: which tier, where
+    load_from: Any = None
+
+    def __post_init__(self) -> None:
+        if self.load_from is None:
+            self.load_from = self.path
+
+
+class Tier(Protocol):
+    """Where finished checkpoints live (memory, disk, S3, the memory of several nodes):
+    each lists its complete ones and opens one for a resume. Writing differs by tier
+    and is the checkpointer's business."""
+
+    name: str
+    every: int | None
+
+    def complete(self) -> list[Found]:
+        """Complete checkpoints, oldest first."""
+        ...
+
+    def restore(self, found: Found, into: Path) -> Restored:
+        """``found``, verified against its manifest, where the ranks can load it (``into``:
+        an empty local directory the tier may use). Raises when it cannot be used."""
+        ...
+
+    def release(self) -> None:
+        """The ranks have loaded the restored checkpoint: copies made for it can go."""
+        ...
+
+
 class LocalTier:
     """Memory or disk: a directory of ``step_N`` checkpoints."""
 
@@ -74,6 +113,13 @@ class LocalTier:
             if (step := step_of(p.name)) is not None and is_complete(p)
         ]
         return sorted(found, key=lambda f: f.step)
+
+    def restore(self, found: Found, into: Path) -> Restored:
+        path = Path(found.where)
+        return Restored(path, self.name, verify(path), source=f"{self.name} tier ({path})")
+
+    def release(self) -> None:
+        """Nothing to drop: the ranks read the tier's own directory."""
 
     def staging_dir(self, step: int) -> Path:
         tmp = self.root / f"{TMP}{step_name(step)}"
@@ -153,10 +199,14 @@ class S3Tier:
     def upload(self, src: Path, step: int, stop: threading.Event | None = None) -> int:
         return self.store.upload_dir(src, step_name(step), last=MANIFEST, stop=stop)
 
-    def fetch(self, found: Found, into: Path) -> Path:
+    def restore(self, found: Found, into: Path) -> Restored:
+        """Downloads ``found`` into ``into`` and verifies it there."""
         shutil.rmtree(into, ignore_errors=True)
         self.store.download_dir(found.where, into)
-        return into
+        return Restored(into, self.name, verify(into), source=f"s3 tier ({found.where})")
+
+    def release(self) -> None:
+        """The download stays in the run's cache until the next resume replaces it."""
 
     def prune(self) -> None:
         for old in self.complete()[: -self.keep]:

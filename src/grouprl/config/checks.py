@@ -20,14 +20,11 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
+from grouprl.algo.traits import ESTIMATORS
+from grouprl.algo.traits import per_token_advantages as estimator_per_token
 from grouprl.assets.datasets import BUILTIN_DATASETS, split_sizes
 from grouprl.config.errors import ConfigError, choices, show
 from grouprl.config.schema import DataSource, RunConfig
-
-# estimators whose baseline is the prompt's other samples (they need rollout.n >= 2)
-GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "mt_grpo", "turn_returns")
-# estimators that give each token its own return (per-token rewards reach them as such)
-TOKEN_RETURN_ESTIMATORS = ("reinforce_pp", "reinforce_pp_baseline")
 
 
 @dataclass(frozen=True)
@@ -180,12 +177,14 @@ def _check_batch(cfg: RunConfig) -> list[str]:
     batch, n = cfg.data.batch_size, cfg.rollout.n
     mini, micro = cfg.train.mini_batch_size, cfg.train.micro_batch_size
     samples = batch * n
-    if n < 2 and cfg.algo.advantage in GROUP_ESTIMATORS:
+    smallest = ESTIMATORS[cfg.algo.advantage].min_group_size
+    if n < smallest:
         return [
             f"rollout.n={n}: algo.advantage={cfg.algo.advantage} scores each sample against "
             "the other samples of its prompt; a group of one has zero advantage, so nothing "
-            "is learned. Set rollout.n to 2 or more (8 is typical), or use an estimator with "
-            "a batch or critic baseline (algo.advantage=reinforce_pp, or algo.name=ppo)."
+            f"is learned. Set rollout.n to {smallest} or more (8 is typical), or use an "
+            "estimator with a batch or critic baseline (algo.advantage=reinforce_pp, or "
+            "algo.name=ppo)."
         ]
     if mini is not None and samples % mini:
         n_step = mini // math.gcd(mini, batch)
@@ -248,23 +247,24 @@ def _check_length(cfg: RunConfig) -> list[str]:
 def _check_algo(cfg: RunConfig) -> list[str]:
     algo, critic = cfg.algo, cfg.critic
     problems = []
-    if algo.advantage == "gae" and critic is None:
+    traits = ESTIMATORS[algo.advantage]
+    if traits.needs_values and critic is None:
         problems.append(
             f"algo.advantage=gae{' (algo.name=ppo)' if algo.name == 'ppo' else ''} needs a "
             "value model, and the config has no critic: section. Set critic.path to a causal "
             "LM of the policy's family (e.g. critic.path=builtin:tiny-arith, or the policy's "
             "model.path) or choose a critic-free algorithm (algo.name=grpo)."
         )
-    if critic is not None and algo.advantage != "gae":
+    if critic is not None and not traits.needs_values:
         problems.append(
             f"critic.path={show(critic.path)} loads a value model, but algo.advantage="
             f"{algo.advantage} does not use values; set critic=null, or algo.name=ppo "
             "(algo.advantage=gae) to train with the critic."
         )
     if algo.policy_loss == "gspo" and per_token_advantages(cfg):
-        if algo.advantage == "gae":
-            why = "gae gives each token its own advantage"
-        elif algo.advantage in TOKEN_RETURN_ESTIMATORS:
+        if traits.needs_values:
+            why = f"{algo.advantage} gives each token its own advantage"
+        elif traits.token_returns:
             why = f"algo.kl_in=reward makes {algo.advantage}'s returns differ per token"
         else:
             why = f"{algo.advantage} gives the tokens of different turns different advantages"
@@ -273,7 +273,7 @@ def _check_algo(cfg: RunConfig) -> list[str]:
             f"but {why}, so GSPO would average them away. Use algo.policy_loss=gspo_token "
             "(GSPO's per-token form) or a per-sequence estimator (algo.advantage=grpo)."
         )
-    if algo.advantage in ("mt_grpo", "turn_returns") and cfg.env.name == "single_turn":
+    if traits.needs_turns and cfg.env.name == "single_turn":
         problems.append(
             f"algo.advantage={algo.advantage} credits the turns of multi-turn episodes, but "
             "env.name=single_turn has one turn and no turn rewards; set env.name=search_qa "
@@ -324,9 +324,7 @@ def _check_algo(cfg: RunConfig) -> list[str]:
 def per_token_advantages(cfg: RunConfig) -> bool:
     """Whether the advantage estimator can give the tokens of one sample different values."""
     algo = cfg.algo
-    kl_returns = algo.kl_in == "reward" and algo.beta > 0
-    per_turn = algo.advantage in ("gae", "mt_grpo", "turn_returns")
-    return per_turn or (kl_returns and algo.advantage in TOKEN_RETURN_ESTIMATORS)
+    return estimator_per_token(algo.advantage, kl_rewards=algo.kl_in == "reward" and algo.beta > 0)
 
 
 def _check_data(cfg: RunConfig) -> list[str]:

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from grouprl.algo.traits import ESTIMATORS
 from grouprl.config.algorithms import with_preset
 
 
@@ -142,17 +143,8 @@ class AlgoConfig(Section):
     def _fill_preset(cls, data):
         return with_preset(data) if isinstance(data, dict) else data
 
-    advantage: Literal[
-        "grpo",
-        "dr_grpo",
-        "rloo",
-        "reinforce_pp",
-        "reinforce_pp_baseline",
-        "gae",
-        "mt_grpo",
-        "turn_returns",
-    ] = "grpo"
-    """Advantage estimator (registry `algo.advantages.ADVANTAGES`): `grpo` (group-normalised),
+    advantage: Literal[tuple(ESTIMATORS)] = "grpo"  # type: ignore[valid-type]
+    """Advantage estimator (the rows of `algo/traits.py`): `grpo` (group-normalised),
     `dr_grpo` (group mean-centred, no std), `rloo` (leave-one-out baseline), `reinforce_pp`
     (batch-whitened returns), `reinforce_pp_baseline` (group-centred, then batch-whitened),
     `gae` (generalised advantage estimation with the critic's values; PPO), `mt_grpo`

@@ -16,6 +16,8 @@ from grouprl.ckpt.state import TRAINER_FILE, TrainerState, rng_state, set_rng_st
 from grouprl.config.redact import redacted_dict
 from grouprl.config.schema import RunConfig
 from grouprl.driver.loop import Components, sync_weights
+from grouprl.workers.critic import CriticWorker
+from grouprl.workers.policy import PolicyWorker
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +43,7 @@ def make_checkpointer(cfg: RunConfig, run_dir: Path) -> Checkpointer:
 
 def small_files(c: Components) -> dict[str, bytes]:
     """The model's config and tokenizer files (``hf/``, for export) and the resolved config."""
-    files = {f"hf/{name}": data for name, data in c.policy.run("hf_files").items()}
+    files = {f"hf/{name}": data for name, data in c.policy.call(PolicyWorker.hf_files).items()}
     with tempfile.TemporaryDirectory() as tmp:
         c.tokenizer.save_pretrained(tmp)
         files |= {f"hf/{p.name}": p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}
@@ -59,7 +61,7 @@ def save(
         step=c.step,
         weight_version=c.weight_version,
         sampler=c.sampler_state(),
-        scheduler=c.policy.run("scheduler_state"),
+        scheduler=c.policy.call(PolicyWorker.scheduler_state),
         rng=rng_state(),
         eval_before=eval_before,
         algo=c.algo_state(),
@@ -68,7 +70,6 @@ def save(
         c.checkpoint_files = small_files(c)
     return ckpt.save(
         c.step,
-        state=c.group.shards(checkpointed_roles(c)),
         trainer=trainer,
         files=c.checkpoint_files,
         final=final,
@@ -89,13 +90,13 @@ def resume(c: Components, ckpt: Checkpointer, run_dir: Path) -> dict[str, float]
             "the checkpoint was written by a run with another config (model, data, rollout, "
             "algo or train sections differ); continuing with this run's config"
         )
-    for role in (c.policy, c.critic):
-        if role is not None:
-            role.run("load", found.load_from)
+    c.policy.call(PolicyWorker.load, found.load_from)
+    if c.critic is not None:
+        c.critic.call(CriticWorker.load, found.load_from)
     ckpt.restored()
     state = TrainerState.read(found.path / TRAINER_FILE)
     c.load_algo_state(state.algo)
-    c.policy.run("load_scheduler_state", state.scheduler)
+    c.policy.call(PolicyWorker.load_scheduler_state, state.scheduler)
     c.sampler.load_state_dict(state.sampler)
     set_rng_state(state.rng)
     c.step = state.step

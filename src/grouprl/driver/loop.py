@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from grouprl.algo.advantages import ADVANTAGES, AdvantageInputs
 from grouprl.algo.aggregate import LossNorm, token_mean
@@ -38,21 +40,23 @@ from grouprl.rollout.base import RolloutEngine, SamplingSettings
 from grouprl.rollout.episodes import episode_metrics
 from grouprl.rollout.runner import TimedScore
 from grouprl.rollout.setup import PromptSet, RolloutFn
-from grouprl.types import Trajectory
+from grouprl.types import TrainingBatch, Trajectory
+from grouprl.workers.critic import CriticWorker
 from grouprl.workers.group import Role, WorkerGroup
+from grouprl.workers.policy import PolicyWorker
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class Components:
-    """Everything the loop needs, built by ``train.run``."""
+    """Everything the loop needs, built by ``driver.run``."""
 
     cfg: RunConfig
     tokenizer: Any
     group: WorkerGroup  # the training ranks (this process, or Ray actors)
-    policy: Role  # PolicyWorker: weights, optimizer, LR schedule
-    reference: Role | None  # ReferenceWorker, when algo.beta > 0
+    policy: Role[PolicyWorker]  # weights, optimizer, LR schedule
+    reference_logprobs: Callable[[TrainingBatch], Tensor] | None  # the KL reference's, beta > 0
     engine: RolloutEngine
     train_set: PromptSet
     eval_set: PromptSet | None
@@ -61,7 +65,7 @@ class Components:
     rollout: RolloutFn  # episodes for a prompt set, scored (single- or multi-turn)
     mini_batch_size: int
     total_steps: int
-    critic: Role | None = None  # CriticWorker, with a critic: section
+    critic: Role[CriticWorker] | None = None  # with a critic: section
     kl_coef: float = 0.0  # algo.beta, moved by the adaptive controller when kl_target is set
     weight_version: int = 0
     step: int = 0
@@ -187,17 +191,17 @@ def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict
     )
     mask_BT = batch.loss_mask_BT
     metrics = _staleness(c, trajectories)
-    if c.reference is not None:
-        batch.ref_logprobs_BT = c.reference.rows("logprobs", batch)
+    if c.reference_logprobs is not None:
+        batch.ref_logprobs_BT = c.reference_logprobs(batch)
     token_rewards_BT = None
-    if algo.kl_in == "reward" and c.reference is not None:
-        batch.old_logprobs_BT = c.policy.rows("logprobs", batch)
+    if algo.kl_in == "reward" and c.reference_logprobs is not None:
+        batch.old_logprobs_BT = c.policy.gather(PolicyWorker.logprobs, batch)
         kl_BT = KL_ESTIMATORS[algo.kl_estimator](batch.old_logprobs_BT, batch.ref_logprobs_BT)
         token_rewards_BT = -c.kl_coef * kl_BT * mask_BT
         norm = LossNorm(tokens=int(mask_BT.sum()), sequences=len(batch))
         metrics["kl"] = float(token_mean(kl_BT, mask_BT, norm=norm))
     if c.critic is not None:
-        batch.old_values_BT = c.critic.rows("values", batch)
+        batch.old_values_BT = c.critic.gather(CriticWorker.values, batch)
     scores_B = torch.tensor([t.reward for t in trajectories])
     turn_rewards_BK, turn_counts_B, credit_turns_B = turn_tensors(trajectories)
     advantages = ADVANTAGES[algo.advantage](
@@ -217,11 +221,13 @@ def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict
     batch.advantages_BT = advantages.advantages_BT
     batch.returns_BT = advantages.returns_BT
     if c.critic is not None:
-        metrics.update(c.critic.run("update", batch, mini_batch_size=c.mini_batch_size))
+        metrics.update(c.critic.call(CriticWorker.update, batch, mini_batch_size=c.mini_batch_size))
     critic_warmup = cfg.critic.warmup_steps if cfg.critic is not None else 0
     if step > critic_warmup:
         metrics.update(
-            c.policy.run("update", batch, kl_coef=c.kl_coef, mini_batch_size=c.mini_batch_size)
+            c.policy.call(
+                PolicyWorker.update, batch, kl_coef=c.kl_coef, mini_batch_size=c.mini_batch_size
+            )
         )
     if algo.kl_target is not None and "kl" in metrics:
         c.kl_coef = adaptive_kl_coef(
@@ -255,7 +261,7 @@ def _staleness(c: Components, trajectories: list[Trajectory]) -> dict[str, float
 
 def sync_weights(c: Components, *, version: int) -> None:
     """Pushes the policy's weights into the engine as ``version``."""
-    c.engine.update_weights(c.policy.run("weights").items(), version=version)
+    c.engine.update_weights(c.policy.call(PolicyWorker.weights).items(), version=version)
     c.weight_version = version
 
 
@@ -273,7 +279,7 @@ def run_validation(c: Components) -> dict[str, float]:
 
 def one_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, float]]:
     """Generate, score, update, sync: training step ``step`` (1-based). With a batch
-    ahead (``train/overlap.py``), this step's batch was generated during the last one
+    ahead (``driver/overlap.py``), this step's batch was generated during the last one
     and the next one generates while this one trains."""
     t0 = time.perf_counter()
     taken = c.ahead.take(step) if c.ahead is not None else None

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+from torch import Tensor
 
 from grouprl.ckpt.checkpointer import Checkpointer
 from grouprl.ckpt.preempt import Preempted, Preemption
@@ -35,9 +38,9 @@ from grouprl.runtime import (
     shared_cache,
     show_logs,
 )
-from grouprl.types import Trajectory
+from grouprl.types import TrainingBatch, Trajectory
 from grouprl.workers.critic import CriticWorker
-from grouprl.workers.group import Role, make_group
+from grouprl.workers.group import LocalGroup, Role, WorkerGroup
 from grouprl.workers.model import load_tokenizer
 from grouprl.workers.policy import PolicyWorker
 from grouprl.workers.reference import ReferenceWorker
@@ -74,14 +77,14 @@ def build(cfg: RunConfig) -> Components:
     )
     where = "here" if derived.world_size == 1 else f"on {derived.world_size} Ray workers"
     console.log(f"loading {', '.join(models)} ({where})")
-    group = make_group(cfg, run_dir=run_dir_of(cfg))
+    group = make_group(cfg)
     # the policy's schedule starts when it starts learning, after the critic's warmup
     learning_steps = total_steps - derived.critic_warmup_steps
-    group.add("policy", PolicyWorker, cfg=cfg, learning_steps=learning_steps)
+    policy = group.add("policy", PolicyWorker, cfg=cfg, learning_steps=learning_steps)
+    reference = None
     if derived.reference_model:
-        group.add("reference", ReferenceWorker, cfg=cfg)
-    if cfg.critic is not None:
-        group.add("critic", CriticWorker, cfg=cfg)
+        reference = group.add("reference", ReferenceWorker, cfg=cfg)
+    critic = group.add("critic", CriticWorker, cfg=cfg) if cfg.critic is not None else None
     console.log(f"starting the {cfg.rollout.engine} rollout engine")
     engine = start_engine(
         cfg, tokenizer=tokenizer, device=device, cache_dir=run_dir_of(cfg) / "cache"
@@ -91,9 +94,9 @@ def build(cfg: RunConfig) -> Components:
         cfg=cfg,
         tokenizer=tokenizer,
         group=group,
-        policy=Role(group, "policy"),
-        reference=_reference(cfg, group, separate=derived.reference_model),
-        critic=Role(group, "critic") if cfg.critic is not None else None,
+        policy=policy,
+        reference_logprobs=_reference_logprobs(cfg, policy=policy, reference=reference),
+        critic=critic,
         engine=engine,
         train_set=train_set,
         eval_set=eval_set,
@@ -109,13 +112,24 @@ def build(cfg: RunConfig) -> Components:
     return c
 
 
-def _reference(cfg: RunConfig, group, *, separate: bool) -> Role | None:
-    """The KL reference: a frozen copy (``ReferenceWorker``), or a LoRA policy with its
-    adapters off; None when algo.beta is 0."""
-    if separate:
-        return Role(group, "reference")
+def make_group(cfg: RunConfig) -> WorkerGroup:
+    """The training ranks: this process for world size 1, else Ray actors (``cluster``)."""
+    if cfg.world_size == 1:
+        return LocalGroup(str(resolve_device(cfg.train.device)))
+    from grouprl.workers.ray_group import RayGroup
+
+    return RayGroup.start(cfg, run_dir=run_dir_of(cfg))
+
+
+def _reference_logprobs(
+    cfg: RunConfig, *, policy: Role[PolicyWorker], reference: Role[ReferenceWorker] | None
+) -> Callable[[TrainingBatch], Tensor] | None:
+    """The KL reference's logprobs of a batch: a frozen copy's (``ReferenceWorker``), or
+    the LoRA policy's with its adapters off; None when algo.beta is 0."""
+    if reference is not None:
+        return partial(reference.gather, ReferenceWorker.logprobs)
     if cfg.algo.beta > 0 and cfg.train.lora.rank:
-        return Role(group, "policy", {"adapters": False})
+        return partial(policy.gather, PolicyWorker.logprobs, adapters=False)
     return None
 
 

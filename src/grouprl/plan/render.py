@@ -9,6 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from grouprl.algo.traits import ESTIMATORS
 from grouprl.config.algorithms import ALGORITHMS
 from grouprl.config.checks import Derived, per_token_advantages
 from grouprl.config.errors import show
@@ -187,17 +188,6 @@ def _token_rows(cfg: RunConfig, d: Derived) -> list[Row]:
     ]
 
 
-ADVANTAGES = {
-    "grpo": "group-centred rewards",
-    "dr_grpo": "group mean-centred rewards, no std (Dr.GRPO)",
-    "rloo": "reward minus the mean of the prompt's other samples (leave-one-out)",
-    "reinforce_pp": "returns whitened over the batch",
-    "reinforce_pp_baseline": "group-centred returns, then whitened over the batch",
-    "gae": "generalised advantage estimation with the critic's values",
-    "mt_grpo": "group-normalised outcome, plus turn_advantage_coef x group-normalised turn "
-    "reward on the turns up to the first tool result",
-    "turn_returns": "discounted per-turn returns against the group's episode returns",
-}
 POLICY_LOSSES = {
     "ppo_clip": "PPO clipped surrogate on token ratios",
     "gspo": "GSPO: one sequence ratio (geometric mean of token ratios), one advantage per sample",
@@ -253,14 +243,14 @@ def _env_row(cfg: RunConfig) -> Row:
 
 def _advantage_text(cfg: RunConfig) -> str:
     algo = cfg.algo
-    text = ADVANTAGES[algo.advantage]
+    text = ESTIMATORS[algo.advantage].summary
     if algo.advantage == "grpo":
         text += (
             ", divided by the group std (population, ddof=0)"
             if algo.scale_by_std
             else ", not scaled by std (algo.scale_by_std=false)"
         )
-    if algo.advantage == "gae":
+    if ESTIMATORS[algo.advantage].needs_values:
         text += f", gamma {show(algo.gamma)}, lambda {show(algo.gae_lambda)}"
     per_token = per_token_advantages(cfg)
     return text + ("; one value per token" if per_token else "; one value per sample")

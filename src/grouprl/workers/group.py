@@ -1,42 +1,63 @@
 """Worker groups: one instance of each role per rank, called by the driver.
 
-    driver (the loop) ──Role.run("update", batch)──► rank 0 .. rank N-1 (every rank
-                      ◄── rank 0's result ───────────  runs the same method: FSDP2
-                      ──Role.rows("logprobs", batch)─►  collectives need them all)
-                      ◄── the ranks' blocks, concatenated
+    driver ──policy.call(PolicyWorker.update, batch)──► rank 0 .. rank N-1 (every rank
+           ◄── rank 0's result ─────────────────────────  runs the same method: FSDP2
+           ──policy.gather(PolicyWorker.logprobs, batch)►  collectives need them all)
+           ◄── the ranks' blocks, concatenated
 
-``LocalGroup`` holds world size 1 in this process; ``RayGroup`` (dist/ray_group.py)
-holds one Ray actor per rank. Roles are built with ``add(name, cls, **kwargs)`` as
-``cls(Rank, **kwargs)`` on every rank.
+A call names the worker method itself, not a string: ``Role.call`` is typed with the
+method's own parameters (ParamSpec), so a misspelt method or argument fails in the
+type checker, and a method of another class fails in the driver before any rank runs.
+
+``LocalGroup`` holds world size 1 in this process; ``RayGroup`` (``ray_group.py``)
+holds one Ray actor per rank. ``add(name, cls, **kwargs)`` builds ``cls(Rank,
+**kwargs)`` on every rank (``uses``: other roles of the rank it works on, passed as
+``parts``) and returns the driver's ``Role`` handle.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
 
 import torch
 
-from grouprl.config.schema import RunConfig
 from grouprl.workers.rank import Rank
+
+P = ParamSpec("P")
+R = TypeVar("R")
+W = TypeVar("W")
 
 
 class WorkerGroup(Protocol):
     world_size: int
 
-    def add(self, role: str, cls: type, **kwargs: Any) -> None: ...
-
-    def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        """Runs ``method`` of ``role`` on every rank; the results in rank order."""
+    def add(self, name: str, cls: type[W], *, uses: Sequence[str] = (), **kwargs: Any) -> Role[W]:
+        """Builds ``cls`` on every rank as role ``name``."""
         ...
 
-    def shards(self, roles: list[str]) -> Any:
-        """The roles' checkpoint state: a ``state()`` callable or ranks' ``RemoteShards``
-        (what ``Checkpointer.save`` takes)."""
+    def call(self, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
+        """Runs ``method`` on role ``name`` of every rank; the results in rank order."""
         ...
+
+    def submit(self, rank: int, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any):
+        """Starts ``method`` on one rank only; ``gather`` collects what this returns (a
+        Ray group's results may be passed on to another ``submit`` unresolved)."""
+        ...
+
+    def gather(self, started: list[Any], *, what: str) -> list[Any]: ...
 
     def close(self) -> None: ...
+
+
+def build_role(
+    cls: type[W], rank: Rank, roles: dict[str, Any], uses: Sequence[str], kwargs: dict[str, Any]
+) -> W:
+    """``cls(rank, **kwargs)``, with ``parts=[...]`` the rank's roles named in ``uses``."""
+    if uses:
+        kwargs = kwargs | {"parts": [roles[name] for name in uses]}
+    return cls(rank, **kwargs)
 
 
 class LocalGroup:
@@ -48,49 +69,60 @@ class LocalGroup:
         self.rank = Rank(0, 1, device)
         self.roles: dict[str, Any] = {}
 
-    def add(self, role: str, cls: type, **kwargs: Any) -> None:
-        self.roles[role] = cls(self.rank, **kwargs)
+    def add(self, name: str, cls: type[W], *, uses: Sequence[str] = (), **kwargs: Any) -> Role[W]:
+        self.roles[name] = build_role(cls, self.rank, self.roles, uses, kwargs)
+        return Role(self, name, cls)
 
-    def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        return [getattr(self.roles[role], method)(*args, **kwargs)]
+    def call(self, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
+        return [method(self.roles[name], *args, **kwargs)]
 
-    def shards(self, roles: list[str]) -> Callable[[], dict[str, Any]]:
-        def state() -> dict[str, Any]:
-            merged: dict[str, Any] = {}
-            for role in roles:
-                merged |= self.roles[role].state()
-            return merged
+    def submit(self, rank: int, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any):
+        return method(self.roles[name], *args, **kwargs)
 
-        return state
+    def gather(self, started: list[Any], *, what: str) -> list[Any]:
+        return started
 
     def close(self) -> None:
         self.roles.clear()
 
 
 @dataclass(frozen=True)
-class Role:
-    """The driver's handle on one role of a group. ``bound``: keyword arguments every
-    call gets (the KL reference of a LoRA policy is the policy with ``adapters=False``)."""
+class Role(Generic[W]):
+    """The driver's handle on one role of a group: ``cls`` is the class every rank built."""
 
     group: WorkerGroup
     name: str
-    bound: dict[str, Any] = field(default_factory=dict)
+    cls: type[W]
 
-    def run(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    def call(self, method: Callable[Concatenate[W, P], R], *args: P.args, **kwargs: P.kwargs) -> R:
         """Every rank runs ``method``; rank 0's result."""
-        return self.group.call(self.name, method, *args, **self.bound, **kwargs)[0]
+        return self.each(method, *args, **kwargs)[0]
 
-    def rows(self, method: str, *args: Any, **kwargs: Any) -> torch.Tensor:
+    def each(
+        self, method: Callable[Concatenate[W, P], R], *args: P.args, **kwargs: P.kwargs
+    ) -> list[R]:
+        """Every rank runs ``method``; every rank's result, in rank order."""
+        return self.group.call(self.name, self.check(method), *args, **kwargs)
+
+    def gather(
+        self, method: Callable[Concatenate[W, P], torch.Tensor], *args: P.args, **kwargs: P.kwargs
+    ) -> torch.Tensor:
         """Every rank computes its block of rows; the blocks concatenated in rank order."""
-        return torch.cat(self.group.call(self.name, method, *args, **self.bound, **kwargs))
+        return torch.cat(self.each(method, *args, **kwargs))
 
+    def on(
+        self, rank: int, method: Callable[Concatenate[W, P], R], *args: P.args, **kwargs: P.kwargs
+    ) -> Any:
+        """Starts ``method`` on ``rank`` alone (a node's file work on its first rank); the
+        group's ``gather`` collects the results."""
+        return self.group.submit(rank, self.name, self.check(method), *args, **kwargs)
 
-def make_group(cfg: RunConfig, *, run_dir) -> WorkerGroup:
-    """In this process for world size 1, else Ray actors (``cluster`` section)."""
-    if cfg.world_size == 1:
-        from grouprl.device import resolve_device
-
-        return LocalGroup(str(resolve_device(cfg.train.device)))
-    from grouprl.workers.ray_group import RayGroup
-
-    return RayGroup.start(cfg, run_dir=run_dir)
+    def check(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        """``method`` itself, if it is one of ``cls``'s; else a TypeError here, in the
+        driver, before any rank runs it."""
+        if getattr(self.cls, getattr(method, "__name__", ""), None) is not method:
+            raise TypeError(
+                f"{getattr(method, '__qualname__', method)!r} is not a method of "
+                f"{self.cls.__name__}, the class of role {self.name!r}"
+            )
+        return method

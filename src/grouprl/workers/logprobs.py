@@ -48,7 +48,7 @@ def token_logprobs(
     With ``score_mask_BT``, only its nonzero positions are scored (the rest are
     0): the LM head never runs over prompt tokens, which matters with a
     150k-token vocabulary and long prompts. ``packed``: the decoder runs over the
-    samples laid end to end, without padding (``train/packing.py``).
+    samples laid end to end, without padding (``workers/packing.py``).
     """
     wanted_BT = attention_mask_BT.bool() if score_mask_BT is None else score_mask_BT.bool()
     wanted_BT = wanted_BT.clone()

@@ -16,11 +16,13 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from grouprl.cluster.connection import PLACEMENT_TIMEOUT_S, WorkerFailed, connect, reason
 from grouprl.config.schema import ClusterConfig, RunConfig
+from grouprl.workers.group import Role, W, build_role
 from grouprl.workers.rank import Rank, free_port, join_process_group
 
 logger = logging.getLogger(__name__)
@@ -47,10 +49,6 @@ class WorkerHost:
         }
 
     def join(self, *, init_method: str, backend: str, timeout_s: float) -> None:
-        import torch.distributed as dist
-
-        from grouprl.ckpt.snapshot import StagedShards
-
         join_process_group(
             rank=self.rank.rank,
             world_size=self.rank.world_size,
@@ -58,51 +56,22 @@ class WorkerHost:
             backend=backend,
             timeout_s=timeout_s,
         )
-        # checkpoint writes run beside training collectives: they get their own group
-        self.staged = StagedShards(process_group=dist.new_group(backend="gloo"))
 
-    def stage_shards(self, roles: list[str]) -> int:
-        state: dict[str, Any] = {}
-        for role in roles:
-            state |= self.roles[role].state()
-        return self.staged.stage(state)
+    def add(self, name: str, cls: type, uses: Sequence[str], kwargs: dict[str, Any]) -> None:
+        self.roles[name] = build_role(cls, self.rank, self.roles, uses, kwargs)
 
-    def write_shards(self, out: str) -> None:
-        self.staged.write(Path(out))
-
-    def memory_tier(self, root: str, keep: int, budget: int, op: str, *args, **kwargs) -> Any:
-        """This node's share of the memory tier (``ckpt/node_tier.py``; leader ranks)."""
-        from grouprl.ckpt.node_tier import NodeStore
-
-        return getattr(NodeStore(root, keep=keep, budget=budget), op)(*args, **kwargs)
-
-    def shard_files_needed(self, roles: list[str], metadata: bytes) -> set[str]:
-        """The shard files this rank reads to restore ``roles``."""
-        from grouprl.ckpt.shards import files_needed, parse_metadata
-
-        state: dict[str, Any] = {}
-        for role in roles:
-            state |= self.roles[role].state()
-        return files_needed(state, parse_metadata(metadata, where="node memory"))
-
-    def assemble_restore(self, root: str, step: int, local: dict[str, int], fetched: list) -> None:
-        """This node's copy to restore from: ``local`` files linked, ``fetched`` (refs to
-        a peer's files) written."""
-        import ray
-
-        from grouprl.ckpt.node_tier import NodeStore
-
-        files = {name: data for part in ray.get(fetched) for name, data in part.items()}
-        NodeStore(root).assemble(step, local, files)
-
-    def add(self, role: str, cls: type, kwargs: dict[str, Any]) -> None:
-        self.roles[role] = cls(self.rank, **kwargs)
-
-    def call(self, role: str, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+    def call(self, name: str, method: Callable, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """``method`` on this rank's role ``name``; a ``NodeDir`` argument becomes the
+        directory on this rank's node."""
         from grouprl.ckpt.node_tier import NodeDir
 
         args = tuple(a.here() if isinstance(a, NodeDir) else a for a in args)
-        return getattr(self.roles[role], method)(*args, **kwargs)
+        return method(self.roles[name], *args, **kwargs)
+
+    def call_one(self, name: str, method: Callable, *args: Any, **kwargs: Any) -> Any:
+        """``call`` with the arguments as Ray passes them (results of other calls arrive
+        resolved)."""
+        return self.call(name, method, args, kwargs)
 
 
 class RayGroup:
@@ -117,9 +86,9 @@ class RayGroup:
         """The ranks of the group's ``node``-th node (its placement bundle)."""
         return range(node * self.per_node, (node + 1) * self.per_node)
 
-    def leaders(self) -> list:
+    def leaders(self) -> list[int]:
         """The first rank of each node: the one that does the node's file work."""
-        return [self.hosts[self.ranks_of(node)[0]] for node in range(self.nodes)]
+        return [self.ranks_of(node)[0] for node in range(self.nodes)]
 
     @classmethod
     def start(cls, cfg: RunConfig, *, run_dir: Path) -> RayGroup:
@@ -179,18 +148,21 @@ class RayGroup:
         )
         return workers
 
-    def add(self, role: str, cls: type, **kwargs: Any) -> None:
-        self.gather([h.add.remote(role, cls, kwargs) for h in self.hosts], what=f"build {role}")
+    def add(self, name: str, cls: type[W], *, uses: Sequence[str] = (), **kwargs: Any) -> Role[W]:
+        self.gather(
+            [h.add.remote(name, cls, uses, kwargs) for h in self.hosts], what=f"build {name}"
+        )
+        return Role(self, name, cls)
 
-    def shards(self, roles: list[str]) -> RankShards:
-        return RankShards(self, roles)
-
-    def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+    def call(self, name: str, method: Callable, *args: Any, **kwargs: Any) -> list[Any]:
         import ray
 
         args_ref, kwargs_ref = ray.put(args), ray.put(kwargs)
-        refs = [h.call.remote(role, method, args_ref, kwargs_ref) for h in self.hosts]
-        return self.gather(refs, what=f"{role}.{method}")
+        refs = [h.call.remote(name, method, args_ref, kwargs_ref) for h in self.hosts]
+        return self.gather(refs, what=f"{name}.{method.__name__}")
+
+    def submit(self, rank: int, name: str, method: Callable, *args: Any, **kwargs: Any):
+        return self.hosts[rank].call_one.remote(name, method, *args, **kwargs)
 
     def close(self) -> None:
         """Kills the ranks and frees their placement; safe to call twice."""
@@ -230,34 +202,6 @@ class RayGroup:
                     "trainer.resume=auto to continue from its last checkpoint."
                 ) from None
         return ray.get(refs)
-
-
-class RankShards:
-    """Checkpoint shards that stay with their ranks: each stages its own (the loop waits
-    for that), then all write their DCP shards together into one directory, which must
-    be on a filesystem every node sees."""
-
-    def __init__(self, group: RayGroup, roles: list[str]) -> None:
-        self.group, self.roles = group, roles
-
-    def stage(self) -> int:
-        sizes = self.group.gather(
-            [h.stage_shards.remote(self.roles) for h in self.group.hosts], what="stage shards"
-        )
-        return sum(sizes)
-
-    def write(self, out: Path) -> None:
-        self.write_parts([str(out)] * self.group.nodes)
-
-    def write_parts(self, dirs: list[str]) -> None:
-        """Each node's ranks write their shards into ``dirs[node]``, a path on that node."""
-        group = self.group
-        refs = [
-            group.hosts[rank].write_shards.remote(out)
-            for node, out in enumerate(dirs)
-            for rank in group.ranks_of(node)
-        ]
-        group.gather(refs, what="write shards")
 
 
 def _worker_env(c: ClusterConfig) -> dict[str, str]:

@@ -1,0 +1,64 @@
+"""What each advantage estimator needs and gives: one row per estimator. Imports no torch.
+
+The config schema takes its choices for ``algo.advantage`` from this table, the config
+checks read the traits (``rollout.n``, the critic, multi-turn episodes, GSPO), and
+``grouprl plan`` prints the summaries. ``algo/advantages.py`` registers one function
+per row, and a test holds the two to the same names. Adding an estimator is a function
+there and a row here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EstimatorTraits:
+    summary: str  # one line for `grouprl plan`
+    min_group_size: int = 1  # 2: the baseline is the prompt's other samples
+    token_returns: bool = False  # each token gets its own return, so per-token rewards
+    # (algo.kl_in=reward) give the tokens of one sample different advantages
+    per_token: bool = False  # the tokens of one sample get different advantages anyway
+    needs_values: bool = False  # the critic's values (a critic: section)
+    needs_turns: bool = False  # per-turn rewards of multi-turn episodes (env.name)
+
+
+ESTIMATORS: dict[str, EstimatorTraits] = {
+    "grpo": EstimatorTraits("group-centred rewards", min_group_size=2),
+    "dr_grpo": EstimatorTraits("group mean-centred rewards, no std (Dr.GRPO)", min_group_size=2),
+    "rloo": EstimatorTraits(
+        "reward minus the mean of the prompt's other samples (leave-one-out)", min_group_size=2
+    ),
+    "reinforce_pp": EstimatorTraits("returns whitened over the batch", token_returns=True),
+    "reinforce_pp_baseline": EstimatorTraits(
+        "group-centred returns, then whitened over the batch",
+        min_group_size=2,
+        token_returns=True,
+    ),
+    "gae": EstimatorTraits(
+        "generalised advantage estimation with the critic's values",
+        per_token=True,
+        needs_values=True,
+    ),
+    "mt_grpo": EstimatorTraits(
+        "group-normalised outcome, plus turn_advantage_coef x group-normalised turn reward "
+        "on the turns up to the first tool result",
+        min_group_size=2,
+        per_token=True,
+        needs_turns=True,
+    ),
+    "turn_returns": EstimatorTraits(
+        "discounted per-turn returns against the group's episode returns",
+        min_group_size=2,
+        per_token=True,
+        needs_turns=True,
+    ),
+}
+"""Advantage estimators by ``algo.advantage`` name."""
+
+
+def per_token_advantages(advantage: str, *, kl_rewards: bool) -> bool:
+    """Whether ``advantage`` can give the tokens of one sample different values
+    (``kl_rewards``: a per-token KL penalty is in the rewards, algo.kl_in=reward)."""
+    traits = ESTIMATORS[advantage]
+    return traits.per_token or (kl_rewards and traits.token_returns)

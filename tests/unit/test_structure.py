@@ -1,0 +1,130 @@
+"""The package's structure: layers that only look down, no import loops, typed worker
+calls, and every source file linted."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from grouprl.workers.group import LocalGroup, Role
+
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src" / "grouprl"
+
+
+def _structure():
+    spec = importlib.util.spec_from_file_location("structure", ROOT / "scripts" / "structure.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["structure"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+structure = _structure()
+
+
+def test_no_import_loops_between_modules_or_packages():
+    found = structure.imports(SRC)
+    assert structure.module_loops(found) == []
+    assert structure.package_loops(found) == []
+
+
+def test_every_package_has_a_layer_and_at_most_one_upward_import_each_marked():
+    found = structure.imports(SRC)
+    tops = {structure.top(name) for name in structure.modules(SRC)}
+    assert tops <= set(structure.LAYERS), tops - set(structure.LAYERS)
+    up = structure.upward(found, structure.LAYERS)
+    assert len(up) <= 1, up
+    assert all(i.marked for i in up), [i for i in up if not i.marked]
+
+
+def test_the_structure_script_finds_a_loop_and_an_upward_import(tmp_path: Path):
+    pkg = tmp_path / "grouprl"
+    (pkg / "driver").mkdir(parents=True)
+    (pkg / "algo").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "driver" / "__init__.py").write_text("")
+    (pkg / "algo" / "__init__.py").write_text("")
+    (pkg / "driver" / "a.py").write_text("from grouprl.driver import b\n")
+    (pkg / "driver" / "b.py").write_text("import grouprl.driver.a\n")
+    (pkg / "algo" / "c.py").write_text("from grouprl.driver.a import x\n")
+    found = structure.imports(pkg)
+    assert structure.module_loops(found) == [["grouprl.driver.a", "grouprl.driver.b"]]
+    [up] = structure.upward(found, structure.LAYERS)
+    assert (up.source, up.target, up.marked) == ("grouprl.algo.c", "grouprl.driver.a", False)
+
+
+def test_no_worker_call_names_its_method_in_a_string():
+    pattern = re.compile(r"\.(run|rows|call|gather|each)\(\"")
+    offenders = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in SRC.rglob("*.py")
+        for n, line in enumerate(path.read_text().splitlines(), start=1)
+        if pattern.search(line)
+    ]
+    assert offenders == []
+
+
+def test_ruff_sees_every_python_file_under_src():
+    """ruff skips folders named like build output (``dist/``, ``build/``): every file
+    under src must be among those `make lint` checks."""
+    ruff = Path(sys.executable).parent / "ruff"
+    listed = subprocess.run(
+        [str(ruff), "check", "src", "--show-files"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    seen = {Path(line.strip()).resolve() for line in listed.splitlines() if line.strip()}
+    on_disk = {p.resolve() for p in (ROOT / "src").rglob("*.py")}
+    assert on_disk - seen == set()
+
+
+class Adder:
+    def __init__(self, rank, *, base: int) -> None:
+        self.base = base
+
+    def add(self, x: int, *, times: int = 1) -> int:
+        return self.base + x * times
+
+    def rows(self, n: int) -> torch.Tensor:
+        return torch.arange(n)
+
+
+class Other:
+    def add(self, x: int) -> int:
+        return x
+
+
+def test_a_role_calls_the_method_it_is_given_and_refuses_another_class():
+    group = LocalGroup("cpu")
+    role = group.add("adder", Adder, base=10)
+    assert isinstance(role, Role) and role.cls is Adder
+    assert role.call(Adder.add, 2, times=3) == 16
+    assert role.each(Adder.add, 1) == [11]
+    assert torch.equal(role.gather(Adder.rows, 3), torch.arange(3))
+    with pytest.raises(TypeError, match=r"Other.add.*not a method of Adder.*'adder'"):
+        role.call(Other.add, 2)
+    with pytest.raises(TypeError, match="not a method of Adder"):
+        role.call(lambda worker: worker.base)
+
+
+def test_a_role_built_with_uses_gets_the_ranks_other_roles():
+    class Summer:
+        def __init__(self, rank, *, parts) -> None:
+            self.parts = parts
+
+        def total(self) -> int:
+            return sum(p.base for p in self.parts)
+
+    group = LocalGroup("cpu")
+    group.add("a", Adder, base=1)
+    group.add("b", Adder, base=2)
+    assert group.add("sum", Summer, uses=["a", "b"]).call(Summer.total) == 3
