@@ -295,3 +295,28 @@ def test_multi_turn_estimators_need_turns():
             AdvantageInputs(scores_B=torch.ones(2), mask_BT=MASK_BT, group_size=2),
             cfg=AlgoConfig(),
         )
+
+
+def test_the_kl_controller_moves_only_toward_a_target_and_restores_whole():
+    from grouprl.algo.kl import KLController
+
+    fixed = KLController(0.1)
+    fixed.update(0.5, n_samples=128)
+    assert fixed.coef == 0.1  # no algo.kl_target: algo.beta stays
+    adaptive = KLController(0.1, target=0.1, horizon=10_000)
+    adaptive.update(None, n_samples=128)  # nothing measured this step
+    assert adaptive.coef == 0.1
+    adaptive.update(0.15, n_samples=128)
+    assert adaptive.coef == pytest.approx(
+        adaptive_kl_coef(0.1, observed_kl=0.15, target=0.1, horizon=10_000, n_samples=128)
+    )
+    restored = KLController(0.1, target=0.1)
+    restored.load_state_dict(adaptive.state_dict())
+    assert restored.coef == adaptive.coef
+
+
+def test_dynamic_sampling_keeps_groups_whose_rewards_differ_and_warmup_holds_the_policy():
+    from grouprl.algo.shaping import policy_learns, signal_groups
+
+    assert signal_groups([1.0, 1.0, 0.0, 1.0, 0.0, 0.0], group_size=2) == [False, True, False]
+    assert [policy_learns(s, critic_warmup_steps=2) for s in (1, 2, 3)] == [False, False, True]

@@ -11,6 +11,8 @@ from the policy (Schulman, "Approximating KL Divergence", 2020). With
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import Tensor
 
 from grouprl.algo.registry import Registry
@@ -46,3 +48,40 @@ def adaptive_kl_coef(
     """
     error = min(max(observed_kl / target - 1.0, -0.2), 0.2)
     return coef * (1.0 + error * n_samples / horizon)
+
+
+@dataclass
+class KLController:
+    """The KL coefficient of a run: ``algo.beta``, moved toward ``algo.kl_target`` by
+    ``adaptive_kl_coef`` after each step when a target is set. A checkpoint saves it whole
+    (``state_dict``)."""
+
+    coef: float
+    target: float | None = None
+    horizon: int = 10_000
+
+    def update(self, observed_kl: float | None, *, n_samples: int) -> None:
+        """After a step whose mean KL was ``observed_kl`` (None: not measured)."""
+        if self.target is not None and observed_kl is not None:
+            self.coef = adaptive_kl_coef(
+                self.coef,
+                observed_kl=observed_kl,
+                target=self.target,
+                horizon=self.horizon,
+                n_samples=n_samples,
+            )
+
+    def state_dict(self) -> dict[str, float]:
+        return {"kl_coef": self.coef}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.coef = state.get("kl_coef", self.coef)
+
+
+def kl_rewards(
+    logprobs_BT: Tensor, ref_logprobs_BT: Tensor, mask_BT: Tensor, *, coef: float, estimator: str
+) -> tuple[Tensor, Tensor]:
+    """KL in the reward (``algo.kl_in=reward``; PPO, REINFORCE++): each generated token's
+    reward ``-coef * KL_t``, and the per-token KL itself (for the metric)."""
+    kl_BT = KL_ESTIMATORS[estimator](logprobs_BT, ref_logprobs_BT)
+    return -coef * kl_BT * mask_BT, kl_BT

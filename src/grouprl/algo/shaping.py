@@ -1,4 +1,6 @@
-"""Reward shaping that depends on the completion, not on the task."""
+"""Reward shaping that depends on the completion, not on the task, and the per-step
+choices of DAPO (dynamic sampling) and PPO (critic warm-up): pure functions the loop
+calls in a fixed order."""
 
 from __future__ import annotations
 
@@ -17,3 +19,19 @@ def overlong_penalty(length: int, *, max_tokens: int, buffer: int, factor: float
     if length <= expected:
         return 0.0
     return factor * max(-1.0, (expected - length) / buffer)
+
+
+def signal_groups(rewards: list[float], *, group_size: int) -> list[bool]:
+    """DAPO's dynamic-sampling test, per group of ``group_size`` consecutive samples:
+    whether its rewards differ. A group whose rewards are all equal has zero advantage
+    under a group baseline and adds no gradient."""
+    return [
+        len(set(rewards[start : start + group_size])) > 1
+        for start in range(0, len(rewards), group_size)
+    ]
+
+
+def policy_learns(step: int, *, critic_warmup_steps: int) -> bool:
+    """PPO's critic warm-up: the first ``critic_warmup_steps`` steps train the critic
+    alone, so the policy's first advantages come from a fitted value model."""
+    return step > critic_warmup_steps

@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
 import yaml
@@ -17,6 +18,7 @@ from grouprl.config.redact import redacted_dict
 from grouprl.config.schema import RunConfig
 from grouprl.driver.loop import Components, sync_weights
 from grouprl.workers.critic import CriticWorker
+from grouprl.workers.group import Role
 from grouprl.workers.policy import PolicyWorker
 
 logger = logging.getLogger(__name__)
@@ -41,39 +43,32 @@ def make_checkpointer(cfg: RunConfig, run_dir: Path) -> Checkpointer:
     )
 
 
-def small_files(c: Components) -> dict[str, bytes]:
-    """The model's config and tokenizer files (``hf/``, for export) and the resolved config."""
-    files = {f"hf/{name}": data for name, data in c.policy.call(PolicyWorker.hf_files).items()}
+def small_files(cfg: RunConfig, *, policy: Role[PolicyWorker], tokenizer) -> dict[str, bytes]:
+    """The model's config and tokenizer files (``hf/``, for export) and the resolved config,
+    which every checkpoint of the run carries."""
+    files = {f"hf/{name}": data for name, data in policy.call(PolicyWorker.hf_files).items()}
     with tempfile.TemporaryDirectory() as tmp:
-        c.tokenizer.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
         files |= {f"hf/{p.name}": p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}
-    files["config.yaml"] = yaml.safe_dump(redacted_dict(c.cfg), sort_keys=False).encode()
+    files["config.yaml"] = yaml.safe_dump(redacted_dict(cfg), sort_keys=False).encode()
     return files
 
 
 def save(
     c: Components, ckpt: Checkpointer, *, eval_before: dict[str, float], final: bool = False
 ) -> bool:
-    """Starts a save at ``c.step`` if a tier is due (``final``: the end of a session)."""
-    if not ckpt.due_tiers(c.step, final=final):
+    """Starts a save at the current step if a tier is due (``final``: the end of a
+    session)."""
+    step = c.state.step
+    if not ckpt.due_tiers(step, final=final):
         return False
     trainer = TrainerState(
-        step=c.step,
-        weight_version=c.weight_version,
-        sampler=c.sampler_state(),
+        **c.checkpoint_state(),
         scheduler=c.policy.call(PolicyWorker.scheduler_state),
         rng=rng_state(),
         eval_before=eval_before,
-        algo=c.algo_state(),
     )
-    if c.checkpoint_files is None:
-        c.checkpoint_files = small_files(c)
-    return ckpt.save(
-        c.step,
-        trainer=trainer,
-        files=c.checkpoint_files,
-        final=final,
-    )
+    return ckpt.save(step, trainer=trainer, files=c.checkpoint_files, final=final)
 
 
 def checkpointed_roles(c: Components) -> list[str]:
@@ -95,10 +90,8 @@ def resume(c: Components, ckpt: Checkpointer, run_dir: Path) -> dict[str, float]
         c.critic.call(CriticWorker.load, found.load_from)
     ckpt.restored()
     state = TrainerState.read(found.path / TRAINER_FILE)
-    c.load_algo_state(state.algo)
+    c.state.load_state_dict(asdict(state))
     c.policy.call(PolicyWorker.load_scheduler_state, state.scheduler)
-    c.sampler.load_state_dict(state.sampler)
     set_rng_state(state.rng)
-    c.step = state.step
     sync_weights(c, version=state.weight_version)
     return state.eval_before

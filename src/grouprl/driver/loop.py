@@ -27,8 +27,8 @@ from torch import Tensor
 
 from grouprl.algo.advantages import ADVANTAGES, AdvantageInputs
 from grouprl.algo.aggregate import LossNorm, token_mean
-from grouprl.algo.kl import KL_ESTIMATORS, adaptive_kl_coef
-from grouprl.algo.shaping import overlong_penalty
+from grouprl.algo.kl import KLController, kl_rewards
+from grouprl.algo.shaping import overlong_penalty, policy_learns, signal_groups
 from grouprl.config.schema import RunConfig
 from grouprl.data.sampler import PromptSampler
 from grouprl.driver.batch import build_batch, turn_tensors
@@ -49,8 +49,34 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
+class RunState:
+    """What changes as the run goes, saved and restored whole by a checkpoint: the step,
+    the weight version the engine serves, the sampler's position, the KL controller."""
+
+    sampler: PromptSampler
+    kl: KLController
+    step: int = 0
+    weight_version: int = 0
+
+    def state_dict(self, *, sampler: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``sampler``: the sampler's position to record instead of its current one (before
+        a batch drawn ahead)."""
+        return {
+            "step": self.step,
+            "weight_version": self.weight_version,
+            "sampler": self.sampler.state_dict() if sampler is None else sampler,
+            "algo": self.kl.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step, self.weight_version = state["step"], state["weight_version"]
+        self.sampler.load_state_dict(state["sampler"])
+        self.kl.load_state_dict(state["algo"])
+
+
+@dataclass(frozen=True)
 class Components:
-    """Everything the loop needs, built by ``driver.run``."""
+    """Everything the loop needs, built once by ``driver.run``; ``state`` is what changes."""
 
     cfg: RunConfig
     tokenizer: Any
@@ -60,28 +86,18 @@ class Components:
     engine: RolloutEngine
     train_set: PromptSet
     eval_set: PromptSet | None
-    sampler: PromptSampler
     score: TimedScore  # the reward functions, timed
     rollout: RolloutFn  # episodes for a prompt set, scored (single- or multi-turn)
     mini_batch_size: int
     total_steps: int
+    state: RunState
+    checkpoint_files: dict[str, bytes]  # the model's config and tokenizer files, the config
     critic: Role[CriticWorker] | None = None  # with a critic: section
-    kl_coef: float = 0.0  # algo.beta, moved by the adaptive controller when kl_target is set
-    weight_version: int = 0
-    step: int = 0
-    checkpoint_files: dict[str, bytes] | None = None  # config/tokenizer files, read once
     ahead: RolloutAhead | None = None  # with rollout.max_staleness=1: the next batch
 
-    def sampler_state(self) -> dict[str, Any]:
-        """The sampler's position as a checkpoint records it (before any batch ahead)."""
-        return self.ahead.sampler_state() if self.ahead else self.sampler.state_dict()
-
-    def algo_state(self) -> dict[str, float]:
-        """Algorithm state a checkpoint carries."""
-        return {"kl_coef": self.kl_coef}
-
-    def load_algo_state(self, state: dict[str, float]) -> None:
-        self.kl_coef = state.get("kl_coef", self.kl_coef)
+    def checkpoint_state(self) -> dict[str, Any]:
+        """``state`` as a checkpoint records it: the sampler before any batch ahead."""
+        return self.state.state_dict(sampler=self.ahead.sampler_state() if self.ahead else None)
 
 
 def sampling_seed(seed: int, step: int, round_: int = 0) -> int:
@@ -93,7 +109,7 @@ def sampling_seed(seed: int, step: int, round_: int = 0) -> int:
 def _generate(c: Components, step: int, round_: int) -> tuple[list[Trajectory], RewardScores]:
     """One round of ``data.batch_size`` prompts x ``rollout.n`` samples, scored and shaped."""
     cfg = c.cfg
-    prompt_set = c.train_set.take(c.sampler.next_batch(cfg.data.batch_size))
+    prompt_set = c.train_set.take(c.state.sampler.next_batch(cfg.data.batch_size))
     settings = SamplingSettings(
         n=cfg.rollout.n,
         temperature=cfg.rollout.temperature,
@@ -135,10 +151,10 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
         trajectories, scores = _generate(c, step, round_)
         generated += trajectories
         all_scores.append(scores)
-        for start in range(0, len(trajectories), n):
+        varied = signal_groups([t.reward for t in trajectories], group_size=n)
+        for start, signal in zip(range(0, len(trajectories), n), varied, strict=True):
             group = trajectories[start : start + n]
-            varied = len({t.reward for t in group}) > 1
-            (kept if varied or not algo.dynamic_sampling else dropped).append(group)
+            (kept if signal or not algo.dynamic_sampling else dropped).append(group)
         if len(kept) >= wanted:
             break
     filled = max(0, wanted - len(kept))
@@ -196,8 +212,13 @@ def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict
     token_rewards_BT = None
     if algo.kl_in == "reward" and c.reference_logprobs is not None:
         batch.old_logprobs_BT = c.policy.gather(PolicyWorker.logprobs, batch)
-        kl_BT = KL_ESTIMATORS[algo.kl_estimator](batch.old_logprobs_BT, batch.ref_logprobs_BT)
-        token_rewards_BT = -c.kl_coef * kl_BT * mask_BT
+        token_rewards_BT, kl_BT = kl_rewards(
+            batch.old_logprobs_BT,
+            batch.ref_logprobs_BT,
+            mask_BT,
+            coef=c.state.kl.coef,
+            estimator=algo.kl_estimator,
+        )
         norm = LossNorm(tokens=int(mask_BT.sum()), sequences=len(batch))
         metrics["kl"] = float(token_mean(kl_BT, mask_BT, norm=norm))
     if c.critic is not None:
@@ -222,23 +243,17 @@ def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict
     batch.returns_BT = advantages.returns_BT
     if c.critic is not None:
         metrics.update(c.critic.call(CriticWorker.update, batch, mini_batch_size=c.mini_batch_size))
-    critic_warmup = cfg.critic.warmup_steps if cfg.critic is not None else 0
-    if step > critic_warmup:
+    warmup = cfg.critic.warmup_steps if cfg.critic is not None else 0
+    if policy_learns(step, critic_warmup_steps=warmup):
+        kl_coef = c.state.kl.coef
         metrics.update(
             c.policy.call(
-                PolicyWorker.update, batch, kl_coef=c.kl_coef, mini_batch_size=c.mini_batch_size
+                PolicyWorker.update, batch, kl_coef=kl_coef, mini_batch_size=c.mini_batch_size
             )
         )
-    if algo.kl_target is not None and "kl" in metrics:
-        c.kl_coef = adaptive_kl_coef(
-            c.kl_coef,
-            observed_kl=metrics["kl"],
-            target=algo.kl_target,
-            horizon=algo.kl_horizon,
-            n_samples=len(batch),
-        )
+    c.state.kl.update(metrics.get("kl"), n_samples=len(batch))
     if algo.beta > 0:
-        metrics["kl_coef"] = c.kl_coef
+        metrics["kl_coef"] = c.state.kl.coef
     if cfg.rollout.n > 1:  # groups whose scores are all equal teach group estimators nothing
         scores_PG = scores_B.view(-1, cfg.rollout.n)
         equal_P = scores_PG.amax(dim=1) == scores_PG.amin(dim=1)
@@ -249,11 +264,11 @@ def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict
 def _staleness(c: Components, trajectories: list[Trajectory]) -> dict[str, float]:
     """Weight versions each sample lags the policy it trains (bounded by
     rollout.max_staleness: a larger lag is a bug in the loop, never trained on)."""
-    lags = [c.weight_version - t.weight_version for t in trajectories]
+    lags = [c.state.weight_version - t.weight_version for t in trajectories]
     if max(lags) > c.cfg.rollout.max_staleness:
         raise RuntimeError(
-            f"a batch generated with weights {c.weight_version - max(lags)} would train "
-            f"policy version {c.weight_version}: more than rollout.max_staleness="
+            f"a batch generated with weights {c.state.weight_version - max(lags)} would train "
+            f"policy version {c.state.weight_version}: more than rollout.max_staleness="
             f"{c.cfg.rollout.max_staleness} behind"
         )
     return {"staleness": sum(lags) / len(lags)} if c.ahead is not None else {}
@@ -262,7 +277,7 @@ def _staleness(c: Components, trajectories: list[Trajectory]) -> dict[str, float
 def sync_weights(c: Components, *, version: int) -> None:
     """Pushes the policy's weights into the engine as ``version``."""
     c.engine.update_weights(c.policy.call(PolicyWorker.weights).items(), version=version)
-    c.weight_version = version
+    c.state.weight_version = version
 
 
 def run_validation(c: Components) -> dict[str, float]:
@@ -293,11 +308,11 @@ def one_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, floa
     if c.ahead is not None:
         c.ahead.settle()  # the batch in flight finishes with the weights it started with
     t3 = time.perf_counter()
-    sync_weights(c, version=c.weight_version + 1)
+    sync_weights(c, version=c.state.weight_version + 1)
     t4 = time.perf_counter()
     metrics.update({"time/train_s": t2 - t1, "time/weight_sync_s": t4 - t3, "time/step_s": t4 - t0})
     if c.ahead is not None:
         metrics["time/wait_rollout_s"] = t3 - t2
-    metrics["weight_version"] = float(c.weight_version)
-    c.step = step
+    metrics["weight_version"] = float(c.state.weight_version)
+    c.state.step = step
     return trajectories, metrics

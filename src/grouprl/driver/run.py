@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from torch import Tensor
 
+from grouprl.algo.kl import KLController
 from grouprl.ckpt.checkpointer import Checkpointer
 from grouprl.ckpt.preempt import Preempted, Preemption
 from grouprl.config.checks import steps_for_epochs
@@ -18,8 +20,14 @@ from grouprl.config.redact import redacted_dict, save_resolved
 from grouprl.config.schema import RunConfig
 from grouprl.data.sampler import PromptSampler
 from grouprl.device import resolve_device
-from grouprl.driver.checkpointing import checkpointed_roles, make_checkpointer, resume, save
-from grouprl.driver.loop import Components, one_step, rollout_step, run_validation
+from grouprl.driver.checkpointing import (
+    checkpointed_roles,
+    make_checkpointer,
+    resume,
+    save,
+    small_files,
+)
+from grouprl.driver.loop import Components, RunState, one_step, rollout_step, run_validation
 from grouprl.driver.overlap import RolloutAhead
 from grouprl.envs.tool_env import make_env
 from grouprl.metrics.progress import TrainProgress
@@ -100,15 +108,18 @@ def build(cfg: RunConfig) -> Components:
         engine=engine,
         train_set=train_set,
         eval_set=eval_set,
-        sampler=PromptSampler(len(train_set), seed=cfg.train.seed, shuffle=cfg.data.shuffle),
         score=score,
         rollout=make_rollout(cfg, engine=engine, tokenizer=tokenizer, score=score, env=env),
         mini_batch_size=derived.mini_batch_size,
         total_steps=total_steps,
-        kl_coef=cfg.algo.beta,
+        state=RunState(
+            sampler=PromptSampler(len(train_set), seed=cfg.train.seed, shuffle=cfg.data.shuffle),
+            kl=KLController(cfg.algo.beta, target=cfg.algo.kl_target, horizon=cfg.algo.kl_horizon),
+        ),
+        checkpoint_files=small_files(cfg, policy=policy, tokenizer=tokenizer),
     )
-    if cfg.rollout.max_staleness:
-        c.ahead = RolloutAhead(partial(rollout_step, c), c.sampler)
+    if cfg.rollout.max_staleness:  # generating ahead needs the parts, not the batch ahead
+        c = replace(c, ahead=RolloutAhead(partial(rollout_step, c), c.state.sampler))
     return c
 
 
@@ -190,7 +201,7 @@ def _train_session(cfg: RunConfig) -> dict[str, Any]:
             run_dir=run_dir,
             run_name=cfg.name,
             config_dict=redacted_dict(cfg),
-            resume_step=c.step,
+            resume_step=c.state.step,
         )
         with Preemption(cfg.checkpoint.grace_period_s) as preemption:
             summary = _loop(c, ckpt, run_dir, sinks, eval_before=eval_before, preemption=preemption)
@@ -220,9 +231,9 @@ def _loop(
 ):
     cfg = c.cfg
     samples = SamplesWriter(run_dir)
-    samples.truncate_after(c.step)
+    samples.truncate_after(c.state.step)
     with TrainProgress(
-        total_steps=c.total_steps, start_step=c.step, show_bar=cfg.metrics.progress
+        total_steps=c.total_steps, start_step=c.state.step, show_bar=cfg.metrics.progress
     ) as progress:
         if eval_before is None:
             eval_before = {}
@@ -232,11 +243,11 @@ def _loop(
                 sinks.log(0, eval_before)
                 progress.update(0, eval_before)
         done_this_session, metrics = 0, {}
-        while c.step < c.total_steps:
-            trajectories, metrics = one_step(c, c.step + 1)
+        while c.state.step < c.total_steps:
+            trajectories, metrics = one_step(c, c.state.step + 1)
             done_this_session += 1
-            last = c.step == c.total_steps
-            if last or (cfg.trainer.eval_every and c.step % cfg.trainer.eval_every == 0):
+            last = c.state.step == c.total_steps
+            if last or (cfg.trainer.eval_every and c.state.step % cfg.trainer.eval_every == 0):
                 metrics.update(run_validation(c))
             stopping = (
                 cfg.trainer.stop_after is not None and done_this_session >= cfg.trainer.stop_after
@@ -244,16 +255,16 @@ def _loop(
             final = last or stopping or preemption.requested
             save(c, ckpt, eval_before=eval_before, final=final)
             metrics.update(ckpt.drain_metrics())
-            sinks.log(c.step, metrics)
+            sinks.log(c.state.step, metrics)
             samples.write(
-                c.step,
+                c.state.step,
                 sample_records(
                     trajectories, c.tokenizer, n=cfg.trainer.log_samples, group=cfg.rollout.n
                 ),
             )
-            progress.update(c.step, metrics)
+            progress.update(c.state.step, metrics)
             if preemption.requested:
-                _finish_preempted(ckpt, preemption, step=c.step)
+                _finish_preempted(ckpt, preemption, step=c.state.step)
             if final:
                 ckpt.wait()
             if stopping and not last:
@@ -275,9 +286,9 @@ def _finish_preempted(ckpt: Checkpointer, preemption: Preemption, *, step: int) 
 def _summarize(c: Components, run_dir: Path, *, eval_before: dict[str, float], metrics) -> dict:
     summary: dict[str, Any] = {
         "run_dir": str(run_dir),
-        "step": c.step,
+        "step": c.state.step,
         "total_steps": c.total_steps,
-        "finished": c.step == c.total_steps,
+        "finished": c.state.step == c.total_steps,
     }
     before, after = eval_before.get("eval/accuracy"), metrics.get("eval/accuracy")
     summary["held_out_accuracy_before"] = before
