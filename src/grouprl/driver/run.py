@@ -252,7 +252,10 @@ def _loop(
             stopping = (
                 cfg.trainer.stop_after is not None and done_this_session >= cfg.trainer.stop_after
             )
-            final = last or stopping or preemption.requested
+            # read once: a signal landing after this line is taken at the next step, since
+            # the save below would not be the final one it waits for
+            preempted = preemption.requested
+            final = last or stopping or preempted
             save(c, ckpt, eval_before=eval_before, final=final)
             metrics.update(ckpt.drain_metrics())
             sinks.log(c.state.step, metrics)
@@ -263,7 +266,7 @@ def _loop(
                 ),
             )
             progress.update(c.state.step, metrics)
-            if preemption.requested:
+            if preempted:
                 _finish_preempted(ckpt, preemption, step=c.state.step)
             if final:
                 ckpt.wait()
