@@ -99,14 +99,25 @@ def recipes() -> None:
 
 
 @app.command()
-def plan(recipe: Recipe, overrides: Overrides = None) -> None:
-    """Validate a run and print every derived quantity (batches, steps, tokens) without
-    loading anything."""
+def plan(
+    recipe: Recipe,
+    overrides: Overrides = None,
+    here: Annotated[
+        bool,
+        typer.Option(
+            "--here",
+            help="Describe this machine (train.device=auto resolved here) instead of the "
+            "machines the recipe asks for (train.device, cluster.gpus_per_node, cluster.gpu).",
+        ),
+    ] = False,
+) -> None:
+    """Validate a run and print every derived quantity (batches, per-rank passes, steps,
+    tokens, rollout replicas, memory) without loading anything, for the recipe's target."""
     from grouprl.plan.render import render_plan
 
     with _user_errors():
         cfg = load_config(recipe, overrides or [])
-        Console().print(render_plan(cfg, check_run(cfg)))
+        Console().print(render_plan(cfg, check_run(cfg), here=here))
 
 
 @app.command()

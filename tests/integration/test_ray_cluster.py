@@ -107,15 +107,21 @@ def test_two_ranks_on_two_nodes_match_one_process(
     _assert_same_parameters(one_process, run_dir)
 
 
-def test_the_engine_in_an_actor_of_its_own_gives_the_same_run(
+def test_two_replicas_one_per_node_give_the_same_run(
     ray_cluster, one_process, tmp_path, tiny_model_dir
 ):
-    """rollout.placement=actor: the engine lives in a Ray actor (on GPUs: the ones no rank
-    uses); the same seeds give the same samples and the same parameters."""
-    run_dir = tmp_path / "actor"
-    log = tmp_path / "actor.log"
+    """rollout.replicas=2: an engine actor on each node, fed by the training rank on its
+    node; each generates its share of every step at the same weight version, and the
+    same seeds give the same samples and the same parameters as one engine."""
+    run_dir = tmp_path / "replicas"
+    log = tmp_path / "replicas.log"
     args = [*_overrides(run_dir, tiny_model_dir), *_on_cluster(ray_cluster)]
-    _finish(_train_on_cluster(run_dir, [*args, "rollout.placement=actor"], log=log), log)
+    output = _finish(_train_on_cluster(run_dir, [*args, "rollout.replicas=2"], log=log), log)
+    assert "weight pushes: rank 0 -> replicas [0]; rank 1 -> replicas [1]" in output
+    steps = [x for x in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())]
+    for x in steps[1:]:
+        assert x["replica/0/samples"] > 0 and x["replica/1/samples"] > 0, x
+        assert x["replica/0/samples"] + x["replica/1/samples"] == 16
     assert _rewards(run_dir) == pytest.approx(_rewards(one_process))
     _assert_same_parameters(one_process, run_dir)
 
@@ -147,18 +153,23 @@ def test_a_run_resumes_on_two_ranks_from_a_peers_memory_copy(
     _assert_same_parameters(one_process, run_dir)
 
 
-def _kill_rank_one(proc: subprocess.Popen, *, ready: Path, log: Path) -> float:
-    """SIGKILLs rank 1's process (started for this run) once ``ready`` exists."""
+def _kill(proc: subprocess.Popen, *, pid_after: str, ready: Path, log: Path) -> float:
+    """SIGKILLs the process (started for this run) whose pid the log gives after the
+    pattern ``pid_after``, once ``ready`` exists."""
     deadline = time.monotonic() + 300
     pid = None
     while pid is None or not ready.is_file():
         assert proc.poll() is None, log.read_text()
         assert time.monotonic() < deadline, log.read_text()
-        found = re.search(r"rank 1 \S+ pid (\d+)", log.read_text())
+        found = re.search(pid_after + r" pid (\d+)", log.read_text())
         pid = int(found.group(1)) if found else None
         time.sleep(0.2)
     os.kill(pid, signal.SIGKILL)
     return time.monotonic()
+
+
+def _kill_rank_one(proc: subprocess.Popen, *, ready: Path, log: Path) -> float:
+    return _kill(proc, pid_after=r"rank 1 \S+", ready=ready, log=log)
 
 
 def test_a_killed_rank_fails_the_run_naming_it(ray_cluster, tmp_path, tiny_model_dir):
@@ -186,3 +197,22 @@ def test_a_killed_rank_restarts_from_the_checkpoint(ray_cluster, tmp_path, tiny_
     assert "restart 1 of trainer.max_restarts=1" in output
     assert re.search(r"resuming from step \d", output), output
     assert find_checkpoint(run_dir).name == "step_000006"
+
+
+def test_a_killed_replica_is_named_and_the_run_restarts(ray_cluster, tmp_path, tiny_model_dir):
+    run_dir = tmp_path / "replica_killed"
+    log = tmp_path / "replica_killed.log"
+    args = [*_overrides(run_dir, tiny_model_dir), *_on_cluster(ray_cluster)]
+    args += ["rollout.replicas=2", "train.steps=4", "trainer.max_restarts=1"]
+    proc = _train_on_cluster(run_dir, args, log=log)
+    _kill(
+        proc,
+        pid_after=r"rollout replica 1 of 2 \([^)]*\)",
+        ready=run_dir / "checkpoints/step_000001/manifest.json",
+        log=log,
+    )
+    output = _finish(proc, log)
+    assert re.search(r"rollout replica 1 of 2 \(node [^)]*\) failed during", output), output
+    assert "its process died" in output, output
+    assert "restart 1 of trainer.max_restarts=1" in output
+    assert find_checkpoint(run_dir).name == "step_000004"

@@ -14,6 +14,7 @@ from grouprl.config import (
     steps_for_epochs,
 )
 from grouprl.config.redact import REDACTED, is_secret_key, redacted_dict, save_resolved
+from grouprl.config.replica_checks import replica_nodes, replicas_per_node
 
 
 def write_recipe(tmp_path, text: str):
@@ -135,7 +136,8 @@ def test_recipe_without_name_takes_the_file_stem(tmp_path):
 def test_tiny_arith_derived_numbers():
     d = derive(load_config("tiny-arith", ["train.steps=60"]))
     assert (d.samples_per_step, d.mini_batch_size, d.micro_batch_size) == (128, 64, 32)
-    assert (d.mini_batches_per_step, d.grad_accum, d.optimizer_steps_per_step) == (2, 2, 2)
+    assert (d.mini_batches_per_step, d.grad_accum_per_rank, d.optimizer_steps_per_step) == (2, 2, 2)
+    assert (d.world_size, d.samples_per_rank, d.max_tokens_per_pass) == (1, 64, 32 * 192)
     assert (d.total_steps, d.total_optimizer_steps) == (60, 120)
     assert d.max_tokens_per_step == 128 * (128 + 64)
     assert d.reference_model is False
@@ -164,7 +166,7 @@ def test_micro_batch_must_divide_mini_batch():
 
 def test_null_mini_batch_means_whole_step():
     d = derive(load_config("tiny-arith", ["train.mini_batch_size=null"]))
-    assert (d.mini_batch_size, d.mini_batches_per_step, d.grad_accum) == (128, 1, 4)
+    assert (d.mini_batch_size, d.mini_batches_per_step, d.grad_accum_per_rank) == (128, 1, 4)
 
 
 def test_grpo_needs_a_group_of_two():
@@ -369,6 +371,139 @@ def test_gpu_ranks_per_node_leave_the_rollout_gpus():
         "tiny-arith", ["cluster.gpus_per_node=8", "rollout.gpus=1", "data.batch_size=28"]
     )
     assert (cfg.ranks_per_node, cfg.world_size) == (7, 7)
+
+
+# --- per-rank batch arithmetic and rollout replicas ----------------------------------
+
+# tiny-arith on 2 nodes x 8 GPUs: 64-sample mini-batches over 16 ranks, 4 samples each
+GPU16 = ["cluster.nodes=2", "cluster.gpus_per_node=8", "train.device=cuda"]
+# 7B-style: 1,024 samples per step, 256-sample mini-batches over 16 ranks, 16 samples each
+STEP1024 = [*GPU16, "data.batch_size=128", "train.mini_batch_size=256"]
+# one node of 8 GPUs, 1 kept for generation: 7 ranks; 224 samples, 32 per rank
+DEDICATED = [
+    "cluster.gpus_per_node=8",
+    "rollout.gpus=1",
+    "train.device=cuda",
+    "data.batch_size=28",
+    "train.mini_batch_size=null",
+    "train.micro_batch_size=8",
+]
+
+
+def test_gradient_accumulation_counts_one_ranks_share():
+    """Rank.block gives each of 16 ranks 256 / 16 = 16 samples of every mini-batch, so
+    micro-batches of 4 accumulate 4 times per rank, not 256 / 4 = 64 times."""
+    d = derive(load_config("tiny-arith", [*STEP1024, "train.micro_batch_size=4"]))
+    assert (d.world_size, d.samples_per_rank, d.grad_accum_per_rank) == (16, 16, 4)
+    assert d.max_tokens_per_pass == 4 * 192  # one rank's pass
+    # a token budget splits by length instead: no fixed count
+    budget = derive(load_config("tiny-arith", [*STEP1024, "train.micro_batch_tokens=2048"]))
+    assert budget.grad_accum_per_rank is None and budget.max_tokens_per_pass == 2048
+
+
+def test_micro_batch_larger_than_a_ranks_share_is_refused_with_the_fix():
+    with pytest.raises(ConfigError) as err:
+        check_config(load_config("tiny-arith", [*STEP1024, "train.micro_batch_size=32"]))
+    message = str(err.value)
+    assert "train.micro_batch_size=32" in message
+    assert "train.mini_batch_size=256 / world size 16 (16 training ranks) = 16 samples" in message
+    assert "Lower train.micro_batch_size to 16 or fewer" in message
+    assert "raise train.mini_batch_size to one of {512, 1024}" in message  # 32 x 16 ranks
+    for fix in ("train.micro_batch_size=16", "train.mini_batch_size=512"):
+        check_config(load_config("tiny-arith", [*STEP1024, "train.micro_batch_size=32", fix]))
+    # mini-batches of the whole step cannot grow: the step itself must
+    with pytest.raises(ConfigError, match=r"raise data\.batch_size x rollout\.n \(now 128\)"):
+        check_config(load_config("tiny-arith", [*GPU16, "train.mini_batch_size=null"]))
+    # train.micro_batch_tokens replaces it, so it is not checked then
+    check_config(load_config("tiny-arith", [*GPU16, "train.micro_batch_tokens=4096"]))
+
+
+def test_micro_batch_must_divide_a_ranks_share():
+    with pytest.raises(ConfigError) as err:
+        check_config(load_config("tiny-arith", [*STEP1024, "train.micro_batch_size=6"]))
+    message = str(err.value)
+    assert "train.micro_batch_size=6 does not divide a rank's share of" in message
+    assert "= 16 samples" in message and "{1, 2, 4, 8, 16}" in message
+
+
+def test_mini_batch_not_splitting_over_the_ranks_shows_the_division():
+    with pytest.raises(ConfigError) as err:
+        check_config(load_config("tiny-arith", ["cluster.nodes=3"]))
+    assert "equal contiguous block" in str(err.value) and "64 / 3 = 21.3" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["rollout.engine=server", "rollout.server_url=http://gen:8000", "rollout.replicas=2"],
+            r"rollout\.replicas=2 with rollout\.engine=server.*allows 1 replica.*"
+            r"rollout\.replicas=1",
+        ),
+        (
+            ["rollout.placement=driver", "cluster.nodes=2"],
+            r"rollout\.placement=driver .* allows 1 training rank and 1 replica, but the run "
+            r"has 2 training ranks .* Set rollout\.placement=auto or actor",
+        ),
+        (
+            ["rollout.placement=driver", "rollout.replicas=2"],
+            r"has 2 replicas \(rollout\.replicas=2\)\. Set rollout\.placement=auto or actor .* "
+            r"or rollout\.replicas=1",
+        ),
+        (
+            [*GPU16, "train.micro_batch_size=4", "rollout.tensor_parallel_size=3"],
+            r"rollout\.tensor_parallel_size=3 must divide the 8 training ranks per node.*"
+            r"\{1, 2, 4, 8\}",
+        ),
+        (
+            [*GPU16, "train.micro_batch_size=4", "rollout.tensor_parallel_size=4"]
+            + ["rollout.replicas=5"],
+            r"rollout\.replicas=5 x rollout\.tensor_parallel_size=4 = 20 GPUs.* there are 16 "
+            r".* Set rollout\.replicas to 4 or fewer",
+        ),
+        (
+            [*GPU16, "train.micro_batch_size=4", "rollout.tensor_parallel_size=4"]
+            + ["rollout.replicas=3"],
+            r"replica 1 the GPUs of training ranks 5-8 .* on two nodes .* rollout\.replicas "
+            r"in \{1, 2, 4\}",
+        ),
+        (
+            [*DEDICATED, "rollout.gpus=8"],
+            r"rollout\.gpus=8 keeps 8 of a node's 8 GPUs .* Set rollout\.gpus to 7 or fewer",
+        ),
+        (
+            [*DEDICATED, "rollout.tensor_parallel_size=2"],
+            r"rollout\.tensor_parallel_size=2 spreads a replica over 2 GPUs .* more than the "
+            r"rollout\.gpus=1 .* Raise rollout\.gpus to 2",
+        ),
+        (
+            [*DEDICATED, "rollout.replicas=2"],
+            r"rollout\.replicas=2 puts 2 replicas on a node .* more than the rollout\.gpus=1 "
+            r"per node\. Set rollout\.replicas to 1 or fewer",
+        ),
+    ],
+)
+def test_replicas_that_do_not_fit_their_placement_are_refused(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        check_config(load_config("tiny-arith", overrides))
+
+
+def test_replicas_by_default_fit_and_spread_over_the_nodes():
+    colocated = load_config("tiny-arith", [*GPU16, "train.micro_batch_size=4"])
+    check_config(colocated)
+    assert (colocated.rollout_replicas, replicas_per_node(colocated)) == (16, 8)
+    tp4 = load_config(
+        "tiny-arith", [*GPU16, "train.micro_batch_size=4", "rollout.tensor_parallel_size=4"]
+    )
+    check_config(tp4)
+    assert replica_nodes(tp4) == [0, 0, 1, 1]
+    two = tp4.model_copy(update={"rollout": tp4.rollout.model_copy(update={"replicas": 2})})
+    check_config(two)  # ranks 0-3 and 8-11: one replica per node
+    assert replica_nodes(two) == [0, 1]
+    overrides = [*DEDICATED, "cluster.nodes=2", "rollout.gpus=2", "data.batch_size=24"]
+    dedicated = load_config("tiny-arith", overrides)  # 12 ranks, 16 samples each
+    check_config(dedicated)
+    assert (dedicated.rollout_replicas, replica_nodes(dedicated)) == (4, [0, 0, 1, 1])
 
 
 def test_node_memory_checkpoints_are_allowed_across_nodes():

@@ -39,9 +39,15 @@ SMALL = {
 # per layer: q 16x16 + k, v 16x8 each + o 16x16 = 768; mlp 3 x 16 x 32 = 1536; norms 32
 SMALL_LAYER = 768 + 1536 + 32
 SMALL_PARAMS = 100 * 16 + 3 * SMALL_LAYER + 16 + 100 * 16  # embeddings, layers, norm, lm_head
-# tiny-arith: micro-batch 32 samples x (128 prompt + 64 completion) tokens
+# tiny-arith, one update per step: 128 samples / 4 ranks = 32 per rank, one micro-batch of
+# 32 samples x (128 prompt + 64 completion) tokens on each rank
 TOKENS = 32 * 192
-GPU_COLOCATED = ["cluster.gpus_per_node=4", "cluster.gpu=10GiB", "train.device=auto"]
+GPU_COLOCATED = [
+    "cluster.gpus_per_node=4",
+    "cluster.gpu=10GiB",
+    "train.device=auto",
+    "train.mini_batch_size=null",
+]
 
 
 def small_plan(overrides: list[str]):
@@ -191,12 +197,26 @@ def test_plan_of_qwen_7b_on_two_h100_nodes_fits():
         "cluster.gpu=H100",
         "train.device=auto",
         "rollout.max_model_len=2048",
+        "train.micro_batch_size=4",  # 64-sample mini-batches / 16 ranks: 4 samples each
     ]
     cfg = load_config("tiny-arith", overrides)
     plan = plan_for_run(cfg, derive(cfg))
     assert plan.fits and plan.problems == []
     assert plan.engine is not None and plan.engine.kv_per_token == 2 * 28 * 4 * 128 * 2
-    assert plan.training_phase > plan.generation_phase  # 38 GiB of activations
+    # activations of one rank's pass: 4 samples x 192 tokens (not the mini-batch's 64)
+    shape = decoder_shape(known_config("Qwen/Qwen2.5-7B-Instruct"))
+    per_rank = activation_bytes(shape, tokens=4 * 192, checkpointing=False)
+    assert row(plan.training_gpu, "activations") == per_rank  # 4.8 GiB
+    assert plan.generation_phase > plan.training_phase  # the engine's claim is the peak
+
+
+def test_activations_follow_the_per_rank_micro_batch_not_the_world():
+    """micro_batch_size counts one rank's samples: the same micro-batch on 1 or 4 ranks
+    has the same activations, though each rank's share of the mini-batch shrinks."""
+    one = small_plan(["cluster.gpus_per_node=1", "train.micro_batch_size=8"])
+    four = small_plan(["train.micro_batch_size=8"])
+    assert row(one.training_gpu, "activations") == row(four.training_gpu, "activations")
+    assert row(four.training_gpu, "activations") == 8 * 192 * 3 * 672
 
 
 def test_70b_on_one_node_of_h100s_is_rejected_without_offload(monkeypatch, tmp_path):
@@ -206,6 +226,7 @@ def test_70b_on_one_node_of_h100s_is_rejected_without_offload(monkeypatch, tmp_p
         "cluster.gpus_per_node=8",
         "cluster.gpu=H100",
         "train.device=auto",
+        "train.micro_batch_size=8",  # a rank's share of the 64-sample mini-batch
     ]
     with pytest.raises(ConfigError) as err:
         check_run(load_config("tiny-arith", overrides))
@@ -232,6 +253,7 @@ def test_max_model_len_beyond_the_kv_cache_is_rejected():
         "train.device=auto",
         "rollout.gpu_memory_utilization=0.25",
         "rollout.max_model_len=131072",
+        "train.micro_batch_size=8",
     ]
     with pytest.raises(ConfigError) as err:
         check_run(load_config("tiny-arith", overrides))
@@ -250,7 +272,12 @@ def test_no_check_without_cluster_gpu_or_on_cpu():
 
 def test_cli_plan_rejects_a_bad_plan_and_shows_a_good_one(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    gpus = ["cluster.gpus_per_node=8", "cluster.gpu=H100", "train.device=auto"]
+    gpus = [
+        "cluster.gpus_per_node=8",
+        "cluster.gpu=H100",
+        "train.device=auto",
+        "train.micro_batch_size=8",
+    ]
     bad = runner.invoke(app, ["plan", "tiny-arith", "model.path=Qwen/Qwen2.5-72B", *gpus])
     assert bad.exit_code == 2
     assert "cluster.offload=true" in bad.output and "Traceback" not in bad.output

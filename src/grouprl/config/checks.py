@@ -4,18 +4,23 @@ One training step, in samples::
 
     data.batch_size prompts x rollout.n samples = samples_per_step
     samples_per_step / train.mini_batch_size    = optimizer updates per pass
-    train.mini_batch_size / train.micro_batch_size = gradient accumulation
     x algo.num_iterations passes                = optimizer steps per training step
+    train.mini_batch_size / world size          = a rank's share of each mini-batch (its
+                                                  contiguous block: workers/rank.py)
+    share / train.micro_batch_size              = gradient accumulation on each rank
+
+``train.micro_batch_size`` counts samples per forward/backward on one rank, so it is
+checked against a rank's share, never against the whole mini-batch.
 
 ``check_config`` fails fast, before any model loads, with the arithmetic and
-valid choices. ``derive`` returns the numbers that ``grouprl plan`` prints and
-the trainer uses, so the two never disagree. No torch here.
+valid choices: the batch arithmetic's (``batch_checks``), the rollout replicas'
+(``replica_checks``), then the rest here. ``derive`` returns the numbers that
+``grouprl plan`` prints and the trainer uses, so the two never disagree. No torch here.
 """
 
 from __future__ import annotations
 
 import math
-import shutil
 import string
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +28,9 @@ from pathlib import Path
 from grouprl.algo.traits import ESTIMATORS
 from grouprl.algo.traits import per_token_advantages as estimator_per_token
 from grouprl.assets.datasets import BUILTIN_DATASETS, split_sizes
-from grouprl.config.errors import ConfigError, choices, show
+from grouprl.config.batch_checks import batch_problems
+from grouprl.config.errors import ConfigError, show
+from grouprl.config.replica_checks import replica_problems
 from grouprl.config.schema import DataSource, RunConfig
 
 
@@ -33,10 +40,13 @@ class Derived:
 
     prompts_per_step: int
     samples_per_step: int  # prompts_per_step x rollout.n
-    mini_batch_size: int  # samples per optimizer step
-    micro_batch_size: int  # samples per forward/backward pass
+    mini_batch_size: int  # samples per optimizer step, over all ranks
+    micro_batch_size: int  # samples per forward/backward pass on one rank
     mini_batches_per_step: int  # samples_per_step / mini_batch_size
-    grad_accum: int  # micro-batches per optimizer step
+    samples_per_rank: int  # a rank's share of a mini-batch: mini_batch_size / world_size
+    grad_accum_per_rank: int | None
+    """Forward/backward passes per rank per optimizer step: ceil(samples_per_rank /
+    micro_batch_size); None with train.micro_batch_tokens (it depends on the lengths)."""
     optimizer_steps_per_step: int  # algo.num_iterations x mini_batches_per_step
     train_rows: int | None  # None until a file or hub dataset loads
     eval_rows: int | None  # None if unknown before loading, or no eval split
@@ -47,11 +57,12 @@ class Derived:
     reference_model: bool  # algo.beta > 0 loads a frozen reference copy (not with LoRA)
     critic_model: bool  # a `critic:` section loads a value model with its own optimizer
     critic_warmup_steps: int  # first steps where only the critic learns
-    device_text: str  # for display only; the trainer resolves `auto` with torch
     max_tokens_per_sample: int
     """data.max_prompt_tokens + rollout.max_tokens; a multi-turn episode grows with its
     turns and tool replies up to rollout.max_model_len."""
-    max_tokens_per_micro_batch: int
+    max_tokens_per_pass: int
+    """Tokens of one forward/backward on one rank: micro_batch_size x max_tokens_per_sample,
+    or train.micro_batch_tokens (a longer sample goes alone)."""
     max_tokens_per_step: int
     run_dir: str  # trainer.run_dir with {name} filled in
     world_size: int  # training ranks: cluster.nodes x ranks per node
@@ -61,7 +72,7 @@ def config_problems(cfg: RunConfig) -> list[str]:
     """Every cross-field problem of ``cfg``, batch arithmetic first (the memory plan's
     come after these, from ``plan.check_run``)."""
     return [
-        *_check_batch(cfg),
+        *batch_problems(cfg),
         *_check_length(cfg),
         *_check_algo(cfg),
         *_check_data(cfg),
@@ -69,6 +80,7 @@ def config_problems(cfg: RunConfig) -> list[str]:
         *_check_trainer(cfg),
         *_check_cluster(cfg),
         *_check_server(cfg),
+        *replica_problems(cfg),
     ]
 
 
@@ -98,8 +110,9 @@ def derived_numbers(cfg: RunConfig) -> Derived:
     prompts = cfg.data.batch_size
     samples = prompts * cfg.rollout.n
     mini = cfg.train.mini_batch_size or samples
-    micro = cfg.train.micro_batch_size
+    micro, budget = cfg.train.micro_batch_size, cfg.train.micro_batch_tokens
     per_step = cfg.algo.num_iterations * (samples // mini)
+    share = mini // cfg.world_size  # Rank.block: equal contiguous blocks of each mini-batch
     train_rows = split_rows(cfg.data.train)
     eval_rows = split_rows(cfg.data.eval) if cfg.data.eval is not None else None
     steps_per_epoch = train_rows / prompts if train_rows is not None else None
@@ -118,7 +131,10 @@ def derived_numbers(cfg: RunConfig) -> Derived:
         mini_batch_size=mini,
         micro_batch_size=micro,
         mini_batches_per_step=samples // mini,
-        grad_accum=mini // micro,
+        samples_per_rank=share,
+        # MicroBatching.ranges: passes of micro samples (a shorter last one, were the
+        # share not a multiple of micro; batch_checks holds it to one)
+        grad_accum_per_rank=math.ceil(share / micro) if budget is None else None,
         optimizer_steps_per_step=per_step,
         train_rows=train_rows,
         eval_rows=eval_rows,
@@ -129,12 +145,11 @@ def derived_numbers(cfg: RunConfig) -> Derived:
         reference_model=cfg.algo.beta > 0 and not cfg.train.lora.rank,  # LoRA: adapters off
         critic_model=cfg.critic is not None,
         critic_warmup_steps=cfg.critic.warmup_steps if cfg.critic is not None else 0,
-        device_text=_device_text(cfg.train.device),
         max_tokens_per_sample=sample_tokens,
-        max_tokens_per_micro_batch=(
+        max_tokens_per_pass=(
             micro * sample_tokens
-            if cfg.train.micro_batch_tokens is None
-            else max(cfg.train.micro_batch_tokens, sample_tokens)  # a longer sample goes alone
+            if budget is None
+            else max(budget, sample_tokens)  # a longer sample goes alone
         ),
         max_tokens_per_step=samples * sample_tokens,
         run_dir=cfg.trainer.run_dir.replace("{name}", cfg.name),
@@ -162,62 +177,6 @@ def split_rows(source: DataSource) -> int | None:
 
 
 # --- the individual checks; each returns messages ---------------------------
-
-
-def _multiples(step: int, *, start: int = 1, count: int = 4) -> list[int]:
-    first = max(step, math.ceil(start / step) * step)
-    return [first + i * step for i in range(count)]
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _check_batch(cfg: RunConfig) -> list[str]:
-    batch, n = cfg.data.batch_size, cfg.rollout.n
-    mini, micro = cfg.train.mini_batch_size, cfg.train.micro_batch_size
-    samples = batch * n
-    smallest = ESTIMATORS[cfg.algo.advantage].min_group_size
-    if n < smallest:
-        return [
-            f"rollout.n={n}: algo.advantage={cfg.algo.advantage} scores each sample against "
-            "the other samples of its prompt; a group of one has zero advantage, so nothing "
-            f"is learned. Set rollout.n to {smallest} or more (8 is typical), or use an "
-            "estimator with a batch or critic baseline (algo.advantage=reinforce_pp, or "
-            "algo.name=ppo)."
-        ]
-    if mini is not None and samples % mini:
-        n_step = mini // math.gcd(mini, batch)
-        b_step = mini // math.gcd(mini, n)
-        fits = [d for d in _divisors(samples) if d % micro == 0]
-        mini_fix = (
-            f"train.mini_batch_size in {choices(fits, more=False)}"
-            if fits
-            else f"train.mini_batch_size among the divisors of {samples} "
-            f"{choices(_divisors(samples), more=False)} with train.micro_batch_size dividing it"
-        )
-        return [
-            f"samples per step = data.batch_size={batch} x rollout.n={n} = {samples}, "
-            f"which train.mini_batch_size={mini} does not divide ({samples} / {mini} = "
-            f"{samples / mini:.3g}); every optimizer step needs a whole mini-batch. Choose "
-            f"rollout.n in {choices(_multiples(n_step, start=2), more=True)}, or data.batch_size "
-            f"in {choices(_multiples(b_step), more=True)}, or {mini_fix}, or "
-            f"train.mini_batch_size=null (one update with all {samples} samples)."
-        ]
-    mini_size = mini if mini is not None else samples
-    if mini_size % micro:
-        named = (
-            f"train.mini_batch_size={mini}"
-            if mini is not None
-            else f"the mini-batch of {samples} samples (train.mini_batch_size=null: a whole step)"
-        )
-        return [
-            f"train.micro_batch_size={micro} does not divide {named}: "
-            f"{mini_size} / {micro} = {mini_size / micro:.3g}; gradient accumulation needs a "
-            f"whole number of micro-batches. Choose train.micro_batch_size in "
-            f"{choices(_divisors(mini_size), more=False)}."
-        ]
-    return []
 
 
 def _check_length(cfg: RunConfig) -> list[str]:
@@ -375,18 +334,6 @@ def _check_reward(cfg: RunConfig) -> list[str]:
 
 def _check_cluster(cfg: RunConfig) -> list[str]:
     c, problems = cfg.cluster, []
-    world = cfg.world_size
-    mini = cfg.train.mini_batch_size or cfg.data.batch_size * cfg.rollout.n
-    if mini % world:
-        fits = [w for w in _divisors(mini) if w <= 4 * world]
-        problems.append(
-            f"{world} training ranks (cluster.nodes={c.nodes} x {cfg.ranks_per_node} per node) "
-            f"cannot split a mini-batch of {mini} samples evenly (train.mini_batch_size="
-            f"{cfg.train.mini_batch_size}, data.batch_size x rollout.n = "
-            f"{cfg.data.batch_size * cfg.rollout.n}); every rank trains on an equal share. Use "
-            f"a rank count in {choices(fits, more=False)}, or a mini-batch that is a multiple "
-            f"of {world} (train.mini_batch_size, data.batch_size or rollout.n)."
-        )
     if cfg.rollout.gpus and not c.gpus_per_node:
         problems.append(
             f"rollout.gpus={cfg.rollout.gpus} keeps GPUs for generation, but the nodes have "
@@ -411,11 +358,14 @@ def _check_cluster(cfg: RunConfig) -> list[str]:
             "train.device=cpu trains on the CPU, where they already are; remove "
             "cluster.offload_optimizer, or train on GPUs (train.device=auto or cuda)."
         )
-    if c.workers_per_node and c.gpus_per_node and c.workers_per_node > c.gpus_per_node:
+    training_gpus = c.gpus_per_node - cfg.rollout.gpus  # rollout.gpus >= it: replica_checks
+    if c.workers_per_node and training_gpus > 0 and c.workers_per_node > training_gpus:
+        kept = f" - rollout.gpus={cfg.rollout.gpus}" if cfg.rollout.gpus else ""
         problems.append(
-            f"cluster.workers_per_node={c.workers_per_node} is more than cluster.gpus_per_node="
-            f"{c.gpus_per_node}: each GPU worker needs its own GPU. Set cluster.workers_per_node"
-            f" to at most {c.gpus_per_node}, or null (one worker per GPU)."
+            f"cluster.workers_per_node={c.workers_per_node} is more than the {training_gpus} "
+            f"training GPUs per node (cluster.gpus_per_node={c.gpus_per_node}{kept}): each "
+            f"GPU worker needs its own GPU. Set cluster.workers_per_node to at most "
+            f"{training_gpus}, or null (one worker per GPU)."
         )
     return problems
 
@@ -451,10 +401,3 @@ def _check_trainer(cfg: RunConfig) -> list[str]:
             "{name} (the run name), the only one filled in; fix the braces."
         )
     return problems
-
-
-def _device_text(device: str) -> str:
-    if device != "auto":
-        return device
-    found = "nvidia-smi found" if shutil.which("nvidia-smi") else "no nvidia-smi found"
-    return f"cuda if available, else cpu ({found})"

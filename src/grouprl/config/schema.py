@@ -109,8 +109,19 @@ class RolloutConfig(Section):
     then runs in a Ray actor that owns them. 0: the engine shares a GPU with training
     (colocated)."""
     placement: Literal["auto", "driver", "actor"] = "auto"
-    """Where the engine runs: `driver` (this process), `actor` (a Ray actor of its own,
-    holding `rollout.gpus` GPUs), `auto` (an actor when `rollout.gpus` > 0)."""
+    """Where the engines run: `driver` (one engine in this process; one training rank
+    only), `actor` (Ray actors, one per replica, on the training ranks' nodes), `auto`
+    (in this process for a one-rank run with one replica and no GPUs of its own, else
+    actors: a run on a Ray cluster then needs no GPU where its driver runs)."""
+    replicas: int | None = Field(default=None, ge=1)
+    """Engine replicas; a step's prompts are split across them by whole groups and come
+    back in prompt order, so the samples do not depend on the count. null: one per
+    training GPU (or per `tensor_parallel_size` of them) when colocated, one per
+    `tensor_parallel_size` of the `rollout.gpus` on every node with GPUs of their own;
+    one on CPU (more are Ray actors spread over the training ranks' nodes)."""
+    timeout_s: float = Field(default=3600.0, gt=0)
+    """A replica's call (a generation, a weight push) that takes longer fails the step,
+    naming the replica, its node and GPU, instead of hanging the run."""
     server_url: str | None = None
     """With `engine: server`: an OpenAI-compatible vLLM server's URL (started with
     VLLM_SERVER_DEV_MODE=1 and `--logprobs-mode raw_logprobs`), e.g. http://host:8000."""
@@ -283,7 +294,8 @@ class TrainConfig(Section):
     mini_batch_size: int | None = Field(default=None, ge=1)
     """Samples per optimizer step; null means all of a step's samples in one update."""
     micro_batch_size: int = Field(default=8, ge=1)
-    """Samples per forward/backward pass (gradient accumulation fills a mini-batch)."""
+    """Samples per forward/backward pass on each training rank (gradient accumulation
+    fills the rank's share of a mini-batch: mini_batch_size / world size samples)."""
     micro_batch_tokens: int | None = Field(default=None, ge=1)
     """Dynamic batch size: as many consecutive samples per pass as fit this many tokens
     (real tokens with `packing`, else rows x the longest row); replaces
@@ -458,6 +470,30 @@ class RunConfig(Section):
     @property
     def world_size(self) -> int:
         return self.cluster.nodes * self.ranks_per_node
+
+    @property
+    def rollout_replicas(self) -> int:
+        """Rollout engine replicas: `rollout.replicas`, else one per training GPU (or per
+        `tensor_parallel_size` GPUs) when colocated, one per `tensor_parallel_size` of
+        `rollout.gpus` on each node, and one on CPU or with a server."""
+        r, c = self.rollout, self.cluster
+        if r.replicas is not None:
+            return r.replicas
+        if r.engine == "server" or not c.gpus_per_node:
+            return 1
+        gpus_per_node = r.gpus or self.ranks_per_node
+        return c.nodes * max(1, gpus_per_node // r.tensor_parallel_size)
+
+    @property
+    def rollout_in_actors(self) -> bool:
+        """Whether the engines are Ray actors (`rollout.placement`) rather than one engine
+        in the driver's process."""
+        r = self.rollout
+        if r.engine == "server" or r.placement == "driver":
+            return False
+        return (
+            r.placement == "actor" or r.gpus > 0 or self.world_size > 1 or self.rollout_replicas > 1
+        )
 
     @model_validator(mode="after")
     def _fill_norm_tokens(self) -> RunConfig:

@@ -36,8 +36,9 @@ from grouprl.driver.evaluate import validate
 from grouprl.driver.overlap import RolloutAhead
 from grouprl.rewards.scoring import RewardScores
 from grouprl.rewards.scoring import metrics as reward_metrics
-from grouprl.rollout.base import RolloutEngine, SamplingSettings
+from grouprl.rollout.base import SamplingSettings
 from grouprl.rollout.episodes import episode_metrics
+from grouprl.rollout.replicas import ReplicaSet
 from grouprl.rollout.runner import TimedScore
 from grouprl.rollout.setup import PromptSet, RolloutFn
 from grouprl.types import TrainingBatch, Trajectory
@@ -83,7 +84,7 @@ class Components:
     group: WorkerGroup  # the training ranks (this process, or Ray actors)
     policy: Role[PolicyWorker]  # weights, optimizer, LR schedule
     reference_logprobs: Callable[[TrainingBatch], Tensor] | None  # the KL reference's, beta > 0
-    engine: RolloutEngine
+    engine: ReplicaSet  # the rollout engines, one or many, in the driver or Ray actors
     train_set: PromptSet
     eval_set: PromptSet | None
     score: TimedScore  # the reward functions, timed
@@ -142,6 +143,7 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
     n, wanted = cfg.rollout.n, cfg.data.batch_size
     t0 = time.perf_counter()
     c.score.seconds = 0.0
+    c.engine.drain_metrics()  # what validation generated is not this step's
     generated: list[Trajectory] = []
     all_scores: list[RewardScores] = []
     kept: list[list[Trajectory]] = []
@@ -187,6 +189,7 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
         "time/generate_s": total - c.score.seconds,
         "tokens_per_s": sum(lengths) / max(total - c.score.seconds, 1e-9),
         **reward_metrics(RewardScores.concat(all_scores)),
+        **c.engine.drain_metrics(),
     }
     if algo.overlong_buffer is not None:
         metrics["reward/overlong"] = sum(t.reward_parts["overlong"] for t in generated) / len(
@@ -275,8 +278,11 @@ def _staleness(c: Components, trajectories: list[Trajectory]) -> dict[str, float
 
 
 def sync_weights(c: Components, *, version: int) -> None:
-    """Pushes the policy's weights into the engine as ``version``."""
-    c.engine.update_weights(c.policy.call(PolicyWorker.weights).items(), version=version)
+    """Each node's leader rank pushes the policy's weights to the replicas on its node as
+    ``version``; every replica must then report it."""
+    targets = c.engine.targets(c.group.leaders())
+    reports = c.policy.each(PolicyWorker.push_weights, targets, version=version)
+    c.engine.confirm(version, {k: v for report in reports for k, v in report.items()})
     c.state.weight_version = version
 
 

@@ -9,6 +9,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from grouprl.algo.kl import KLController
@@ -58,8 +59,10 @@ def build(cfg: RunConfig) -> Components:
     derived = check_run(cfg)
     quiet_libraries()
     seed_everything(cfg.train)
-    device = resolve_device(cfg.train.device)
-    if cfg.rollout.max_staleness and shares_training_gpu(cfg, device):
+    device = _device(cfg)
+    if cfg.rollout.max_staleness and shares_training_gpu(
+        cfg, training_on_gpu=device.type == "cuda"
+    ):
         raise ConfigError(
             f"rollout.max_staleness={cfg.rollout.max_staleness} generates while the policy "
             "trains, but the engine shares the training GPU (it sleeps while training). Give "
@@ -93,10 +96,26 @@ def build(cfg: RunConfig) -> Components:
     if derived.reference_model:
         reference = group.add("reference", ReferenceWorker, cfg=cfg)
     critic = group.add("critic", CriticWorker, cfg=cfg) if cfg.critic is not None else None
-    console.log(f"starting the {cfg.rollout.engine} rollout engine")
-    engine = start_engine(
-        cfg, tokenizer=tokenizer, device=device, cache_dir=run_dir_of(cfg) / "cache"
+    replicas = cfg.rollout_replicas
+    console.log(
+        f"starting the {cfg.rollout.engine} rollout engine"
+        + (f" ({replicas} replicas)" if replicas > 1 else "")
     )
+    engine = start_engine(
+        cfg,
+        tokenizer=tokenizer,
+        device=device,
+        cache_dir=run_dir_of(cfg) / "cache",
+        places=group.places,
+    )
+    if len(engine) > 1:
+        routes = engine.targets(group.leaders())
+        console.log(
+            "weight pushes: "
+            + "; ".join(
+                f"rank {rank} -> replicas {[k for k, _ in t]}" for rank, t in routes.items()
+            )
+        )
     score = TimedScore(make_score_fn(cfg.reward, answer_key=cfg.data.answer_key))
     c = Components(
         cfg=cfg,
@@ -121,6 +140,14 @@ def build(cfg: RunConfig) -> Components:
     if cfg.rollout.max_staleness:  # generating ahead needs the parts, not the batch ahead
         c = replace(c, ahead=RolloutAhead(partial(rollout_step, c), c.state.sampler))
     return c
+
+
+def _device(cfg: RunConfig) -> torch.device:
+    """Where the training ranks run: this process's device for one rank; with Ray
+    workers, the cluster's GPUs or CPUs (the driver itself needs no GPU then)."""
+    if cfg.world_size == 1:
+        return resolve_device(cfg.train.device)
+    return torch.device("cuda" if cfg.cluster.gpus_per_node else "cpu")
 
 
 def make_group(cfg: RunConfig) -> WorkerGroup:

@@ -2,6 +2,8 @@
 
 Memory per GPU (``gpu_memory``: training states, gathered layers, activations, the
 engine's weights and KV cache from ``engine_memory``), model sizes from config.json or
-``known_models``, the ``grouprl plan`` tables (``render``, ``rows``), and ``check_run``:
-the config's checks plus the memory plan's, before anything loads.
+``known_models``, the ``grouprl plan`` tables (``render``; ``batch_rows`` per rank,
+``rollout_rows`` for the engine replicas, ``rows`` for models and memory) for the machines
+the recipe asks for (``target``; ``--here``: this one), and ``check_run``: the config's
+checks plus the memory plan's, before anything loads.
 """

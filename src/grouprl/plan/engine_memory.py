@@ -32,7 +32,7 @@ ENGINE_OVERHEAD = GiB
 
 @dataclass(frozen=True)
 class Engine:
-    """The vLLM engine's share of one of its GPUs."""
+    """A vLLM engine replica's share of each of its ``rollout.tensor_parallel_size`` GPUs."""
 
     claim: int
     weights: int
@@ -61,7 +61,7 @@ def engine_plan(cfg: RunConfig, *, config: dict[str, Any], gpu_bytes: int, gpu: 
     per_token = kv_bytes_per_token(shape, tensor_parallel=tp, dtype_bytes=size)
     sequences = kv_cache // (r.max_model_len * per_token)
     where = (
-        "on GPU 0 beside training rank 0 (rollout.gpus=0: colocated)"
+        "beside a training rank on each of its GPUs (rollout.gpus=0: colocated)"
         if r.gpus == 0
         else f"on its own GPUs (rollout.gpus={r.gpus}: dedicated)"
     )

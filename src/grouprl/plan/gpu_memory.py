@@ -8,8 +8,10 @@ within a few GiB of the GPU's size may still run out of memory.
 Sizes from config.json: V vocab, H hidden, I intermediate, L layers, q = heads x head_dim,
 kv = kv_heads x head_dim. P the policy's parameters, Pc the critic's, W the training
 ranks (``RunConfig.world_size``), N = train.micro_batch_size x max tokens per sample (the
-tokens of one rank's forward/backward). Training keeps float32 master weights and AdamW
-states, sharded by FSDP2, and computes under bf16 autocast::
+tokens of one rank's forward/backward: micro_batch_size counts one rank's samples, and
+the config checks hold it to the rank's share of a mini-batch, mini_batch_size / W).
+Training keeps float32 master weights and AdamW states, sharded by FSDP2, and computes
+under bf16 autocast::
 
     one training GPU, training phase
       CUDA context     0.5 GiB (the trainer process)
@@ -32,8 +34,9 @@ states, sharded by FSDP2, and computes under bf16 autocast::
       optimizer step   cluster.offload_optimizer: P x 8 / W of moments brought in for the
                        step, after backward freed the activations (the larger of this, the
                        critic's, and the passes)
-    the vLLM engine: on GPU 0 beside training rank 0 (rollout.gpus=0, colocated) or on GPUs
-    of its own (rollout.gpus > 0, dedicated)
+    a vLLM engine replica: on the GPUs of tensor_parallel_size training ranks (rollout.gpus=0,
+    colocated; every training GPU of a replica holds this) or on GPUs of its own
+    (rollout.gpus > 0, dedicated); per GPU of the replica
       claim            rollout.gpu_memory_utilization x GPU size
       weights          P x 2 / rollout.tensor_parallel_size
       overhead         1 GiB (its CUDA context, activations, CUDA graphs)
@@ -229,7 +232,7 @@ class _Trainer:
 def _trainer(
     cfg: RunConfig, derived: Derived, *, config: dict[str, Any], critic_config: dict[str, Any]
 ) -> _Trainer:
-    world, tokens = derived.world_size, derived.max_tokens_per_micro_batch
+    world, tokens = derived.world_size, derived.max_tokens_per_pass
     shape, count = decoder_shape(config), estimate_params(config)
     adapters = lora_params(shape, cfg.train.lora.rank)
     policy_states = _states_row(
@@ -278,9 +281,9 @@ def _policy_pass(
 ) -> list[MemoryRow]:
     """Gathered params, activations and logprob chunk of the policy's forward/backward."""
     per, micro = derived.max_tokens_per_sample, derived.micro_batch_size
-    tokens = derived.max_tokens_per_micro_batch
+    tokens = derived.max_tokens_per_pass
     where = (
-        f"train.micro_batch_size={micro} x {per}"
+        f"train.micro_batch_size={micro} per rank x {per}"
         if cfg.train.micro_batch_tokens is None
         else f"train.micro_batch_tokens, or one {per}-token sample"
     )

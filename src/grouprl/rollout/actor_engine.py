@@ -1,24 +1,24 @@
-"""The rollout engine in a Ray actor of its own: generation on GPUs no training rank uses
-(``rollout.gpus``, e.g. 1 of 8) or, on CPU, in a process of its own.
+"""A rollout engine in a Ray actor of its own: one replica of ``replicas.ReplicaSet``.
 
-    driver ──generate(prompts)──► RolloutHost actor (num_gpus=rollout.gpus) ─► engine
-           ──update_weights(w, v)─►   the configured engine (vllm, hf) built inside it;
-                                      Ray hands it its GPUs (CUDA_VISIBLE_DEVICES)
+    driver ──generate(prompts)──────► RolloutHost actor ─► the configured engine (vllm,
+    node's leader rank ──push(w, v)──►   hf) built inside it, on the GPUs it shares with
+                                          training ranks (colocated: it sleeps while they
+                                          train), on GPUs of its own, or on CPU
 
-``ActorEngine`` is the driver's handle; it is a ``RolloutEngine`` like the others, so
-the loop and the episode runner do not know where generation happens.
+``ActorEngine`` is the handle, a ``RolloutEngine`` like the others. It pickles (a
+Ray actor handle and a name), so the training rank on the replica's node can push
+weights to it directly; every failure and timeout names the replica.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from contextlib import AbstractContextManager, nullcontext
-from pathlib import Path
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
 
-from grouprl.cluster.connection import PLACEMENT_TIMEOUT_S
 from grouprl.config.schema import RunConfig
 from grouprl.rollout.base import SamplingSettings
 from grouprl.types import Completion
@@ -27,57 +27,55 @@ from grouprl.types import Completion
 class RolloutHost:
     """The actor's body: builds the configured engine where Ray placed it."""
 
-    def __init__(self, cfg: RunConfig, *, model_dir: str, cache_dir: str | None) -> None:
+    def __init__(
+        self, cfg: RunConfig, *, model_dir: str, cache_dir: str | None, device: str, sleeps: bool
+    ) -> None:
         from transformers import AutoTokenizer
 
         from grouprl.device import resolve_device
         from grouprl.rollout.engines import build_here
 
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        device = resolve_device("cuda" if cfg.rollout.gpus else "cpu")
-        here = cfg.rollout.model_copy(update={"placement": "driver"})  # this actor drives it
         self.engine = build_here(
-            cfg.model_copy(update={"rollout": here}),
+            cfg,
             model_dir=model_dir,
             tokenizer=tokenizer,
-            device=device,
+            device=resolve_device(device),
             cache_dir=cache_dir,
+            sleeps=sleeps,
         )
+        self._released: Any = None
 
     def generate(self, prompts: list[list[int]], settings: SamplingSettings):
         return self.engine.generate(prompts, settings)
 
-    def update_weights(self, weights: dict[str, Tensor], version: int) -> None:
+    def update_weights(self, weights: dict[str, Tensor], version: int) -> int:
         self.engine.update_weights(weights.items(), version=version)
+        return self.engine.weight_version
+
+    def sleep(self) -> None:
+        self._released = self.engine.released()
+        self._released.__enter__()
+
+    def wake(self) -> None:
+        released, self._released = self._released, None
+        if released is not None:
+            released.__exit__(None, None, None)
 
     def close(self) -> None:
         self.engine.close()
 
 
+@dataclass
 class ActorEngine:
-    def __init__(self, actor: Any) -> None:
-        self.actor = actor
-        self._version = 0
+    """The handle of one replica's actor. ``name`` says which replica it is and where
+    (node, GPUs), for every message; ``timeout_s`` bounds each call (rollout.timeout_s)."""
 
-    @classmethod
-    def start(cls, cfg: RunConfig, *, model_dir: str, cache_dir: str | None) -> ActorEngine:
-        import ray
-
-        from grouprl.cluster.connection import connect
-
-        temp = Path(cache_dir) / "ray" if cache_dir is not None else None
-        connect(cfg.cluster, world_size=cfg.world_size, temp_dir=temp)
-        r = cfg.rollout
-        actor = (
-            ray.remote(RolloutHost)
-            # no CPU reservation: the ranks hold the CPU slots; an engine in the driver
-            # holds none either
-            .options(num_gpus=r.gpus, num_cpus=0)
-            .remote(cfg, model_dir=model_dir, cache_dir=cache_dir)
-        )
-        engine = cls(actor)
-        engine._get(actor.__ray_ready__.remote(), "start", timeout=PLACEMENT_TIMEOUT_S)
-        return engine
+    actor: Any
+    name: str
+    timeout_s: float
+    sleeps: bool = False
+    _version: int = 0
 
     @property
     def weight_version(self) -> int:
@@ -86,16 +84,29 @@ class ActorEngine:
     def generate(
         self, prompts: list[list[int]], settings: SamplingSettings
     ) -> list[list[Completion]]:
-        return self._get(self.actor.generate.remote(prompts, settings), "generate")
+        return self.get(self.actor.generate.remote(prompts, settings), "generate")
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None:
         weights = {name: tensor.detach().cpu() for name, tensor in named_tensors}
-        self._get(self.actor.update_weights.remote(weights, version), "update_weights")
-        self._version = version
+        self._version = self.get(self.push(weights, version), "a weight push")
 
-    def released(self) -> AbstractContextManager[None]:
-        """The actor's GPUs are its own: nothing to release."""
-        return nullcontext()
+    def push(self, weights: Any, version: int):
+        """Starts a push of ``weights`` (a dict, or a Ray reference to one already in the
+        object store, shared by the node's replicas); ``get`` the result: the version the
+        replica then serves."""
+        return self.actor.update_weights.remote(weights, version)
+
+    @contextmanager
+    def released(self) -> Iterator[None]:
+        """A colocated replica sleeps for the block (its GPU memory goes to training)."""
+        if not self.sleeps:
+            yield
+            return
+        self.get(self.actor.sleep.remote(), "sleep")
+        try:
+            yield
+        finally:
+            self.get(self.actor.wake.remote(), "wake up")
 
     def close(self) -> None:
         import ray
@@ -103,25 +114,25 @@ class ActorEngine:
         if self.actor is None:
             return
         try:
-            self._get(self.actor.close.remote(), "close")
+            self.get(self.actor.close.remote(), "close")
         finally:
             ray.kill(self.actor)
             self.actor = None
 
-    def _get(self, ref, what: str, *, timeout: float | None = None):
+    def get(self, ref, what: str, *, timeout: float | None = None):
+        """``ray.get(ref)`` within ``timeout`` (default ``timeout_s``); a failure or a
+        timeout kills the actor and raises ``WorkerFailed`` naming the replica."""
         import ray
 
         from grouprl.cluster.connection import WorkerFailed, reason
 
+        limit = f"{timeout:.0f} s" if timeout else f"rollout.timeout_s={self.timeout_s:.0f} s"
         try:
-            return ray.get(ref, timeout=timeout)
+            return ray.get(ref, timeout=timeout or self.timeout_s)
         except ray.exceptions.GetTimeoutError:
             ray.kill(self.actor)
             raise WorkerFailed(
-                f"the rollout engine's actor was not placed within {timeout:.0f} s: the "
-                "cluster has no node with rollout.gpus free GPUs; add one or lower rollout.gpus"
+                f"{self.name} did not finish {what} within {limit}: stopped it"
             ) from None
         except Exception as err:
-            raise WorkerFailed(
-                f"the rollout engine's actor failed during {what}: {reason(err)}"
-            ) from None
+            raise WorkerFailed(f"{self.name} failed during {what}: {reason(err)}") from None

@@ -27,9 +27,14 @@ def build_here(
     policy_model=None,
     device: torch.device,
     cache_dir: str | None = None,
+    sleeps: bool = False,
 ) -> RolloutEngine:
-    """The engine ``rollout.engine`` names, in this process (the driver, or the engine's
-    own actor). Arguments as ``factory.make_engine``'s."""
+    """The engine ``rollout.engine`` names, in this process (the driver, or a replica's
+    actor). ``model_dir`` is a local Hugging Face model directory; ``policy_model`` the
+    trainer's model, which the ``hf`` engine copies (loaded from ``model_dir`` when not
+    given); ``cache_dir`` receives vLLM's and inductor's caches; ``sleeps``: the engine
+    shares a GPU with training and gives its memory back while training
+    (``released``)."""
     return _BUILDERS[cfg.rollout.engine](
         cfg,
         model_dir=model_dir,
@@ -37,16 +42,19 @@ def build_here(
         policy_model=policy_model,
         device=device,
         cache_dir=cache_dir,
+        sleeps=sleeps,
     )
 
 
-def shares_training_gpu(cfg: RunConfig, device: torch.device) -> bool:
-    """Whether the engine runs on the GPU the policy trains on (in this process)."""
-    in_process = cfg.rollout.engine in ("vllm", "hf") and not placed_in_actor(cfg)
-    return device.type == "cuda" and cfg.rollout.gpus == 0 and in_process
+def shares_training_gpu(cfg: RunConfig, *, training_on_gpu: bool) -> bool:
+    """Whether the engines run on the GPUs the policy trains on (in the driver, or in
+    actors colocated with the ranks)."""
+    return training_on_gpu and cfg.rollout.gpus == 0 and cfg.rollout.engine != "server"
 
 
-def _build_hf(cfg, *, model_dir, tokenizer, policy_model, device, cache_dir) -> RolloutEngine:
+def _build_hf(
+    cfg, *, model_dir, tokenizer, policy_model, device, cache_dir, sleeps
+) -> RolloutEngine:
     from grouprl.rollout.hf_engine import HFEngine
 
     dtype = resolve_dtype(cfg.model.dtype, device)
@@ -59,7 +67,9 @@ def _build_hf(cfg, *, model_dir, tokenizer, policy_model, device, cache_dir) -> 
     return HFEngine(policy_model, tokenizer, device=device, dtype=dtype)
 
 
-def _build_vllm(cfg, *, model_dir, tokenizer, policy_model, device, cache_dir) -> RolloutEngine:
+def _build_vllm(
+    cfg, *, model_dir, tokenizer, policy_model, device, cache_dir, sleeps
+) -> RolloutEngine:
     if importlib.util.find_spec("vllm") is None:
         raise EngineUnavailableError(
             "rollout.engine='vllm' but the `vllm` package is not installed; install the "
@@ -77,12 +87,14 @@ def _build_vllm(cfg, *, model_dir, tokenizer, policy_model, device, cache_dir) -
         cpu_kv_cache_gib=r.cpu_kv_cache_gib,
         seed=cfg.train.seed,
         cache_dir=cache_dir,
-        sleep_while_training=shares_training_gpu(cfg, device),
+        sleep_while_training=sleeps and device.type == "cuda",
         tensor_parallel_size=r.tensor_parallel_size,
     )
 
 
-def _build_server(cfg, *, model_dir, tokenizer, policy_model, device, cache_dir) -> RolloutEngine:
+def _build_server(
+    cfg, *, model_dir, tokenizer, policy_model, device, cache_dir, sleeps
+) -> RolloutEngine:
     from grouprl.rollout.server_engine import ServerEngine
 
     r = cfg.rollout
@@ -99,9 +111,3 @@ _BUILDERS: dict[str, Callable[..., RolloutEngine]] = {
     "vllm": _build_vllm,
     "server": _build_server,
 }
-
-
-def placed_in_actor(cfg: RunConfig) -> bool:
-    """``rollout.placement``: auto puts the engine in an actor when it has GPUs of its own."""
-    placement = cfg.rollout.placement
-    return placement == "actor" or (placement == "auto" and cfg.rollout.gpus > 0)

@@ -18,6 +18,7 @@ from grouprl.rewards.registry import resolve_rewards
 from grouprl.rewards.scoring import RewardRunner, RewardScores, score_completions
 from grouprl.rollout.base import RolloutEngine, SamplingSettings
 from grouprl.rollout.episodes import run_episodes
+from grouprl.rollout.replicas import ReplicaSet, in_driver, start_replicas
 from grouprl.rollout.runner import ScoreFn, collect, score_trajectories
 from grouprl.types import Trajectory
 
@@ -110,14 +111,30 @@ def make_rollout(
     return run
 
 
-def start_engine(cfg: RunConfig, *, tokenizer, device, cache_dir: Path) -> RolloutEngine:
-    """The configured rollout engine over ``model.path``."""
+def start_engine(
+    cfg: RunConfig,
+    *,
+    tokenizer,
+    device,
+    cache_dir: Path,
+    places: list[dict[str, Any]] | None = None,
+) -> ReplicaSet:
+    """The configured rollout engines over ``model.path``: replicas in Ray actors on the
+    nodes of the training ranks at ``places`` (``rollout.placement``), or one engine here
+    on ``device``."""
+    model_dir = resolve_model_path(cfg.model.path)
+    if cfg.rollout_in_actors:
+        return start_replicas(
+            cfg,
+            model_dir=str(model_dir),
+            cache_dir=str(cache_dir),
+            places=places or [],
+            on_gpu=device.type == "cuda",
+        )
     from grouprl.rollout.factory import make_engine
 
-    return make_engine(
-        cfg,
-        model_dir=resolve_model_path(cfg.model.path),
-        tokenizer=tokenizer,
-        device=device,
-        cache_dir=cache_dir,
+    return in_driver(
+        make_engine(
+            cfg, model_dir=model_dir, tokenizer=tokenizer, device=device, cache_dir=cache_dir
+        )
     )

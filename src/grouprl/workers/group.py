@@ -32,6 +32,12 @@ W = TypeVar("W")
 
 class WorkerGroup(Protocol):
     world_size: int
+    places: list[dict[str, Any]]
+    """Where each rank runs (Ray ``node`` id, ``ip``, ``gpus``); empty in this process."""
+
+    def leaders(self) -> list[int]:
+        """The first rank of each node, in node order."""
+        ...
 
     def add(self, name: str, cls: type[W], *, uses: Sequence[str] = (), **kwargs: Any) -> Role[W]:
         """Builds ``cls`` on every rank as role ``name``."""
@@ -68,6 +74,10 @@ class LocalGroup:
     def __init__(self, device: str) -> None:
         self.rank = Rank(0, 1, device)
         self.roles: dict[str, Any] = {}
+        self.places: list[dict[str, Any]] = []
+
+    def leaders(self) -> list[int]:
+        return [0]
 
     def add(self, name: str, cls: type[W], *, uses: Sequence[str] = (), **kwargs: Any) -> Role[W]:
         self.roles[name] = build_role(cls, self.rank, self.roles, uses, kwargs)

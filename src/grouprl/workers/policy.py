@@ -14,6 +14,8 @@ from torch import Tensor
 from grouprl.ckpt.resume import load_part, part_state
 from grouprl.config.schema import RunConfig
 from grouprl.lora_weights import merged_weights
+from grouprl.rollout.base import RolloutEngine
+from grouprl.rollout.replicas import push
 from grouprl.types import TrainingBatch
 from grouprl.workers.common import (
     autocast,
@@ -84,29 +86,38 @@ class PolicyWorker:
         self.scheduler.step()
         return metrics
 
-    def weights(self) -> dict[str, Tensor] | None:
-        """Full weights by parameter name, for the rollout engine (LoRA merged in, under
-        the base model's names). Every rank must call this (the shards are gathered);
-        rank 0 gets them on the CPU, the others None."""
-        names = [name for name, _ in self.model.named_parameters()]
-        if not self.rank.distributed:
-            params = dict(self.model.named_parameters())
-            full = {name: params[name].detach() for name in names}
-        else:
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                get_model_state_dict,
-            )
+    def weights(self, *, on: frozenset[int] = frozenset({0})) -> dict[str, Tensor] | None:
+        """Full weights by parameter name, for rollout engines (LoRA merged in, under the
+        base model's names). Every rank must call this (the shards are gathered one
+        parameter at a time); the ranks in ``on`` get them on the CPU, the others None."""
+        from torch.distributed.tensor import DTensor
 
-            state = get_model_state_dict(
-                self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-            )
-            if self.rank.rank != 0:
-                return None
-            full = {name: state[name] for name in names}
+        keep = self.rank.rank in on
+        full: dict[str, Tensor] = {}
+        for name, param in self.model.named_parameters():
+            t = param.detach()
+            if isinstance(t, DTensor):
+                if t.device.type != t.device_mesh.device_type:  # cluster.offload: CPU shards
+                    t = t.to(t.device_mesh.device_type)
+                t = t.full_tensor()  # a collective: every rank takes part
+            if keep:  # one process: the live tensors, as the engine here copies them
+                full[name] = t.cpu() if self.rank.distributed else t
+        if not keep:
+            return None
         if has_lora(self.model):
             full = merged_weights(full, scaling=self.model.lora_scaling)
         return full
+
+    def push_weights(
+        self, targets: dict[int, list[tuple[int, RolloutEngine]]], *, version: int
+    ) -> dict[int, int]:
+        """Gathers the full weights on each node's leader rank (the keys of ``targets``),
+        which pushes them to its node's rollout replicas; returns replica -> the version
+        it reports (empty on the other ranks)."""
+        weights = self.weights(on=frozenset(targets))
+        if weights is None or not targets[self.rank.rank]:
+            return {}
+        return push(targets[self.rank.rank], weights, version=version)
 
     # --- checkpoints ----------------------------------------------------------------
 

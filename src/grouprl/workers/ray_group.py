@@ -46,6 +46,7 @@ class WorkerHost:
             "node": ray.get_runtime_context().get_node_id(),
             "pid": os.getpid(),
             "port": free_port(),
+            "gpus": [int(g) for g in ray.get_gpu_ids()],
         }
 
     def join(self, *, init_method: str, backend: str, timeout_s: float) -> None:

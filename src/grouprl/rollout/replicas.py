@@ -1,0 +1,318 @@
+"""Rollout engine replicas behind one engine: the loop sees a single ``RolloutEngine``
+whatever their number.
+
+    generate(P prompts) ─► split into contiguous runs of whole prompts (groups), balanced
+                           by expected work ─► replica 0 .. R-1 at once ─► joined in
+                           prompt order
+    weights (v) ─► each node's leader training rank gathers the full weights once and
+                   pushes them to the replicas on its node (one copy in the node's object
+                   store) ─► every replica reports v before generation resumes
+
+Sample j of prompt i is seeded ``seed + i * n + j`` (``SamplingSettings``); a run of
+prompts starting at i0 is sent with ``seed + i0 * n``, so each sample draws the same
+stream whichever replica generates it and however many there are.
+
+Replicas are Ray actors (``ActorEngine``), placed on the training ranks' nodes:
+colocated on the ranks' GPUs (they sleep while training), on GPUs of their own
+(``rollout.gpus``), or on CPU; or one engine in the driver for a one-rank run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from torch import Tensor
+
+from grouprl.config.schema import RunConfig
+from grouprl.rollout.actor_engine import ActorEngine, RolloutHost
+from grouprl.rollout.base import RolloutEngine, SamplingSettings
+from grouprl.types import Completion
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one replica runs: a Ray node (its index among the training ranks' nodes)
+    and, when colocated, the GPUs of the training ranks it shares."""
+
+    node: int
+    node_id: str
+    ip: str
+    gpus: tuple[int, ...] = ()
+
+
+def split_by_work(prompts: Sequence[Sequence[int]], parts: int, *, max_tokens: int) -> list[range]:
+    """Contiguous runs of prompts, at most ``parts`` of them, each close to an equal share
+    of the expected work (a prompt's tokens plus the tokens it may generate; every prompt
+    has the same ``n``). Empty runs are left out."""
+    costs = [len(p) + max_tokens for p in prompts]
+    total, bounds, acc = sum(costs), [0], 0
+    for i, cost in enumerate(costs):
+        # a prompt goes to the next run when most of it lies past this run's share
+        if len(bounds) < parts and i > bounds[-1] and acc + cost / 2 > total * len(bounds) / parts:
+            bounds.append(i)
+        acc += cost
+    bounds.append(len(prompts))
+    return [range(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+
+
+class ReplicaSet:
+    """``engines[k]`` runs on ``slots[k]``; ``names[k]`` is what messages call it."""
+
+    def __init__(self, engines: list[RolloutEngine], slots: list[Slot], names: list[str]) -> None:
+        self.engines, self.slots, self.names = engines, slots, names
+        self._version = 0
+        self._samples, self._seconds = [0] * len(engines), [0.0] * len(engines)
+        # twice the replicas: a generation ahead (rollout.max_staleness) and the training
+        # step's release of the engines never wait for each other's threads
+        self._pool = ThreadPoolExecutor(max_workers=2 * len(engines), thread_name_prefix="replica")
+
+    def __len__(self) -> int:
+        return len(self.engines)
+
+    @property
+    def weight_version(self) -> int:
+        return self._version
+
+    def generate(
+        self, prompts: list[list[int]], settings: SamplingSettings
+    ) -> list[list[Completion]]:
+        runs = split_by_work(prompts, len(self.engines), max_tokens=settings.max_tokens)
+
+        def run(k: int) -> list[list[Completion]]:
+            part, t0 = runs[k], time.perf_counter()
+            seed = None if settings.seed is None else settings.seed + part.start * settings.n
+            groups = self.engines[k].generate(
+                prompts[part.start : part.stop], replace(settings, seed=seed)
+            )
+            self._samples[k] += len(part) * settings.n
+            self._seconds[k] += time.perf_counter() - t0
+            return groups
+
+        return [group for groups in self._each(run, count=len(runs)) for group in groups]
+
+    def drain_metrics(self) -> dict[str, float]:
+        """Samples and seconds each replica generated since the last call (with more than
+        one replica): how evenly the work spread."""
+        out: dict[str, float] = {}
+        if len(self.engines) > 1:
+            for k in range(len(self.engines)):
+                out[f"replica/{k}/samples"] = float(self._samples[k])
+                out[f"replica/{k}/generate_s"] = self._seconds[k]
+        self._samples, self._seconds = [0] * len(self.engines), [0.0] * len(self.engines)
+        return out
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None:
+        """Pushes from this process to every replica (a run's pushes come from the
+        training ranks instead: ``targets``, ``confirm``)."""
+        weights = dict(named_tensors)
+        self.confirm(version, push(list(enumerate(self.engines)), weights, version=version))
+
+    def targets(self, leaders: Sequence[int]) -> dict[int, list[tuple[int, RolloutEngine]]]:
+        """The replicas each node's leader rank pushes to: ``leaders[i]`` is the first
+        rank of the training ranks' ``i``-th node."""
+        out: dict[int, list[tuple[int, RolloutEngine]]] = {rank: [] for rank in leaders}
+        for k, (engine, slot) in enumerate(zip(self.engines, self.slots, strict=True)):
+            out[leaders[min(slot.node, len(leaders) - 1)]].append((k, engine))
+        return out
+
+    def confirm(self, version: int, reported: dict[int, int]) -> None:
+        """Every replica serves ``version`` now (``reported``: replica -> version), or the
+        step fails naming the ones that do not."""
+        wrong = [
+            f"{self.names[k]} reports {reported.get(k, 'no push')}"
+            for k in range(len(self.engines))
+            if reported.get(k) != version
+        ]
+        if wrong:
+            from grouprl.cluster.connection import WorkerFailed
+
+            raise WorkerFailed(f"after the push of weight version {version}: {'; '.join(wrong)}")
+        self._version = version
+
+    @contextmanager
+    def released(self) -> Iterator[None]:
+        contexts = [engine.released() for engine in self.engines]
+        self._each(lambda k: contexts[k].__enter__())
+        try:
+            yield
+        finally:
+            self._each(lambda k: contexts[k].__exit__(None, None, None))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for name, engine in zip(self.names, self.engines, strict=True):
+            try:
+                engine.close()
+            except Exception as err:  # the others still get closed; the run is ending
+                logger.warning("closing %s: %s", name, err)
+        self.engines = []
+
+    def _each(self, fn: Callable[[int], T], *, count: int | None = None) -> list[T]:
+        """``fn(k)`` for replicas 0 .. count-1 at once; the first failure is raised as
+        soon as it happens (it names its replica)."""
+        count = len(self.engines) if count is None else count
+        if count == 1:
+            return [fn(0)]
+        futures = [self._pool.submit(fn, k) for k in range(count)]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for future in futures:
+            if future in done and future.exception() is not None:
+                raise future.exception()  # type: ignore[misc]
+        return [future.result() for future in futures]
+
+
+def push(
+    targets: list[tuple[int, RolloutEngine]], weights: dict[str, Tensor], *, version: int
+) -> dict[int, int]:
+    """Pushes ``weights`` to ``targets`` (replica index, engine) from this process and
+    returns the version each replica reports. The replicas in actors read one copy
+    put in this node's object store."""
+    reported: dict[int, int] = {}
+    remote = [(k, e) for k, e in targets if isinstance(e, ActorEngine)]
+    if remote:
+        import ray
+
+        shared = ray.put({name: t.detach().cpu() for name, t in weights.items()})
+        started = [(k, e, e.push(shared, version)) for k, e in remote]
+        for k, engine, ref in started:
+            reported[k] = engine.get(ref, "a weight push")
+    for k, engine in targets:
+        if not isinstance(engine, ActorEngine):
+            engine.update_weights(weights.items(), version=version)
+            reported[k] = engine.weight_version
+    return reported
+
+
+# --- building ---------------------------------------------------------------------------
+
+
+def slots(cfg: RunConfig, places: list[dict[str, Any]], *, on_gpu: bool) -> list[Slot]:
+    """Where each of ``cfg.rollout_replicas`` replicas runs. ``places`` are the training
+    ranks' (rank order: ``node`` id, ``ip``, ``gpus``); empty for a run in this process,
+    whose replicas spread over the Ray cluster's nodes.
+
+    Colocated on GPUs, replica k shares the GPUs of ``tensor_parallel_size`` ranks from
+    rank ``k * world // replicas``; otherwise it goes to node ``k * nodes // replicas``."""
+    replicas = cfg.rollout_replicas
+    if not places:  # one rank in this process: its GPU is this process's first
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")
+        nodes = _ray_nodes()
+        places = [{"node": n["NodeID"], "ip": n["NodeManagerAddress"]} for n in nodes]
+        places[0]["gpus"] = [int(g) for g in visible[: cfg.rollout.tensor_parallel_size]]
+    node_ids = list(dict.fromkeys(p["node"] for p in places))
+    colocated = on_gpu and cfg.rollout.gpus == 0
+    out = []
+    for k in range(replicas):
+        if colocated:
+            first = k * len(places) // replicas
+            ranks = places[first : first + cfg.rollout.tensor_parallel_size]
+            gpus = tuple(g for p in ranks for g in p.get("gpus", ()))
+            place = places[first]
+        else:
+            gpus, node = (), node_ids[k * len(node_ids) // replicas]
+            place = next(p for p in places if p["node"] == node)
+        out.append(Slot(node_ids.index(place["node"]), place["node"], place["ip"], gpus))
+    return out
+
+
+def _ray_nodes() -> list[dict[str, Any]]:
+    """The Ray cluster's live nodes, this process's node first."""
+    import ray
+
+    here = ray.get_runtime_context().get_node_id()
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    return sorted(nodes, key=lambda n: n["NodeID"] != here)
+
+
+def start_replicas(
+    cfg: RunConfig,
+    *,
+    model_dir: str,
+    cache_dir: str | None,
+    places: list[dict[str, Any]],
+    on_gpu: bool,
+    env: Callable[[int], dict[str, str]] | None = None,
+) -> ReplicaSet:
+    """``cfg.rollout_replicas`` engines in Ray actors, started at once and waited for;
+    ``on_gpu``: the training ranks (and so the replicas) use GPUs.
+    ``env(k)``: extra environment variables for replica k (benchmarks bind each to its
+    own cores)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from grouprl.cluster.connection import PLACEMENT_TIMEOUT_S, connect
+
+    temp = Path(cache_dir) / "ray" if cache_dir is not None else None
+    connect(cfg.cluster, world_size=cfg.world_size, temp_dir=temp)
+    r = cfg.rollout
+    where = slots(cfg, places, on_gpu=on_gpu)
+    engines, names = [], []
+    for k, slot in enumerate(where):
+        gpus = f"GPU {','.join(map(str, slot.gpus))}" if slot.gpus else ""
+        if on_gpu and not slot.gpus:
+            gpus = f"{r.tensor_parallel_size} GPU(s) of its own"
+        name = f"rollout replica {k} of {len(where)} (node {slot.ip}{', ' + gpus if gpus else ''})"
+        variables = dict(env(k)) if env is not None else {}
+        if slot.gpus:  # colocated: the ranks' GPUs, which Ray already gave to them
+            variables |= {
+                "CUDA_VISIBLE_DEVICES": ",".join(map(str, slot.gpus)),
+                "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
+            }
+        actor = (
+            ray.remote(RolloutHost)
+            .options(
+                # the ranks hold the CPU slots; the dedicated GPUs are outside their bundles
+                num_cpus=0,
+                num_gpus=r.tensor_parallel_size if r.gpus else 0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(slot.node_id, soft=False),
+                runtime_env={"env_vars": variables} if variables else None,
+            )
+            .remote(
+                cfg,
+                model_dir=model_dir,
+                cache_dir=cache_dir,
+                device="cuda" if on_gpu else "cpu",
+                sleeps=bool(slot.gpus),
+            )
+        )
+        engines.append(ActorEngine(actor, name, timeout_s=r.timeout_s, sleeps=bool(slot.gpus)))
+        names.append(name)
+    started = ReplicaSet(engines, where, names)
+    try:
+        ready = [e.actor.__ray_call__.remote(_pid) for e in engines]
+        pids = started._each(
+            lambda k: engines[k].get(
+                ready[k],
+                "its start (waiting for a node with the GPUs it asks for)",
+                timeout=PLACEMENT_TIMEOUT_S,
+            )
+        )
+    except BaseException:
+        started.close()
+        raise
+    logger.info(
+        "%d rollout replica(s): %s",
+        len(names),
+        "; ".join(f"{name} pid {pid}" for name, pid in zip(names, pids, strict=True)),
+    )
+    return started
+
+
+def _pid(host: RolloutHost) -> int:
+    return os.getpid()
+
+
+def in_driver(engine: RolloutEngine, *, name: str = "rollout engine (in the driver)") -> ReplicaSet:
+    """One engine in this process as a replica set of one."""
+    return ReplicaSet([engine], [Slot(0, "", "driver")], [name])
