@@ -273,7 +273,7 @@ def no_rewards(completions: list[str], rows: list[dict]):
 def grouprl_engine(s: Settings, work: Path):
     import torch
 
-    from grouprl.rollout.factory import make_engine
+    from grouprl.rollout.engines import make_engine
 
     started = time.perf_counter()
     engine = make_engine(

@@ -5,6 +5,6 @@ vllm are imported only when a backend is built.
 """
 
 from grouprl.rollout.base import RolloutEngine, SamplingSettings
-from grouprl.rollout.factory import EngineUnavailableError, make_engine
+from grouprl.rollout.engines import EngineUnavailableError, make_engine
 
 __all__ = ["EngineUnavailableError", "RolloutEngine", "SamplingSettings", "make_engine"]

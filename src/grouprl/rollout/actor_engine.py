@@ -33,10 +33,10 @@ class RolloutHost:
         from transformers import AutoTokenizer
 
         from grouprl.device import resolve_device
-        from grouprl.rollout.engines import build_here
+        from grouprl.rollout.engines import make_engine
 
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self.engine = build_here(
+        self.engine = make_engine(
             cfg,
             model_dir=model_dir,
             tokenizer=tokenizer,

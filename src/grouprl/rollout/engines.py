@@ -1,4 +1,4 @@
-"""The rollout engines that run in this process, built by the name ``rollout.engine`` gives."""
+"""The rollout engine that runs in this process, built by the name ``rollout.engine`` gives."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class EngineUnavailableError(RuntimeError):
     user_error = True
 
 
-def build_here(
+def make_engine(
     cfg: RunConfig,
     *,
     model_dir: str,
@@ -27,14 +27,17 @@ def build_here(
     policy_model=None,
     device: torch.device,
     cache_dir: str | None = None,
-    sleeps: bool = False,
+    sleeps: bool | None = None,
 ) -> RolloutEngine:
     """The engine ``rollout.engine`` names, in this process (the driver, or a replica's
-    actor). ``model_dir`` is a local Hugging Face model directory; ``policy_model`` the
-    trainer's model, which the ``hf`` engine copies (loaded from ``model_dir`` when not
-    given); ``cache_dir`` receives vLLM's and inductor's caches; ``sleeps``: the engine
-    shares a GPU with training and gives its memory back while training
-    (``released``)."""
+    actor), on ``device``. ``model_dir`` is a local Hugging Face model directory;
+    ``policy_model`` the trainer's model, which the ``hf`` engine copies (loaded from
+    ``model_dir`` when not given); ``cache_dir`` receives vLLM's and inductor's caches;
+    ``sleeps``: the engine shares a GPU with training and gives its memory back while
+    training (``released``); None: when it is on the GPU training uses here. A run's
+    replicas (``rollout.replicas``) are built by ``rollout.setup.start_engine``."""
+    if sleeps is None:
+        sleeps = shares_training_gpu(cfg, training_on_gpu=device.type == "cuda")
     return _BUILDERS[cfg.rollout.engine](
         cfg,
         model_dir=model_dir,

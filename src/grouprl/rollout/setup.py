@@ -131,7 +131,7 @@ def start_engine(
             places=places or [],
             on_gpu=device.type == "cuda",
         )
-    from grouprl.rollout.factory import make_engine
+    from grouprl.rollout.engines import make_engine
 
     return in_driver(
         make_engine(
