@@ -15,7 +15,8 @@ from rich.console import Console
 
 from grouprl.config.schema import RunConfig, TrainConfig
 
-console = Console(stderr=True)
+# Our lines carry paths, errors and library text with brackets: never read them as markup.
+console = Console(stderr=True, markup=False)
 
 
 def run_dir_of(cfg: RunConfig) -> Path:

@@ -116,3 +116,27 @@ def test_python_dash_m_runs_the_cli():
     )
     assert result.returncode == 0, result.stderr
     assert "tiny-arith" in result.stdout
+
+
+def test_a_restart_prints_a_failure_whose_text_looks_like_markup(monkeypatch, capsys):
+    """Gloo's errors carry source paths in brackets ("[/__w/.../pair.cc:537]"); the
+    restart line prints them as text instead of failing the run on a markup error."""
+    from grouprl.cluster.connection import WorkerFailed
+    from grouprl.config.loader import load_config
+    from grouprl.driver import run
+
+    failure = "rank 1 died: [/__w/pytorch/third_party/gloo/transport/tcp/pair.cc:537] reset"
+    sessions = []
+
+    def session(cfg):
+        sessions.append(cfg.trainer.resume)
+        if len(sessions) == 1:
+            raise WorkerFailed(failure)
+        return {"steps": 1}
+
+    monkeypatch.setattr(run, "_train_session", session)
+    cfg = load_config("tiny-arith", ["trainer.max_restarts=1"])
+    assert run.train(cfg) == {"steps": 1}
+    assert sessions[1] == "auto"
+    err = " ".join(capsys.readouterr().err.split())
+    assert "pair.cc:537] reset" in err and "restart 1 of trainer.max_restarts=1" in err

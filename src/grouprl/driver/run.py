@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from rich.text import Text
 from torch import Tensor
 
 from grouprl.algo.kl import KLController
@@ -203,9 +204,9 @@ def train(cfg: RunConfig) -> dict[str, Any]:
                 raise
             restarts += 1
             console.log(
-                f"[yellow]{err}[/yellow]\nrestarting the training ranks from the newest "
-                f"checkpoint (restart {restarts} of trainer.max_restarts="
-                f"{cfg.trainer.max_restarts})"
+                Text(str(err), style="yellow"),
+                "\nrestarting the training ranks from the newest checkpoint (restart "
+                f"{restarts} of trainer.max_restarts={cfg.trainer.max_restarts})",
             )
             cfg = cfg.model_copy(
                 update={"trainer": cfg.trainer.model_copy(update={"resume": "auto"})}
