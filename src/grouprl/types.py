@@ -35,6 +35,7 @@ class Completion:
     logprobs: list[float]  # engine logprob of each sampled token
     finish_reason: str  # "stop" (end-of-sequence token) or "length"
     text: str = ""
+    replica: int = 0  # the rollout replica that sampled it
 
 
 @dataclass
@@ -108,6 +109,7 @@ class TrainingBatch:
     ref_logprobs_BT: Tensor | None = None  # frozen reference, when algo.beta > 0
     old_values_BT: Tensor | None = None  # critic values the advantages were computed with
     returns_BT: Tensor | None = None  # the critic's regression targets
+    replica_BT: Tensor | None = None  # long: the replica that sampled each generated token
 
     def __len__(self) -> int:
         return self.input_ids_BT.shape[0]

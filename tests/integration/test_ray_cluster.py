@@ -111,8 +111,9 @@ def test_two_replicas_one_per_node_give_the_same_run(
     ray_cluster, one_process, tmp_path, tiny_model_dir
 ):
     """rollout.replicas=2: an engine actor on each node, fed by the training rank on its
-    node; each generates its share of every step at the same weight version, and the
-    same seeds give the same samples and the same parameters as one engine."""
+    node; each generates its share of every step at the same weight version (the trainer
+    scores each replica's samples as it sampled them), and the same seeds give the same
+    samples and the same parameters as one engine."""
     run_dir = tmp_path / "replicas"
     log = tmp_path / "replicas.log"
     args = [*_overrides(run_dir, tiny_model_dir), *_on_cluster(ray_cluster)]
@@ -122,6 +123,7 @@ def test_two_replicas_one_per_node_give_the_same_run(
     for x in steps[1:]:
         assert x["replica/0/samples"] > 0 and x["replica/1/samples"] > 0, x
         assert x["replica/0/samples"] + x["replica/1/samples"] == 16
+        assert x["replica/0/engine_logprob_gap"] < 1e-4 and x["replica/1/engine_logprob_gap"] < 1e-4
     assert _rewards(run_dir) == pytest.approx(_rewards(one_process))
     _assert_same_parameters(one_process, run_dir)
 

@@ -121,6 +121,35 @@ def _update(
     return m, metrics
 
 
+def test_each_replicas_logprob_gap_is_its_own_and_an_odd_one_is_named(model, caplog):
+    """Replica 1 samples with other weights (its logprobs are off by 0.5): its gap says
+    so, replica 0's stays at the numerics', over mini-batches that hold one replica each."""
+    from grouprl.driver.loop import _warn_of_odd_replicas
+
+    trajectories = _trajectories(8, seed=3)
+    for b, t in enumerate(trajectories):
+        t.completion.replica = b // 4
+    batch = build_batch(trajectories, pad_id=0)
+    with torch.no_grad():
+        true_BT, _ = token_logprobs(
+            model,
+            input_ids_BT=batch.input_ids_BT,
+            attention_mask_BT=batch.attention_mask_BT,
+            chunk_tokens=16,
+        )
+    mask_BT = batch.loss_mask_BT
+    batch.engine_logprobs_BT = (true_BT + 0.5 * (batch.replica_BT == 1)) * mask_BT
+    batch = _with_advantages(batch, torch.linspace(-1, 1, 8))
+    _, metrics = _update(model, batch, micro=2, mini=4)
+    assert metrics["replica/0/engine_logprob_gap"] < 1e-5
+    assert metrics["replica/1/engine_logprob_gap"] == pytest.approx(0.5, abs=1e-5)
+    assert not [key for key in metrics if key.endswith(("gap_part", "token_share"))]
+    with caplog.at_level("WARNING"):
+        _warn_of_odd_replicas(metrics, step=7)
+    [warning] = caplog.messages
+    assert warning.startswith("step 7: rollout replica 1's engine/trainer logprob gap is 0.5")
+
+
 def test_four_micro_batches_of_two_equal_one_batch_of_eight(model):
     torch.manual_seed(1)
     batch = _with_advantages(build_batch(_trajectories(8, seed=3), pad_id=0), torch.randn(8))

@@ -16,7 +16,9 @@ def build_batch(
     The loss mask covers the model's tokens only (none of them, with
     ``mask_truncated``, for an episode whose last turn was cut off at the length
     limit); the engine's logprobs are placed at the positions of the tokens they
-    score and ``turn_index_BT`` numbers the model turns. Advantages start at zero.
+    score and ``turn_index_BT`` numbers the model turns. With more than one rollout
+    replica, ``replica_BT`` says which sampled each generated token (-1 elsewhere).
+    Advantages start at zero.
     """
     rows = [t.sequence_ids() for t in trajectories]
     width = max(len(ids) for ids in rows)
@@ -26,6 +28,7 @@ def build_batch(
     loss_mask = torch.zeros((B, width), dtype=torch.float32)
     turn_index = torch.full((B, width), -1, dtype=torch.long)
     engine_lp = torch.zeros((B, width), dtype=torch.float32)
+    replica = torch.full((B, width), -1, dtype=torch.long)
     for b, (traj, ids) in enumerate(zip(trajectories, rows, strict=True)):
         input_ids[b, : len(ids)] = torch.tensor(ids)
         attention[b, : len(ids)] = 1
@@ -35,6 +38,7 @@ def build_batch(
             end = start + len(turn.completion.token_ids)
             loss_mask[b, start:end] = float(in_loss)
             turn_index[b, start:end] = k
+            replica[b, start:end] = turn.completion.replica
             engine_lp[b, start:end] = torch.tensor(turn.completion.logprobs, dtype=torch.float32)
             start = end + len(turn.observation_ids)
     return TrainingBatch(
@@ -44,6 +48,7 @@ def build_batch(
         turn_index_BT=turn_index,
         advantages_BT=torch.zeros_like(loss_mask),
         engine_logprobs_BT=engine_lp,
+        replica_BT=replica if int(replica.max()) > 0 else None,
     )
 
 

@@ -254,6 +254,7 @@ def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict
                 PolicyWorker.update, batch, kl_coef=kl_coef, mini_batch_size=c.mini_batch_size
             )
         )
+        _warn_of_odd_replicas(metrics, step)
     c.state.kl.update(metrics.get("kl"), n_samples=len(batch))
     if algo.beta > 0:
         metrics["kl_coef"] = c.state.kl.coef
@@ -275,6 +276,32 @@ def _staleness(c: Components, trajectories: list[Trajectory]) -> dict[str, float
             f"{c.cfg.rollout.max_staleness} behind"
         )
     return {"staleness": sum(lags) / len(lags)} if c.ahead is not None else {}
+
+
+def _warn_of_odd_replicas(metrics: dict[str, float], step: int) -> None:
+    """The logprob-gap alarm per replica: a replica whose samples the trainer scores far
+    apart from the others' (over 3x the lowest replica's gap and 1e-3 above it) is
+    sampling with other weights than the version it confirmed."""
+    gaps = {
+        int(key.split("/")[1]): value
+        for key, value in metrics.items()
+        if key.startswith("replica/") and key.endswith("/engine_logprob_gap")
+    }
+    if len(gaps) < 2:
+        return
+    low = min(gaps.values())
+    for k, gap in sorted(gaps.items()):
+        if gap > 3 * low and gap - low > 1e-3:
+            logger.warning(
+                "step %d: rollout replica %d's engine/trainer logprob gap is %.3g (lowest "
+                "replica %.3g): it samples with other weights than the trainer's; see its "
+                "replica/%d/engine_logprob_gap metric and its actor's log",
+                step,
+                k,
+                gap,
+                low,
+                k,
+            )
 
 
 def sync_weights(c: Components, *, version: int) -> None:

@@ -95,6 +95,8 @@ class ReplicaSet:
             groups = self.engines[k].generate(
                 prompts[part.start : part.stop], replace(settings, seed=seed)
             )
+            for completion in (c for group in groups for c in group):
+                completion.replica = k
             self._samples[k] += len(part) * settings.n
             self._seconds[k] += time.perf_counter() - t0
             return groups

@@ -24,6 +24,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 from torch.distributed.tensor import DTensor
 
 from grouprl.algo.aggregate import LossNorm, token_mean
@@ -153,6 +154,34 @@ def run_updates(
     return {name: value / counts[name] for name, value in totals.items()}
 
 
+def replica_gap_parts(
+    gap_BT: Tensor, micro: TrainingBatch, replicas: int, *, norm: LossNorm
+) -> dict[str, Tensor]:
+    """Each replica's share of the mini-batch's loss tokens and of their summed
+    engine/trainer gap, both over the mini-batch's tokens; summed over micro-batches and
+    ranks, ``gap_part / token_share`` is the replica's mean gap (``replica_gaps``). Every
+    replica has both keys in every pass, so every rank reduces the same keys."""
+    out = {}
+    for k in range(replicas):
+        mask_BT = micro.loss_mask_BT * (micro.replica_BT == k)
+        out[f"replica/{k}/gap_part"] = (gap_BT * mask_BT).sum() / max(norm.tokens, 1)
+        out[f"replica/{k}/token_share"] = mask_BT.sum() / max(norm.tokens, 1)
+    return out
+
+
+def replica_gaps(metrics: dict[str, float]) -> dict[str, float]:
+    """``metrics`` with each replica's ``gap_part``/``token_share`` pair replaced by its
+    mean engine/trainer gap, ``replica/K/engine_logprob_gap``."""
+    out = dict(metrics)
+    for key in [k for k in metrics if k.endswith("/gap_part")]:
+        prefix = key.removesuffix("/gap_part")
+        share = out.pop(f"{prefix}/token_share")
+        part = out.pop(key)
+        if share > 0:
+            out[f"{prefix}/engine_logprob_gap"] = part / share
+    return out
+
+
 def policy_update(
     *,
     scorer: TokenScorer,
@@ -177,6 +206,8 @@ def policy_update(
             scorer, batch.select(rows), micro=MicroBatching.of(train), autocast=autocast, rank=rank
         )
         batch.old_logprobs_BT = old_BT
+
+    replicas = 0 if batch.replica_BT is None else int(batch.replica_BT.max()) + 1
 
     def micro_loss(micro: TrainingBatch, norm: LossNorm, iteration: int):
         with autocast():
@@ -205,9 +236,11 @@ def policy_update(
             before_BT = logprobs_BT.detach() if algo.old_logprobs == "engine" else old_BT
             gap_BT = (before_BT - micro.engine_logprobs_BT).abs()
             metrics["engine_logprob_gap"] = token_mean(gap_BT, micro.loss_mask_BT, norm=norm)
+            if micro.replica_BT is not None:
+                metrics.update(replica_gap_parts(gap_BT, micro, replicas, norm=norm))
         return loss, metrics
 
-    return run_updates(
+    metrics = run_updates(
         model=scorer,
         optimizer=optimizer,
         batch=batch,
@@ -218,3 +251,4 @@ def policy_update(
         max_grad_norm=train.max_grad_norm,
         rank=rank,
     )
+    return replica_gaps(metrics)
