@@ -180,31 +180,18 @@ class Flops:
         return self.matmul + self.head + self.attention
 
 
-def matmul_weights(model) -> int:
-    """N: the decoder layers' q, k, v, o, gate, up and down weights (no biases, norms,
-    embeddings or head)."""
-    names = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-    return sum(
-        p.numel()
-        for name, p in model.named_parameters()
-        if name.endswith(".weight") and any(f".{n}." in name for n in names)
-    )
-
-
 def analytic_flops(model, batch, train) -> tuple[Flops, Flops]:
     """(model FLOPs over real tokens, FLOPs as executed) of one step; see the docstring."""
+    from grouprl.metrics.telemetry import ModelShape, pass_flops
     from grouprl.workers.update import MicroBatching
 
-    cfg = model.config
-    d, V, L = cfg.hidden_size, cfg.vocab_size, cfg.num_hidden_layers
-    N = matmul_weights(model)
+    shape = ModelShape.of(model)
+    d, V, L, N = shape.hidden, shape.vocab, shape.layers, shape.matmul_weights
     lengths = batch.attention_mask_BT.sum(dim=1).tolist()
-    scored_BT = batch.loss_mask_BT.bool().clone()
-    scored_BT[:, 0] = False  # nothing predicts a row's first token
-    scored = int(scored_BT.sum())
-    real, square = sum(lengths), float(sum(n * n for n in lengths))
-    model_flops = Flops(6 * N * real, 6 * V * d * scored, 6 * square * d * L)
-    tokens, square_run = real, square
+    counted = pass_flops(shape, batch.attention_mask_BT, batch.loss_mask_BT)
+    model_flops = Flops(counted.weights, counted.head, counted.attention)
+    scored = counted.head / (6 * V * d)
+    tokens, square_run = sum(lengths), float(sum(n * n for n in lengths))
     if not train.packing:  # each micro-batch is trimmed to its longest row, then padded
         tokens, square_run = 0, 0.0
         for rows in MicroBatching.of(train).ranges(batch.attention_mask_BT):
@@ -322,6 +309,7 @@ def main() -> None:
 
 
 def report(args, *, model, batch, flops, step_s, matmul, load) -> None:
+    from grouprl.metrics.telemetry import ModelShape
 
     model_flops, executed, counted = flops
     n, mm_times = matmul
@@ -331,7 +319,8 @@ def report(args, *, model, batch, flops, step_s, matmul, load) -> None:
     print("\n".join(machine_lines(threads=args.threads, load=load)))
     print(
         f"model: {args.model} ({parameter_count(model):,} parameters, float32; "
-        f"{matmul_weights(model):,} non-embedding matmul weights; d {cfg.hidden_size}, "
+        f"{ModelShape.of(model).matmul_weights:,} non-embedding matmul weights; "
+        f"d {cfg.hidden_size}, "
         f"{cfg.num_hidden_layers} layers, vocab {cfg.vocab_size})"
     )
     width = batch.input_ids_BT.shape[1]

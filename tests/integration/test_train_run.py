@@ -2,6 +2,7 @@
 resume equivalence, export, eval, and what a run directory holds."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -59,6 +60,18 @@ def test_run_directory_holds_metrics_samples_report_and_redacted_config(straight
         if key == "kl":
             continue  # beta = 0: no reference, no KL
         assert any(key in x for x in lines), key
+    hardware = (
+        "memory/host_rss_gib",
+        "memory/host_peak_rss_gib",
+        "perf/generate_tokens_per_s",
+        "perf/train_tokens_per_s",
+        "perf/mfu",
+        "time/update_s",
+    )
+    for x in (x for x in lines if "reward/mean" in x):  # what each step cost, every step
+        assert all(x[key] > 0 and math.isfinite(x[key]) for key in hardware), x
+        assert 0.05 < x["memory/host_rss_gib"] <= x["memory/host_peak_rss_gib"] < 64, x
+    assert "What the steps cost" in (run_dir / "report.html").read_text()
     assert (run_dir / "samples.jsonl").read_text().count("\n") >= 4
     assert (run_dir / "reward_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert list((run_dir / "tensorboard").glob("events.*"))

@@ -9,6 +9,7 @@ from io import StringIO
 from pathlib import Path
 
 import pytest
+import torch
 from rich.console import Console
 
 from grouprl.config.schema import MetricsConfig, WandbConfig
@@ -23,6 +24,8 @@ from grouprl.metrics import (
     read_jsonl,
     write_report,
 )
+from grouprl.metrics.console import hardware_fields
+from grouprl.metrics.telemetry import ModelShape, datasheet_tflops, pass_flops, rank_memory_metrics
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -254,3 +257,54 @@ def test_number_formatting_keeps_tiny_kl_visible() -> None:
     assert format_number(0.0, 4) == "0.0000"
     assert format_number(2.5e-6, 4) == "2.5e-06"
     assert format_number(math.nan, 3) == "nan"
+
+
+def test_model_flops_of_a_pass_count_real_tokens_only() -> None:
+    """Two rows of 3 and 5 real tokens (padded to 6), 4 scored: the weights see 8
+    tokens, the head 4 (never a row's first), attention 3^2 + 5^2 per layer."""
+    shape = ModelShape(matmul_weights=1000, vocab=50, hidden=8, layers=2)
+    attention_BT = torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0]])
+    loss_BT = torch.tensor([[0, 1, 1, 0, 0, 0], [1, 0, 0, 1, 1, 0]]).float()
+    flops = pass_flops(shape, attention_BT, loss_BT)
+    assert flops.weights == 6 * 1000 * 8
+    assert flops.head == 6 * 50 * 8 * 4
+    assert flops.attention == 6 * (9 + 25) * 8 * 2
+    assert flops.total == flops.weights + flops.head + flops.attention
+
+
+@pytest.mark.parametrize(
+    ("gpu", "tflops"),
+    [
+        ("NVIDIA H100 80GB HBM3", 989.0),
+        ("NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA H200", 989.0),
+        ("NVIDIA H20", 148.0),
+        ("NVIDIA A100-SXM4-80GB", 312.0),
+        ("NVIDIA L4", 121.0),
+        ("NVIDIA L40S", 362.0),
+        ("NVIDIA GeForce RTX 4090", None),
+    ],
+)
+def test_a_gpu_peak_is_its_own_datasheet_row(gpu: str, tflops: float | None) -> None:
+    assert datasheet_tflops(gpu, "bfloat16") == tflops
+
+
+def test_memory_is_the_busiest_ranks_and_each_ranks_own() -> None:
+    ranks = [
+        {"peak_reserved_gib": 20.0, "reserved_gib": 9.0},
+        {"peak_reserved_gib": 27.5, "reserved_gib": 8.0},
+    ]
+    out = rank_memory_metrics(ranks)
+    assert out["memory/peak_reserved_gib"] == 27.5 and out["memory/reserved_gib"] == 9.0
+    assert out["memory/rank_1/peak_reserved_gib"] == 27.5
+    assert rank_memory_metrics(ranks[:1]) == {
+        "memory/peak_reserved_gib": 20.0,
+        "memory/reserved_gib": 9.0,
+    }
+
+
+def test_the_step_line_shows_mfu_and_the_memory_peak() -> None:
+    gpu = {"perf/mfu": 0.314, "memory/peak_reserved_gib": 27.61, "memory/host_rss_gib": 3.0}
+    assert hardware_fields(gpu) == ["mfu 31%", "gpu 27.6G"]
+    assert hardware_fields({"memory/host_rss_gib": 0.71}) == ["rss 0.7G"]
+    assert hardware_fields({"perf/mfu": float("nan")}) == []

@@ -34,6 +34,7 @@ from grouprl.data.sampler import PromptSampler
 from grouprl.driver.batch import build_batch, turn_tensors
 from grouprl.driver.evaluate import validate
 from grouprl.driver.overlap import RolloutAhead
+from grouprl.metrics.telemetry import Hardware, pass_flops, rank_memory_metrics
 from grouprl.rewards.scoring import RewardScores
 from grouprl.rewards.scoring import metrics as reward_metrics
 from grouprl.rollout.base import SamplingSettings
@@ -93,6 +94,7 @@ class Components:
     total_steps: int
     state: RunState
     checkpoint_files: dict[str, bytes]  # the model's config and tokenizer files, the config
+    hardware: Hardware  # model shape and device peak, for MFU
     critic: Role[CriticWorker] | None = None  # with a critic: section
     ahead: RolloutAhead | None = None  # with rollout.max_staleness=1: the next batch
 
@@ -188,6 +190,10 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
         "time/reward_s": c.score.seconds,
         "time/generate_s": total - c.score.seconds,
         "tokens_per_s": sum(lengths) / max(total - c.score.seconds, 1e-9),
+        # per replica: one GPU, one tensor-parallel group, or one CPU engine
+        "perf/generate_tokens_per_s": sum(lengths)
+        / max(total - c.score.seconds, 1e-9)
+        / len(c.engine),
         **reward_metrics(RewardScores.concat(all_scores)),
         **c.engine.drain_metrics(),
     }
@@ -249,11 +255,13 @@ def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict
     warmup = cfg.critic.warmup_steps if cfg.critic is not None else 0
     if policy_learns(step, critic_warmup_steps=warmup):
         kl_coef = c.state.kl.coef
+        started = time.perf_counter()
         metrics.update(
             c.policy.call(
                 PolicyWorker.update, batch, kl_coef=kl_coef, mini_batch_size=c.mini_batch_size
             )
         )
+        metrics.update(_update_perf(c, batch, time.perf_counter() - started))
         _warn_of_odd_replicas(metrics, step)
     c.state.kl.update(metrics.get("kl"), n_samples=len(batch))
     if algo.beta > 0:
@@ -276,6 +284,19 @@ def _staleness(c: Components, trajectories: list[Trajectory]) -> dict[str, float
             f"{c.cfg.rollout.max_staleness} behind"
         )
     return {"staleness": sum(lags) / len(lags)} if c.ahead is not None else {}
+
+
+def _update_perf(c: Components, batch: TrainingBatch, seconds: float) -> dict[str, float]:
+    """The policy update's time, tokens per second per rank (each pass over the batch's
+    real tokens counts), and MFU (``metrics/telemetry.py``)."""
+    passes, ranks = c.cfg.algo.num_iterations, c.group.world_size
+    flops = passes * pass_flops(c.hardware.shape, batch.attention_mask_BT, batch.loss_mask_BT).total
+    tokens = passes * int(batch.attention_mask_BT.sum())
+    return {
+        "time/update_s": seconds,
+        "perf/train_tokens_per_s": tokens / seconds / ranks,
+        "perf/mfu": flops / (seconds * ranks * c.hardware.peak_flops),
+    }
 
 
 def _warn_of_odd_replicas(metrics: dict[str, float], step: int) -> None:
@@ -347,5 +368,6 @@ def one_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, floa
     if c.ahead is not None:
         metrics["time/wait_rollout_s"] = t3 - t2
     metrics["weight_version"] = float(c.state.weight_version)
+    metrics.update(rank_memory_metrics(c.policy.each(PolicyWorker.memory)))
     c.state.step = step
     return trajectories, metrics

@@ -118,6 +118,11 @@ def build(cfg: RunConfig) -> Components:
             )
         )
     score = TimedScore(make_score_fn(cfg.reward, answer_key=cfg.data.answer_key))
+    hardware = policy.call(PolicyWorker.hardware)
+    console.log(
+        f"MFU is measured against {hardware.peak_flops / 1e12:.3g} TFLOP/s per device "
+        f"({hardware.peak_source})"
+    )
     c = Components(
         cfg=cfg,
         tokenizer=tokenizer,
@@ -137,6 +142,7 @@ def build(cfg: RunConfig) -> Components:
             kl=KLController(cfg.algo.beta, target=cfg.algo.kl_target, horizon=cfg.algo.kl_horizon),
         ),
         checkpoint_files=small_files(cfg, policy=policy, tokenizer=tokenizer),
+        hardware=hardware,
     )
     if cfg.rollout.max_staleness:  # generating ahead needs the parts, not the batch ahead
         c = replace(c, ahead=RolloutAhead(partial(rollout_step, c), c.state.sampler))

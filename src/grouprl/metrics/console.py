@@ -3,7 +3,7 @@
 One concise line per step, at most every ``min_interval_s`` seconds (the first
 and last steps always print), plus one line per validation:
 
-    step 12/60 reward 0.410 acc 0.375 kl 0.0012 3.1s/step eval acc 0.450 eta 2:28
+    step 12/60 reward 0.410 acc 0.375 kl 0.0012 mfu 31% gpu 27.6G 3.1s/step eval acc 0.450 eta 2:28
     eval step 20/60 acc 0.450 reward 0.431
 """
 
@@ -74,6 +74,7 @@ class StepTracker:
             for name, label, decimals in STEP_FIELDS
             if name in self.train_metrics
         ]
+        parts += hardware_fields(self.train_metrics)
         if self.step_s is not None:
             parts.append(f"{self.step_s:.1f}s/step")
         if self.eval_accuracy is not None:
@@ -125,6 +126,19 @@ class ConsoleSink:
 
 def has_train_metrics(metrics: Mapping[str, float]) -> bool:
     return any(not name.startswith("eval/") for name in metrics)
+
+
+def hardware_fields(metrics: Mapping[str, float]) -> list[str]:
+    """``mfu 31%`` and the step's memory peak: ``gpu 27.6G`` (reserved, the busiest rank)
+    or, on CPU, ``rss 0.7G`` (resident now)."""
+    parts = []
+    if "perf/mfu" in metrics and math.isfinite(metrics["perf/mfu"]):
+        parts.append(f"mfu {100 * metrics['perf/mfu']:.0f}%")
+    if "memory/peak_reserved_gib" in metrics:
+        parts.append(f"gpu {metrics['memory/peak_reserved_gib']:.1f}G")
+    elif "memory/host_rss_gib" in metrics:
+        parts.append(f"rss {metrics['memory/host_rss_gib']:.1f}G")
+    return parts
 
 
 def format_step_line(tracker: StepTracker) -> str:

@@ -42,7 +42,9 @@ def write_report(run_dir: Path, *, run_name: str | None = None) -> list[Path]:
 
     png = render_curve(series, title=name)
     curve_path = _write_atomic(run_dir / CURVE_FILE, png)
-    page = render_html(series, records=records, title=name, png=png)
+    page = render_html(
+        series, records=records, title=name, png=png, hardware=render_hardware(series)
+    )
     report_path = _write_atomic(run_dir / REPORT_FILE, page.encode("utf-8"))
     return [curve_path, report_path]
 
@@ -108,21 +110,105 @@ def render_curve(series: dict[str, Series], *, title: str) -> bytes:
     return buf.getvalue()
 
 
+PHASES = (
+    ("time/generate_s", "generate"),
+    ("time/reward_s", "reward"),
+    ("time/train_s", "train"),
+    ("time/weight_sync_s", "weight sync"),
+)
+
+
+def render_hardware(series: dict[str, Series]) -> bytes | None:
+    """PNG bytes of what the steps cost (``metrics/telemetry.py``): seconds per phase
+    (stacked), memory, tokens per second per device, MFU; None for a run that logged
+    none of them."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    memory = [
+        (name, label)
+        for name, label in (
+            ("memory/peak_reserved_gib", "GPU reserved, peak"),
+            ("memory/peak_allocated_gib", "GPU allocated, peak"),
+            ("memory/host_rss_gib", "host resident"),
+        )
+        if name in series
+    ]
+    speed = [
+        (name, label)
+        for name, label in (
+            ("perf/generate_tokens_per_s", "generated per replica"),
+            ("perf/train_tokens_per_s", "trained per rank"),
+        )
+        if name in series
+    ]
+    phases = [(name, label) for name, label in PHASES if name in series]
+    if not (memory or speed or phases or "perf/mfu" in series):
+        return None
+    fig = Figure(figsize=(10, 6.5), dpi=100, layout="constrained")
+    time_ax, memory_ax, speed_ax, mfu_ax = fig.subplots(2, 2).flat
+    if phases:
+        steps = sorted(set().union(*(series[name][0] for name, _ in phases)))
+        stacks = [_on(steps, series[name]) for name, _ in phases]
+        time_ax.stackplot(steps, stacks, labels=[label for _, label in phases], alpha=0.8)
+        time_ax.legend(loc="upper left", fontsize="small")
+    time_ax.set(title="seconds per step, by phase", xlabel="step", ylabel="s")
+    for name, label in memory:
+        memory_ax.plot(*series[name], label=label, **_markers(series[name][0]))
+    if memory:
+        memory_ax.legend(loc="best", fontsize="small")
+    memory_ax.set(title="memory (the busiest rank)", xlabel="step", ylabel="GiB")
+    for name, label in speed:
+        speed_ax.plot(*series[name], label=label, **_markers(series[name][0]))
+    if speed:
+        speed_ax.legend(loc="best", fontsize="small")
+    speed_ax.set(title="tokens per second, per device", xlabel="step", ylabel="tokens/s")
+    if "perf/mfu" in series:
+        steps, values = series["perf/mfu"]
+        mfu_ax.plot(steps, [100 * v for v in values], color="C3", **_markers(steps))
+    mfu_ax.set(title="model FLOPs utilization of the update", xlabel="step", ylabel="%")
+    for ax in (time_ax, memory_ax, speed_ax, mfu_ax):
+        ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def _on(steps: Sequence[int], series: Series) -> list[float]:
+    """``series`` at ``steps``, 0 where it has no point."""
+    values = dict(zip(*series, strict=True))
+    return [values.get(step, 0.0) for step in steps]
+
+
 def _markers(steps: Sequence[int]) -> dict[str, Any]:
     """Dots on short curves, so a run of one or a few steps is visible at all."""
     return {"marker": "o", "ms": 3} if len(steps) <= 40 else {}
 
 
 def render_html(
-    series: dict[str, Series], *, records: Sequence[dict[str, Any]], title: str, png: bytes
+    series: dict[str, Series],
+    *,
+    records: Sequence[dict[str, Any]],
+    title: str,
+    png: bytes,
+    hardware: bytes | None = None,
 ) -> str:
-    """A standalone page: the curve inline (base64) and a table of headline numbers."""
+    """A standalone page: the curve inline (base64), a table of headline numbers, and
+    the hardware figure when there is one."""
     rows = _summary_rows(series, records)
     table = "\n".join(
         f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows
     )
     image = base64.b64encode(png).decode("ascii")
     name = html.escape(title)
+    cost = ""
+    if hardware is not None:
+        data = base64.b64encode(hardware).decode("ascii")
+        cost = (
+            '<h2>What the steps cost</h2>\n<img alt="time, memory, throughput and MFU by '
+            f'step" src="data:image/png;base64,{data}">\n'
+        )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{name} - grouprl report</title>
 <style>
@@ -138,7 +224,7 @@ img {{ max-width: 100%; }}
 <table>
 {table}
 </table>
-</body></html>
+{cost}</body></html>
 """
 
 

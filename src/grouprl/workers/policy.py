@@ -13,7 +13,9 @@ from torch import Tensor
 
 from grouprl.ckpt.resume import load_part, part_state
 from grouprl.config.schema import RunConfig
+from grouprl.device import resolve_dtype
 from grouprl.lora_weights import merged_weights
+from grouprl.metrics.telemetry import Hardware, ModelShape, memory_now, peak_flops
 from grouprl.rollout.base import RolloutEngine
 from grouprl.rollout.replicas import push
 from grouprl.types import TrainingBatch
@@ -85,6 +87,16 @@ class PolicyWorker:
         metrics["lr"] = self.optimizer.param_groups[0]["lr"]
         self.scheduler.step()
         return metrics
+
+    def hardware(self) -> Hardware:
+        """The model's shape and this device's peak FLOP/s (a CPU measures its own)."""
+        device = torch.device(self.rank.device)
+        peak, source = peak_flops(device, resolve_dtype(self.cfg.model.dtype, device))
+        return Hardware(ModelShape.of(self.model), peak, source)
+
+    def memory(self) -> dict[str, float]:
+        """This rank's memory now and at its peak since the last call (GiB)."""
+        return memory_now(torch.device(self.rank.device))
 
     def weights(self, *, on: frozenset[int] = frozenset({0})) -> dict[str, Tensor] | None:
         """Full weights by parameter name, for rollout engines (LoRA merged in, under the
