@@ -37,6 +37,7 @@ from grouprl.metrics.report import write_report
 from grouprl.metrics.samples import SamplesWriter
 from grouprl.metrics.sinks import make_sinks
 from grouprl.plan.check import check_run
+from grouprl.plan.gpu_memory import peak_memory_line, planned_reserved
 from grouprl.rollout.engines import shares_training_gpu
 from grouprl.rollout.runner import TimedScore
 from grouprl.rollout.setup import load_prompt_set, make_rollout, make_score_fn, start_engine
@@ -239,6 +240,7 @@ def _train_session(cfg: RunConfig) -> dict[str, Any]:
         )
         with Preemption(cfg.checkpoint.grace_period_s) as preemption:
             summary = _loop(c, ckpt, run_dir, sinks, eval_before=eval_before, preemption=preemption)
+        _log_peak_memory(c)
     finally:
         # the loop waited for its final save; an upload still running here is cut short
         # by an error or a preemption past its grace period, so it is not awaited
@@ -311,6 +313,14 @@ def _loop(
                 )
                 break
     return _summarize(c, run_dir, eval_before=eval_before, metrics=metrics)
+
+
+def _log_peak_memory(c: Components) -> None:
+    """On GPUs: the ranks' peak reserved memory beside the memory plan's estimate."""
+    if _device(c.cfg).type != "cuda":
+        return
+    peaks = c.policy.each(PolicyWorker.peak_memory_reserved)
+    console.log(peak_memory_line(peaks, planned=planned_reserved(c.cfg)))
 
 
 def _finish_preempted(ckpt: Checkpointer, preemption: Preemption, *, step: int) -> None:

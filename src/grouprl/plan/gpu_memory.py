@@ -1,56 +1,44 @@
 """Memory per GPU of a run, estimated from config.json and the run config alone (no torch).
 
 ``grouprl plan`` shows every term and ``plan.check_run`` rejects a run whose estimated
-peak exceeds ``cluster.gpu``. These are estimates, not measurements: the allocator's
-fragmentation, NCCL buffers, temporary copies and FSDP2's padding come on top, so a plan
-within a few GiB of the GPU's size may still run out of memory.
+peak exceeds ``cluster.gpu``. These are estimates, calibrated against two measured runs
+(issue 18: Qwen2.5-0.5B and -1.5B shapes, rollout.engine=hf, one H100); NCCL buffers and
+FSDP2's padding are not counted.
 
 Sizes from config.json: V vocab, H hidden, I intermediate, L layers, q = heads x head_dim,
 kv = kv_heads x head_dim. P the policy's parameters, Pc the critic's, W the training
-ranks (``RunConfig.world_size``), N = train.micro_batch_size x max tokens per sample (the
-tokens of one rank's forward/backward: micro_batch_size counts one rank's samples, and
-the config checks hold it to the rank's share of a mini-batch, mini_batch_size / W).
-Training keeps float32 master weights and AdamW states, sharded by FSDP2, and computes
-under bf16 autocast::
+ranks (``RunConfig.world_size``), N = train.micro_batch_size x T, T the max tokens per
+sample (micro_batch_size counts one rank's samples, and the config checks hold it to the
+rank's share of a mini-batch, mini_batch_size / W). Training keeps float32 master
+weights and AdamW states, sharded by FSDP2, and computes under bf16 autocast::
 
-    one training GPU, training phase
+    one training GPU
       CUDA context     0.5 GiB (the trainer process)
-      policy states    P x 16 / W      fp32 weights 4 + grads 4 + AdamW moments 8; 0 with
-                                       cluster.offload (W > 1: one rank is never sharded);
-                                       P x 8 / W with cluster.offload_optimizer
-      reference        P x 2 / W       algo.beta > 0; bf16 (model.dtype); 0 with offload
-      critic states    Pc x 16 / W     a critic: section; 0 with offload
-      gathered params  (2 x layer + root) x 4 when sharded: one decoder layer gathered, one
-                       prefetched, the root (embeddings, final norm, untied lm_head) kept
-                       gathered through forward/backward; one rank: already resident
-      activations      N x L x ((6H + 2q + 2kv + 4I) x 2 + 8H)   bf16 tensors saved for
-                       backward, 8H for the fp32 copies the RMSNorms keep;
-                       with train.activation_checkpointing: N x L x 2H (layer inputs)
-                       + N x one layer's term above (recomputed in backward)
-      logprob chunk    min(train.logprob_chunk_tokens, N) x V x 4 x 3   fp32 logits,
-                       log-softmax and their gradient
-      critic pass      the critic's gathered params + activations (same N); it runs apart
-                       from the policy's pass, so the phase counts the larger of the two
-      optimizer step   cluster.offload_optimizer: P x 8 / W of moments brought in for the
-                       step, after backward freed the activations (the larger of this, the
-                       critic's, and the passes)
-    a vLLM engine replica: on the GPUs of tensor_parallel_size training ranks (rollout.gpus=0,
-    colocated; every training GPU of a replica holds this) or on GPUs of its own
-    (rollout.gpus > 0, dedicated); per GPU of the replica
-      claim            rollout.gpu_memory_utilization x GPU size
-      weights          P x 2 / rollout.tensor_parallel_size
-      overhead         1 GiB (its CUDA context, activations, CUDA graphs)
-      KV cache         claim - weights - overhead
-      per token        2 (K and V) x L x max(1, kv_heads / tp) x head_dim x 2 (tp:
-                       rollout.tensor_parallel_size; vLLM replicates KV heads beyond kv_heads)
-      sequences        KV cache // (rollout.max_model_len x per token), full-length at once
-    phases
-      training         context + states + reference + the larger pass; a colocated engine
-                       sleeps (~0) meanwhile
-      generation       colocated: engine claim + context + states + reference (no
-                       activations); dedicated: the engine's GPU, its claim
+      the trainer      states, reference, critic; its pass: gathered params, autocast
+                       copies, activations, logprob chunk; the optimizer step
+                       (``plan/trainer_memory.py``)
+      hf engine        rollout.engine=hf: its weights, held throughout; its KV cache and
+                       generation tensors while it generates (``plan/hf_memory.py``). In
+                       the trainer's process with one rank; in an actor's process, which
+                       holds all of it throughout, when the engines are Ray actors
+      vLLM engine      a replica on the GPUs of tensor_parallel_size training ranks
+                       (rollout.gpus=0, colocated; asleep while training) or on GPUs of its
+                       own (rollout.gpus > 0, dedicated): ``plan/engine_memory.py``
+    phases (live bytes)
+      training         context + the trainer's held memory + the larger of its pass and
+                       its optimizer step (+ an hf actor's process)
+      generation       colocated: context + the trainer's held memory + the engine's
+                       claim, or the hf engine's KV cache and generation tensors;
+                       dedicated: the engine's GPU
+    the allocator (``plan/allocator.py``)
+      fragmentation    FRAGMENTATION x the trainer process's peak allocated: a calibration
+      cached KV blocks the hf engine's KV tensors leave cached segments as they grow; held
+                       as reserved memory but given back to CUDA when a request fails
+      peak reserved    the trainer process's peak allocated + fragmentation + cached KV
+                       blocks: what torch.cuda.max_memory_reserved reports (no context)
+      peak per GPU     the larger phase + fragmentation: what must fit cluster.gpu
 
-``problems`` (which ``plan.check_run`` raises): the larger phase over the GPU's size; the
+``problems`` (which ``plan.check_run`` raises): the peak per GPU over the GPU's size; the
 engine's weights over its claim; a KV cache smaller than one rollout.max_model_len sequence.
 """
 
@@ -60,23 +48,14 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from grouprl.config.checks import derived_numbers
 from grouprl.config.errors import ConfigError, show
 from grouprl.config.schema import RunConfig
-from grouprl.plan.engine_memory import Engine, engine_dtype, engine_plan, engine_problems
-from grouprl.plan.memory import (
-    ADAMW_FP32_BYTES,
-    DecoderShape,
-    MemoryRow,
-    ParamCount,
-    SizeUnknown,
-    activation_bytes,
-    decoder_shape,
-    estimate_params,
-    human_bytes,
-    human_count,
-    layer_activation_bytes,
-    model_config,
-)
+from grouprl.plan.allocator import FRAGMENTATION
+from grouprl.plan.engine_memory import Engine, engine_plan, engine_problems
+from grouprl.plan.hf_memory import HfEngine, hf_plan
+from grouprl.plan.memory import MemoryRow, SizeUnknown, human_bytes, model_config
+from grouprl.plan.trainer_memory import Trainer, trainer_memory
 
 if TYPE_CHECKING:
     from grouprl.config.checks import Derived
@@ -84,9 +63,6 @@ if TYPE_CHECKING:
 MiB = 1024**2
 GiB = 1024**3
 CUDA_CONTEXT = GiB // 2
-GATHERED_LAYERS = 2  # the layer computing and the one FSDP2 prefetches
-FP32 = 4
-MOMENT_BYTES = 2 * FP32  # AdamW's two fp32 moments per trained parameter
 
 # total memory as nvidia-smi reports it
 GPU_MEMORY: dict[str, int] = {
@@ -133,15 +109,29 @@ class GpuPlan:
     gpu_bytes: int
     training_gpu: list[MemoryRow]  # with the engine's rows when colocated
     generation_gpu: list[MemoryRow]  # the engine's own GPU (rollout.gpus > 0), else []
-    training_phase: int  # the training GPU while training
+    training_phase: int  # the training GPU while training, live bytes
     generation_phase: int  # colocated: the training GPU while generating; else the engine's
+    trainer_peak: int  # the trainer process's peak allocated (no CUDA context)
+    fragmentation: int  # FRAGMENTATION x trainer_peak, reserved by the trainer's allocator
+    cached_kv: int  # an in-process hf engine's cached KV blocks (reserved, given back)
     colocated: bool
-    engine: Engine | None  # None with rollout.engine=hf
+    engine: Engine | None  # the vLLM engine
+    hf: HfEngine | None  # the hf engine
     problems: list[str]
 
     @property
+    def reserved(self) -> int:
+        """The trainer process's peak reserved: torch.cuda.max_memory_reserved's figure."""
+        return self.trainer_peak + self.fragmentation + self.cached_kv
+
+    @property
     def peak(self) -> int:
-        return max(self.training_phase, self.generation_phase)
+        """What must fit one GPU: the larger phase and the trainer's fragmentation (on the
+        training GPU, in both phases: the allocator keeps what it reserved)."""
+        training = self.training_phase + self.fragmentation
+        if not self.colocated:
+            return max(training, self.generation_phase)
+        return max(training, self.generation_phase + self.fragmentation)
 
     @property
     def fits(self) -> bool:
@@ -180,6 +170,31 @@ def plan_for_run(cfg: RunConfig, derived: Derived) -> GpuPlan:
     return plan_gpu_memory(cfg, derived, config=config, critic_config=critic_config)
 
 
+def planned_reserved(cfg: RunConfig) -> int | None:
+    """The plan's peak reserved estimate of one training rank's process (``GpuPlan.reserved``),
+    or None when a model's config.json is unknown. It does not depend on the GPU's size, so
+    a run without cluster.gpu is planned on an H100."""
+    if cfg.cluster.gpu is None:
+        cfg = cfg.model_copy(update={"cluster": cfg.cluster.model_copy(update={"gpu": "H100"})})
+    try:
+        return plan_for_run(cfg, derived_numbers(cfg)).reserved
+    except SizeUnknown:
+        return None
+
+
+def peak_memory_line(peaks: list[int], *, planned: int | None) -> str:
+    """The end of a GPU run's line: the largest of the ranks' peak reserved bytes (from
+    ``torch.cuda.max_memory_reserved``) beside the plan's estimate."""
+    rank = max(range(len(peaks)), key=peaks.__getitem__)
+    where = f"rank {rank}" + (f" of {len(peaks)}" if len(peaks) > 1 else "")
+    line = f"GPU memory: peak reserved {human_bytes(peaks[rank])} ({where}), "
+    if planned is None:
+        return line + "not planned (a model's config.json is unknown to grouprl plan)"
+    off = peaks[rank] / planned - 1
+    planned_text = f"planned {human_bytes(planned)} (grouprl plan's peak reserved"
+    return line + f"{planned_text}; measured {off:+.0%})"
+
+
 def plan_gpu_memory(
     cfg: RunConfig,
     derived: Derived,
@@ -193,24 +208,41 @@ def plan_gpu_memory(
     policy's). Needs ``cluster.gpu`` set."""
     assert cfg.cluster.gpu is not None, "plan_gpu_memory needs cluster.gpu"
     label, gpu_bytes = parse_gpu(cfg.cluster.gpu)
-    trainer = _trainer(cfg, derived, config=config, critic_config=critic_config or config)
-    engine = None
+    trainer = trainer_memory(cfg, derived, config=config, critic_config=critic_config or config)
+    context = MemoryRow("CUDA context", CUDA_CONTEXT, "the trainer process (about 0.5 GiB)")
+    colocated = cfg.rollout.gpus == 0
+    engine = hf = None
     if cfg.rollout.engine == "vllm":
         engine = engine_plan(cfg, config=config, gpu_bytes=gpu_bytes, gpu=label)
-    colocated = cfg.rollout.gpus == 0
-    generation = trainer.resident + (engine.claim if engine and colocated else 0)
-    if engine and not colocated:
-        generation = engine.claim
-    engine_rows = engine.rows if engine else []
+    if cfg.rollout.engine == "hf":
+        hf = hf_plan(cfg, derived, config=config)
+    in_process = hf is not None and colocated and not cfg.rollout_in_actors
+    held = trainer.held + (hf.weights.bytes if in_process else 0)
+    generating = hf.generating if in_process else 0
+    apart = [] if in_process else _engine_apart(engine, hf)
+    training, generation = CUDA_CONTEXT + held + trainer.working, CUDA_CONTEXT + held + generating
+    engine_bytes = engine.claim if engine else sum(r.bytes for r in apart)
+    if colocated:  # an hf actor holds its share throughout; vLLM sleeps while training
+        training += 0 if engine else engine_bytes
+        generation += engine_bytes
+    else:
+        generation = engine_bytes
+    trainer_peak = held + max(trainer.working, generating)
+    hf_rows = [hf.weights, hf.kv_cache, hf.generation] if in_process else []
     plan = GpuPlan(
         gpu=label,
         gpu_bytes=gpu_bytes,
-        training_gpu=trainer.rows + (engine_rows if colocated else []),
-        generation_gpu=[] if colocated else engine_rows,
-        training_phase=trainer.resident + trainer.working,
+        training_gpu=[context, *trainer.resident, *hf_rows, *trainer.passes]
+        + (apart if colocated else []),
+        generation_gpu=[] if colocated else apart,
+        training_phase=training,
         generation_phase=generation,
+        trainer_peak=trainer_peak,
+        fragmentation=int(FRAGMENTATION * trainer_peak),
+        cached_kv=hf.cached.bytes if in_process else 0,
         colocated=colocated,
         engine=engine,
+        hf=hf,
         problems=[],
     )
     plan.problems.extend(engine_problems(cfg, engine))
@@ -218,190 +250,24 @@ def plan_gpu_memory(
     return plan
 
 
-@dataclass(frozen=True)
-class _Trainer:
-    rows: list[MemoryRow]
-    resident: int  # context + states + reference: held in both phases
-    working: int  # the larger of the policy's and the critic's forward/backward
-    states: int  # policy + critic optimizer states on the GPU
-    moments: int  # the AdamW moments among them (cluster.offload_optimizer moves them)
-    activations: int  # the policy's
-    activations_checkpointed: int  # the policy's with train.activation_checkpointing=true
-
-
-def _trainer(
-    cfg: RunConfig, derived: Derived, *, config: dict[str, Any], critic_config: dict[str, Any]
-) -> _Trainer:
-    world, tokens = derived.world_size, derived.max_tokens_per_pass
-    shape, count = decoder_shape(config), estimate_params(config)
-    adapters = lora_params(shape, cfg.train.lora.rank)
-    policy_states = _states_row(
-        "policy states", count.causal_lm, world=world, cfg=cfg, adapters=adapters
-    )
-    resident = [
-        MemoryRow("CUDA context", CUDA_CONTEXT, "the trainer process (about 0.5 GiB)"),
-        policy_states,
-    ]
-    if cfg.algo.beta > 0 and not cfg.train.lora.rank:  # LoRA: the base, adapters off
-        resident.append(_reference_row(cfg, count.causal_lm, world=world))
-    policy_pass = _policy_pass(cfg, derived, shape=shape, count=count)
-    working, states, critic = sum(r.bytes for r in policy_pass), policy_states.bytes, []
-    moments = [_moments(count.causal_lm, world=world, adapters=adapters)]
-    if cfg.critic is not None:
-        critic_states, critic_pass = _critic_rows(cfg, critic_config, tokens=tokens, world=world)
-        resident.append(critic_states)
-        critic = [critic_pass]
-        working, states = max(working, critic_pass.bytes), states + critic_states.bytes
-        moments.append(_moments(estimate_params(critic_config).value_model, world=world))
-    step = []
-    if cfg.cluster.offload_optimizer:  # the policy and the critic step one after the other
-        step = [
-            MemoryRow(
-                "optimizer step",
-                max(moments),
-                "cluster.offload_optimizer=true: AdamW moments (8 bytes per trained param) "
-                "brought from CPU memory for the optimizer step, after backward freed the "
-                "activations; the phase counts the larger of this and the passes",
-            )
-        ]
-        working = max(working, max(moments))
-    return _Trainer(
-        rows=resident + policy_pass + critic + step,
-        resident=sum(r.bytes for r in resident),
-        working=working,
-        states=states,
-        moments=0 if cfg.cluster.offload_optimizer else sum(moments),
-        activations=policy_pass[1].bytes,
-        activations_checkpointed=activation_bytes(shape, tokens=tokens, checkpointing=True),
-    )
-
-
-def _policy_pass(
-    cfg: RunConfig, derived: Derived, *, shape: DecoderShape, count: ParamCount
-) -> list[MemoryRow]:
-    """Gathered params, activations and logprob chunk of the policy's forward/backward."""
-    per, micro = derived.max_tokens_per_sample, derived.micro_batch_size
-    tokens = derived.max_tokens_per_pass
-    where = (
-        f"train.micro_batch_size={micro} per rank x {per}"
-        if cfg.train.micro_batch_tokens is None
-        else f"train.micro_batch_tokens, or one {per}-token sample"
-    )
-    ckpt = cfg.train.activation_checkpointing
-    chunk = min(cfg.train.logprob_chunk_tokens, tokens)
-    return [
-        _gathered_row(shape, count, head=count.lm_head, sharded=derived.world_size > 1),
-        MemoryRow(
-            "activations",
-            activation_bytes(shape, tokens=tokens, checkpointing=ckpt),
-            f"{tokens:,} tokens ({where}) x " + _activation_text(shape, ckpt=ckpt),
-        ),
-        MemoryRow(
-            "logprob chunk",
-            chunk * shape.vocab * FP32 * 3,
-            f"{chunk:,} tokens (train.logprob_chunk_tokens) x {shape.vocab:,} vocab x 4 bytes "
-            "x 3 (fp32 logits, log-softmax, their gradient)",
-        ),
-    ]
-
-
-def _states_row(
-    what: str, params: int, *, world: int, cfg: RunConfig, adapters: int = 0
-) -> MemoryRow:
-    moved = cfg.cluster.offload_optimizer  # the moments wait in CPU memory
-    trained = ADAMW_FP32_BYTES - (MOMENT_BYTES if moved else 0)  # bytes per trained param
-    kept = "fp32 weights, grads" + ("" if moved else ", 2 AdamW moments")
-    per_rank = params * trained // world
-    how = f"{human_count(params)} params x {trained} bytes ({kept})"
-    if adapters:  # LoRA: a frozen fp32 base, and adapters that train
-        per_rank = (params * FP32 + adapters * trained) // world
-        how = (
-            f"{human_count(params)} frozen params x 4 bytes + {human_count(adapters)} LoRA "
-            f"params x {trained} bytes ({kept}; train.lora)"
-        )
-    moments = "; the AdamW moments wait in CPU memory (cluster.offload_optimizer)" if moved else ""
-    if world == 1:
-        note = "; cluster.offload needs 2+ ranks" if cfg.cluster.offload else ""
-        return MemoryRow(what, per_rank, f"{how} on one rank, unsharded{moments}{note}")
-    how += f" / {world} ranks (FSDP2)"
-    if cfg.cluster.offload:
-        return MemoryRow(what, 0, f"cluster.offload=true: {how} = {human_bytes(per_rank)} in CPU")
-    return MemoryRow(what, per_rank, how + moments)
-
-
-def _moments(params: int, *, world: int, adapters: int = 0) -> int:
-    """Bytes per rank of AdamW's two fp32 moments of the trained parameters (the LoRA
-    adapters when there are any)."""
-    return (adapters or params) * MOMENT_BYTES // world
-
-
-def lora_params(shape: DecoderShape, rank: int) -> int:
-    """Adapter parameters of LoRA rank ``rank`` on every linear layer of the decoder
-    (q, k, v, o, gate, up, down: r x (inputs + outputs) each); an upper bound for fewer
-    target modules."""
-    H, q, kv, inter = shape.hidden, shape.q_out, shape.kv_out, shape.intermediate
-    return rank * (7 * H + 2 * q + 2 * kv + 3 * inter) * shape.layers
-
-
-def _reference_row(cfg: RunConfig, params: int, *, world: int) -> MemoryRow:
-    size, dtype = engine_dtype(cfg)
-    per_rank = params * size // world
-    how = f"algo.beta > 0: frozen copy, {human_count(params)} params x {size} bytes ({dtype})"
-    how += f" / {world} ranks" if world > 1 else ""
-    if cfg.cluster.offload and world > 1:  # one rank trains without FSDP2, so no offload
-        return MemoryRow("reference", 0, f"cluster.offload=true: {how} in CPU")
-    return MemoryRow("reference", per_rank, how)
-
-
-def _gathered_row(shape: DecoderShape, count: ParamCount, *, head: int, sharded: bool) -> MemoryRow:
-    if not sharded:
-        return MemoryRow("gathered params", 0, "one rank: the whole model is resident already")
-    layer = (count.decoder - shape.vocab * shape.hidden - shape.hidden) // shape.layers
-    root = shape.vocab * shape.hidden + shape.hidden + head
-    head_text = ", untied lm_head" if head else ""
-    return MemoryRow(
-        "gathered params",
-        (GATHERED_LAYERS * layer + root) * FP32,
-        f"FSDP2 gathers a decoder layer ({human_count(layer)} params) and prefetches the "
-        f"next, and keeps the root ({human_count(root)}: embeddings, final norm{head_text}) "
-        f"gathered: (2 x {human_count(layer)} + {human_count(root)}) x 4 bytes (fp32)",
-    )
-
-
-def _activation_text(shape: DecoderShape, *, ckpt: bool) -> str:
-    per_layer = f"{layer_activation_bytes(shape):,} bytes ((6H + 2q + 2kv + 4I) x 2 + 8H)"
-    if ckpt:
-        return (
-            f"({shape.layers} layers x 2H layer inputs + one layer's {per_layer}, recomputed) "
-            "(train.activation_checkpointing=true)"
-        )
-    return f"{shape.layers} layers x {per_layer} (train.activation_checkpointing=false)"
-
-
-def _critic_rows(
-    cfg: RunConfig, config: dict[str, Any], *, tokens: int, world: int
-) -> tuple[MemoryRow, MemoryRow]:
-    shape, count = decoder_shape(config), estimate_params(config)
-    states = _states_row("critic states", count.value_model, world=world, cfg=cfg)
-    head = shape.hidden + 1  # the scalar value head, part of the root unit
-    gathered = _gathered_row(shape, count, head=head, sharded=world > 1)
-    acts = activation_bytes(shape, tokens=tokens, checkpointing=cfg.train.activation_checkpointing)
-    critic_pass = MemoryRow(
-        "critic pass",
-        gathered.bytes + acts,
-        f"the critic's gathered params ({human_bytes(gathered.bytes)}) + activations for the "
-        f"same {tokens:,} tokens ({human_bytes(acts)}); it runs apart from the policy's pass, "
-        "so the training phase counts the larger of the two",
-    )
-    return states, critic_pass
+def _engine_apart(engine: Engine | None, hf: HfEngine | None) -> list[MemoryRow]:
+    """The rows of an engine in a process of its own: vLLM's, or an hf actor's (its CUDA
+    context, weights, KV cache, generation tensors and the KV blocks its allocator keeps,
+    all held throughout)."""
+    if engine is not None:
+        return engine.rows
+    if hf is None:
+        return []
+    context = MemoryRow("hf engine context", CUDA_CONTEXT, "its actor's process (about 0.5 GiB)")
+    return [context, hf.weights, hf.kv_cache, hf.generation, hf.cached]
 
 
 def _peak_problems(
-    cfg: RunConfig, derived: Derived, *, plan: GpuPlan, trainer: _Trainer
+    cfg: RunConfig, derived: Derived, *, plan: GpuPlan, trainer: Trainer
 ) -> list[str]:
     if plan.fits:
         return []
-    training_over = plan.training_phase > plan.gpu_bytes
+    training_over = plan.training_phase + plan.fragmentation > plan.gpu_bytes
     phase = "training" if plan.training_phase >= plan.generation_phase else "generation"
     c, t = cfg.cluster, cfg.train
     fixes = []
@@ -424,7 +290,7 @@ def _peak_problems(
         fixes.append(f"a lower train.micro_batch_tokens (now {t.micro_batch_tokens})")
     elif training_over and t.micro_batch_size > 1:
         fixes.append(f"a lower train.micro_batch_size (now {t.micro_batch_size})")
-    if plan.generation_phase > plan.gpu_bytes and plan.colocated:
+    if plan.generation_phase > plan.gpu_bytes and plan.colocated and plan.engine is not None:
         fixes.append(
             f"a lower rollout.gpu_memory_utilization (now "
             f"{show(cfg.rollout.gpu_memory_utilization)}) or rollout.gpus=1 (the engine on a "
@@ -435,10 +301,17 @@ def _peak_problems(
         "the states shrink with the training ranks"
     )
     listed = ", ".join(fixes[:-1]) + (", or " if len(fixes) > 1 else "") + fixes[-1]
+    whole = ""
+    if derived.world_size > 1 and trainer.copies:
+        whole = (
+            f" The {human_bytes(trainer.copies)} of bf16 autocast copies do not shrink with "
+            "more GPUs: autocast casts the weights FSDP2 gathers, whole on every rank."
+        )
     return [
         f"estimated peak memory per GPU is {human_bytes(plan.peak)} ({phase} phase; training "
-        f"{human_bytes(plan.training_phase)}, generation {human_bytes(plan.generation_phase)}), "
+        f"{human_bytes(plan.training_phase)}, generation {human_bytes(plan.generation_phase)}, "
+        f"+ {human_bytes(plan.fragmentation)} allocator fragmentation), "
         f"{human_bytes(plan.peak - plan.gpu_bytes)} more than cluster.gpu={plan.gpu} has "
         f"({human_bytes(plan.gpu_bytes)}); `grouprl plan` shows each term. Try, in this "
-        f"order: {listed}."
+        f"order: {listed}.{whole}"
     ]

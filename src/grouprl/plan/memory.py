@@ -14,6 +14,28 @@ Qwen2/Llama-style decoder from its ``config.json``::
 embeddings have no weights. Other architectures come out approximate or unknown.
 The per-token activation and KV cache sizes that ``plan/gpu_memory.py`` plans with
 live here too.
+
+Activations: what one decoder layer saves for backward per token, under bf16 autocast
+over float32 weights (q = heads x D, T the tokens per sample), counted from transformers'
+Qwen2/Llama code with sdpa attention::
+
+    16H   float32: the residual stream stays float32 (the embeddings are float32 and the
+          bf16 outputs are added to it): the layer's input, the residual after attention,
+          and each RMSNorm's normalized float32 copy
+    10H   bf16 casts of the two RMSNorm outputs, one per q, k, v, gate and up projection
+          (autocast caches casts of weights only, so each projection casts its input)
+     8q   sdpa's bf16 q, k and v (KV heads repeated to q's width: transformers repeats
+          them when there is a padding mask) and its output, which o_proj reads in place
+     8I   bf16 gate, SiLU and up outputs and their product
+     2T   the bf16 attention bias row of a padded micro-batch
+
+Once per token (not per layer): 16H for the final norm's input and normalized copy, its
+output and the scored positions the logprob chunks read. The saved tensors were listed
+with torch's saved-tensor hooks on CPU (sdpa's as CUDA's kernels keep them), and with the
+other rows of ``plan/trainer_memory.py`` they come within 1% of the peak allocated bytes
+measured on an H100 for Qwen2.5-0.5B and -1.5B shapes (issue 18; 315-token samples).
+``model.dtype=float32`` on a GPU trains without autocast, whose larger activations this
+does not model.
 """
 
 from __future__ import annotations
@@ -30,6 +52,8 @@ from grouprl.plan.known_models import known_config
 # bytes per parameter while training with AdamW in float32: weights, grads, two moments
 ADAMW_FP32_BYTES = 4 + 4 + 2 * 4
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+FP32_BYTES = 4
+HEAD_ACTIVATION_BYTES_PER_H = 16  # final norm input and copy, its output, scored positions
 KNOWN_CONFIGS_WHERE = "grouprl's table of known configs"
 
 
@@ -49,6 +73,7 @@ class ParamCount:
     decoder: int  # embeddings + layers + final norm
     lm_head: int  # 0 when tied to the embeddings
     hidden_size: int
+    layer_linears: int  # one decoder layer's linear weights and biases (autocast casts)
 
     @property
     def causal_lm(self) -> int:
@@ -150,27 +175,34 @@ def estimate_params(config: dict[str, Any]) -> ParamCount:
     qkv_bias = model_type == "qwen2" or attention_bias  # Qwen2: q/k/v biases, o none
     attention = hidden * q_out + 2 * hidden * kv_out + q_out * hidden
     attention += (q_out + 2 * kv_out) * qkv_bias + hidden * attention_bias
-    attention += 2 * head_dim * (model_type == "qwen3")  # Qwen3's q_norm and k_norm
+    qk_norms = 2 * head_dim * (model_type == "qwen3")  # Qwen3's q_norm and k_norm
     mlp = 3 * hidden * inter + (2 * inter + hidden) * bool(config.get("mlp_bias", False))
-    per_layer = attention + mlp + 2 * hidden
+    per_layer = attention + qk_norms + mlp + 2 * hidden
     decoder = vocab * hidden + layers * per_layer + hidden
     tied = bool(config.get("tie_word_embeddings", False))  # these families default to untied
-    return ParamCount(decoder=decoder, lm_head=0 if tied else vocab * hidden, hidden_size=hidden)
+    return ParamCount(
+        decoder=decoder,
+        lm_head=0 if tied else vocab * hidden,
+        hidden_size=hidden,
+        layer_linears=attention + mlp,
+    )
 
 
-def layer_activation_bytes(shape: DecoderShape) -> int:
-    """Bytes one decoder layer saves for backward per token: bf16 tensors plus the fp32
-    copies its two RMSNorms keep."""
-    h, i = shape.hidden, shape.intermediate
-    return (6 * h + 2 * shape.q_out + 2 * shape.kv_out + 4 * i) * 2 + 8 * h
+def layer_activation_bytes(shape: DecoderShape, *, seq_len: int) -> int:
+    """Bytes one decoder layer saves for backward per token (the module docstring counts
+    them): 26H + 8q + 8I + 2T, T = ``seq_len`` tokens per sample."""
+    return 26 * shape.hidden + 8 * shape.q_out + 8 * shape.intermediate + 2 * seq_len
 
 
-def activation_bytes(shape: DecoderShape, *, tokens: int, checkpointing: bool) -> int:
-    """Activations of one forward/backward over ``tokens`` tokens."""
-    per_layer = layer_activation_bytes(shape)
+def activation_bytes(shape: DecoderShape, *, tokens: int, seq_len: int, checkpointing: bool) -> int:
+    """Activations of one forward/backward over ``tokens`` tokens of ``seq_len``-token
+    samples: every layer's, or with checkpointing each layer's float32 input (4H) and
+    one layer recomputed; plus 16H per token around the head."""
+    per_layer = layer_activation_bytes(shape, seq_len=seq_len)
+    head = HEAD_ACTIVATION_BYTES_PER_H * shape.hidden
     if checkpointing:
-        return tokens * shape.layers * shape.hidden * 2 + tokens * per_layer
-    return tokens * shape.layers * per_layer
+        return tokens * (shape.layers * FP32_BYTES * shape.hidden + per_layer + head)
+    return tokens * (shape.layers * per_layer + head)
 
 
 def kv_bytes_per_token(shape: DecoderShape, *, tensor_parallel: int, dtype_bytes: int) -> int:

@@ -12,6 +12,7 @@ from grouprl.config.checks import Derived
 from grouprl.config.errors import show
 from grouprl.config.replica_checks import replicas_per_node
 from grouprl.config.schema import CriticConfig, RunConfig
+from grouprl.plan.allocator import FRAGMENTATION
 from grouprl.plan.gpu_memory import GPU_MEMORY, GpuPlan, plan_for_run
 from grouprl.plan.memory import (
     ADAMW_FP32_BYTES,
@@ -168,26 +169,54 @@ def _memory_rows(rows: list[MemoryRow]) -> list[Row]:
 
 
 def _peak_rows(plan: GpuPlan) -> list[Row]:
-    training = "the training GPU's rows"
-    if plan.engine is None:
-        generation = "rollout.engine=hf: the trainer's resident memory; generate's KV cache "
-        generation += "is not estimated"
-    elif plan.colocated:
-        training += " above the engine's; the engine sleeps meanwhile"
+    training = "the training GPU's live bytes: context, held rows, the larger working row"
+    if not plan.colocated:
+        generation = "the generation GPU: " + ("the engine's claim" if plan.engine else "its rows")
+    elif plan.hf is not None:
+        generation = "context, held rows, the hf engine's KV cache and generation tensors"
+    elif plan.engine is not None:
+        training += "; the vLLM engine sleeps meanwhile"
         generation = "engine claim + CUDA context, states and reference (no activations)"
     else:
-        generation = "the generation GPU: the engine's claim"
+        generation = "context and the trainer's held rows"
     if any(r.what == "critic pass" for r in plan.training_gpu):
         training += "; the policy's and the critic's passes run apart, the larger counts"
     spare = plan.gpu_bytes - plan.peak
     verdict = f"{human_bytes(spare)} to spare" if spare >= 0 else f"{human_bytes(-spare)} over"
-    return [
+    rows = [
         ("peak: training phase", human_bytes(plan.training_phase), training),
         ("peak: generation phase", human_bytes(plan.generation_phase), generation),
         (
+            "  fragmentation",
+            human_bytes(plan.fragmentation),
+            f"{FRAGMENTATION:.0%} of the trainer process's peak allocated "
+            f"({human_bytes(plan.trainer_peak)}), held by its caching allocator: a "
+            "calibration against measured runs (plan/allocator.py)",
+        ),
+    ]
+    if plan.cached_kv:
+        rows.append(
+            (
+                "  cached KV blocks",
+                human_bytes(plan.cached_kv),
+                "the hf engine's KV tensors grow a position at a time; the allocator keeps a "
+                "segment for each 2 MiB size class from 10 MiB on (plan/allocator.py)",
+            )
+        )
+    cached = ", less the cached KV blocks, which the allocator gives back" if plan.cached_kv else ""
+    return [
+        *rows,
+        (
+            "peak reserved (estimate)",
+            human_bytes(plan.reserved),
+            f"the trainer process's peak allocated {human_bytes(plan.trainer_peak)} + "
+            "fragmentation" + (" + cached KV blocks" if plan.cached_kv else "") + ": compare "
+            "torch.cuda.max_memory_reserved (the CUDA context comes on top)",
+        ),
+        (
             "memory check",
             "fits" if plan.fits else "does not fit",
-            f"peak {human_bytes(plan.peak)} of {human_bytes(plan.gpu_bytes)} (cluster.gpu): "
-            f"{verdict}; estimates, so leave a few GiB for fragmentation and buffers",
+            f"peak {human_bytes(plan.peak)} (the larger phase + fragmentation{cached}) of "
+            f"{human_bytes(plan.gpu_bytes)} (cluster.gpu): {verdict}",
         ),
     ]
