@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="0.5b", help=f"one of {list(SIZES)}, or a model directory")
-    p.add_argument("--prompts", type=int, default=8, help="prompts per round")
+    p.add_argument("--prompts", type=int, default=16, help="prompts per round")
     p.add_argument("--group", type=int, default=4, help="samples per prompt (rollout.n)")
     p.add_argument("--completion-len", type=int, default=32, help="tokens per completion")
     p.add_argument("--rounds", type=int, default=2, help="timed rounds per side")
