@@ -35,7 +35,7 @@ class Completion:
     logprobs: list[float]  # engine logprob of each sampled token
     finish_reason: str  # "stop" (end-of-sequence token) or "length"
     text: str = ""
-    replica: int = 0  # the rollout replica that sampled it
+    replica: int = field(default=0, compare=False)  # which rollout replica sampled it
 
 
 @dataclass

@@ -77,6 +77,10 @@ def test_the_samples_do_not_depend_on_the_number_of_replicas():
     three = _set(three_engines).generate(PROMPTS, SETTINGS)
     assert three == one  # same seeds, same prompts, same order
     assert [len(e.calls) for e in three_engines] == [1, 1, 1]  # each generated its share
+    # each completion says which replica drew it: the first runs of prompts on replica 0
+    drawn_by = [g[0].replica for g in three]
+    assert drawn_by == sorted(drawn_by) and set(drawn_by) == {0, 1, 2}
+    assert {c.replica for g in one for c in g} == {0}
     assert sum(sum(e.calls) for e in three_engines) == len(PROMPTS)
 
 
