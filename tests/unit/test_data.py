@@ -20,6 +20,7 @@ from grouprl.data import (  # noqa: E402
     read_rows,
     render_prompt,
     render_prompts,
+    render_questions,
 )
 
 ASSET_TOKENIZER = Path(__file__).parents[2] / "src" / "grouprl" / "assets" / "tiny-arith"
@@ -238,6 +239,15 @@ def test_render_prompt_uses_chat_template_and_returns_plain_ints():
     assert len(ids) == len(expected.encode()) - 3 * (len("<|im_start|>") - 1) - 2 * (
         len("<|im_end|>") - 1
     )
+
+
+@pytest.mark.parametrize("system_prompt", [None, "Be brief."])
+def test_prompts_rendered_in_batches_are_the_ones_rendered_one_by_one(system_prompt):
+    tok = byte_tokenizer(chat_template=CHAT_TEMPLATE)
+    rows = [{"q": "x" * n + " {y} é"} for n in range(7)]  # ragged, braces, non-ASCII
+    kwargs = {"prompt_key": "q", "system_prompt": system_prompt, "prompt_template": "Q: {question}"}
+    one_by_one = [render_prompt(tok, row, **kwargs) for row in rows]
+    assert render_questions(tok, rows, chunk=3, **kwargs) == one_by_one
 
 
 def test_render_prompt_without_chat_template_falls_back_to_plain_text():
