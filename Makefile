@@ -15,7 +15,7 @@ PIP := $(VENV)/bin/pip
 PIP_INDEX := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: install demo test test-fast test-gpu lint clean
+.PHONY: install demo test test-long test-fast test-gpu lint clean
 
 install: $(STAMP)
 
@@ -32,6 +32,11 @@ demo: install
 
 test: install
 	$(VENV)/bin/python -m pytest tests -m "not gpu" -q --durations=25
+
+# The same suite with the long variants of the stress and learning tests (tests/long.py):
+# 20 crash trials instead of 10, the learning runs at full length.
+test-long: install
+	GROUPRL_TEST_LONG=1 $(VENV)/bin/python -m pytest tests -m "not gpu" -q --durations=25
 
 test-fast: install
 	$(VENV)/bin/python -m pytest tests -m "not gpu and not slow" -q

@@ -1,7 +1,8 @@
-"""Crash safety: a saving loop is killed with SIGKILL at random moments, 20 times over
-(staging, writing, copying between tiers, uploading to S3, writing manifests). After
-every kill, resume finds a complete checkpoint whose pieces all belong to one step, no
-tier lists a partial one, and the next run goes on from there."""
+"""Crash safety: a saving loop is killed with SIGKILL at random moments, 10 times over
+(20 in `make test-long`) while staging, writing, copying between tiers, uploading to
+S3 or writing manifests. After every kill, resume finds a complete checkpoint whose
+pieces all belong to one step, no tier lists a partial one, and the next run goes on
+from there."""
 
 from __future__ import annotations
 
@@ -23,10 +24,11 @@ from grouprl.ckpt.state import TRAINER_FILE, TrainerState
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ckpt_crash_driver import make_checkpointer, make_model  # noqa: E402
+from long import short_or_long  # noqa: E402
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow, pytest.mark.timeout(900)]
 DRIVER = Path(__file__).resolve().parents[1] / "ckpt_crash_driver.py"
-RUNS = 20
+RUNS = short_or_long(10, 20)
 
 
 def _leftovers(root: Path, store: S3Store) -> list[str]:
