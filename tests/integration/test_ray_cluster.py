@@ -192,20 +192,20 @@ def test_a_killed_rank_restarts_from_the_checkpoint(ray_cluster, tmp_path, tiny_
     run_dir = tmp_path / "restarted"
     log = tmp_path / "restarted.log"
     args = [*_overrides(run_dir, tiny_model_dir), *_on_cluster(ray_cluster)]
-    proc = _train_on_cluster(run_dir, [*args, "train.steps=6", "trainer.max_restarts=1"], log=log)
+    proc = _train_on_cluster(run_dir, [*args, "trainer.max_restarts=1"], log=log)
     _kill_rank_one(proc, ready=run_dir / "checkpoints/step_000001/manifest.json", log=log)
     output = _finish(proc, log)
     assert "training rank 1 of 2" in output
     assert "restart 1 of trainer.max_restarts=1" in output
     assert re.search(r"resuming from step \d", output), output
-    assert find_checkpoint(run_dir).name == "step_000006"
+    assert find_checkpoint(run_dir).name == f"step_{STEPS:06d}"
 
 
 def test_a_killed_replica_is_named_and_the_run_restarts(ray_cluster, tmp_path, tiny_model_dir):
     run_dir = tmp_path / "replica_killed"
     log = tmp_path / "replica_killed.log"
     args = [*_overrides(run_dir, tiny_model_dir), *_on_cluster(ray_cluster)]
-    args += ["rollout.replicas=2", "train.steps=4", "trainer.max_restarts=1"]
+    args += ["rollout.replicas=2", "trainer.max_restarts=1"]
     proc = _train_on_cluster(run_dir, args, log=log)
     _kill(
         proc,
@@ -217,4 +217,4 @@ def test_a_killed_replica_is_named_and_the_run_restarts(ray_cluster, tmp_path, t
     assert re.search(r"rollout replica 1 of 2 \(node [^)]*\) failed during", output), output
     assert "its process died" in output, output
     assert "restart 1 of trainer.max_restarts=1" in output
-    assert find_checkpoint(run_dir).name == "step_000004"
+    assert find_checkpoint(run_dir).name == f"step_{STEPS:06d}"
