@@ -176,8 +176,9 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
         )
         kept += dropped[:filled]
     batch = [t for group in kept[:wanted] for t in group]
-    total = time.perf_counter() - t0
+    generate_s = time.perf_counter() - t0 - c.score.seconds
     lengths = [t.generated_tokens for t in generated]
+    tokens_per_s = sum(lengths) / max(generate_s, 1e-9)
     rewards = torch.tensor([t.reward for t in generated])
     metrics = {
         "reward/mean": float(rewards.mean()),
@@ -188,12 +189,10 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
         "response/truncated_frac": sum(t.completion.finish_reason == "length" for t in generated)
         / len(generated),
         "time/reward_s": c.score.seconds,
-        "time/generate_s": total - c.score.seconds,
-        "tokens_per_s": sum(lengths) / max(total - c.score.seconds, 1e-9),
+        "time/generate_s": generate_s,
+        "tokens_per_s": tokens_per_s,
         # per replica: one GPU, one tensor-parallel group, or one CPU engine
-        "perf/generate_tokens_per_s": sum(lengths)
-        / max(total - c.score.seconds, 1e-9)
-        / len(c.engine),
+        "perf/generate_tokens_per_s": tokens_per_s / len(c.engine),
         **reward_metrics(RewardScores.concat(all_scores)),
         **c.engine.drain_metrics(),
     }
