@@ -36,6 +36,7 @@ from grouprl.metrics.progress import TrainProgress
 from grouprl.metrics.report import write_report
 from grouprl.metrics.samples import SamplesWriter
 from grouprl.metrics.sinks import make_sinks
+from grouprl.metrics.telemetry import GiB
 from grouprl.plan.check import check_run
 from grouprl.plan.gpu_memory import peak_memory_line, planned_reserved
 from grouprl.rollout.engines import shares_training_gpu
@@ -319,7 +320,9 @@ def _log_peak_memory(c: Components) -> None:
     """On GPUs: the ranks' peak reserved memory beside the memory plan's estimate."""
     if _device(c.cfg).type != "cuda":
         return
-    peaks = c.policy.each(PolicyWorker.peak_memory_reserved)
+    # the allocator gives nothing back unless a request fails, so the last step's peak
+    # reserved (the telemetry resets peaks each step) is the run's
+    peaks = [round(m["peak_reserved_gib"] * GiB) for m in c.policy.each(PolicyWorker.memory)]
     console.log(peak_memory_line(peaks, planned=planned_reserved(c.cfg)))
 
 

@@ -154,11 +154,3 @@ class PolicyWorker:
             if getattr(self.model, "generation_config", None) is not None:
                 self.model.generation_config.save_pretrained(tmp)
             return {p.name: p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}
-
-    def peak_memory_reserved(self) -> int:
-        """The most bytes the CUDA caching allocator has reserved on this rank's GPU (0 on
-        a CPU). The per-step telemetry resets the peak after each step, but the allocator
-        gives nothing back unless a request fails (nothing here empties its cache), so the
-        peak since the last reset is the run's."""
-        device = torch.device(self.rank.device)
-        return torch.cuda.max_memory_reserved(device) if device.type == "cuda" else 0
