@@ -6,11 +6,17 @@ After step s every parameter equals s and the optimizer has taken s steps, so a 
 checkpoint shows at once whether its pieces belong together.
 
     python tests/ckpt_crash_driver.py ROOT [--endpoint-url URL --bucket NAME]
+
+The process imports torch and the checkpointer once, then forks one such loop per line
+read on stdin (a fresh interpreter per trial spent most of its time importing). Each loop
+prints ``ready at step N pid P`` once it has resumed; once its pid is gone the server
+prints ``exited``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -64,20 +70,15 @@ def trainer_state(step: int) -> TrainerState:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("root", type=Path)
-    parser.add_argument("--endpoint-url")
-    parser.add_argument("--bucket")
-    args = parser.parse_args()
+def save_until_killed(root: Path, *, endpoint_url: str | None, bucket: str | None) -> None:
     torch.set_num_threads(1)
     model, optimizer = make_model()
-    ckpt = make_checkpointer(args.root, endpoint_url=args.endpoint_url, bucket=args.bucket)
-    found = find_resume("auto", ckpt, restore_dir=args.root / "restore")
+    ckpt = make_checkpointer(root, endpoint_url=endpoint_url, bucket=bucket)
+    found = find_resume("auto", ckpt, restore_dir=root / "restore")
     step = 0
     if found is not None:
         step = load_training(found.path, model=model, optimizer=optimizer).step
-    print(f"ready at step {step}", flush=True)
+    print(f"ready at step {step} pid {os.getpid()}", flush=True)
     while True:
         step += 1
         take_step(model, optimizer, step)
@@ -88,6 +89,24 @@ def main() -> None:
             files={"note.txt": f"step {step}\n".encode()},
         )
         print(f"step {step}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("root", type=Path)
+    parser.add_argument("--endpoint-url")
+    parser.add_argument("--bucket")
+    args = parser.parse_args()
+    for _ in sys.stdin:
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                save_until_killed(args.root, endpoint_url=args.endpoint_url, bucket=args.bucket)
+            finally:
+                os._exit(1)
+        os.waitpid(pid, 0)
+        print("exited", flush=True)
 
 
 if __name__ == "__main__":

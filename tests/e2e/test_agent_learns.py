@@ -11,8 +11,10 @@ from grouprl.driver.run import train
 from long import short_or_long
 
 MARGIN = 0.05
-# make test: the first half of the recipe's 20 steps, judged on half its held-out set
-SHORT = ["train.steps=10", "trainer.eval_every=null", "data.eval.limit=100"]
+# make test: the recipe's first 7 of 20 steps, judged on half its held-out set. Held-out
+# exact match (100 questions) after each step holds at 0.44-0.46 through step 4, then goes
+# 0.55 (5), 0.66 (6), where it stays to step 10, the agent searching in every episode
+SHORT = ["train.steps=7", "trainer.eval_every=null", "data.eval.limit=100"]
 
 
 @pytest.mark.slow

@@ -6,11 +6,14 @@ from there."""
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import boto3
@@ -39,48 +42,76 @@ def _leftovers(root: Path, store: S3Store) -> list[str]:
     return found + [f"s3 {n}" for n in names if not store.exists(f"{n}/manifest.json")]
 
 
+@contextmanager
+def _crash_driver(root: Path, *, endpoint_url: str, bucket: str) -> Iterator[subprocess.Popen]:
+    """The crash driver's server: it forks a saving loop per line it reads."""
+    server = subprocess.Popen(
+        [sys.executable, str(DRIVER), str(root), "--endpoint-url", endpoint_url]
+        + ["--bucket", bucket],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        yield server
+    finally:
+        server.kill()
+        server.wait()
+
+
+def _kill_a_saving_loop(server: subprocess.Popen, *, after_s: float) -> None:
+    """Starts a saving loop (it resumes from the newest checkpoint first) and SIGKILLs it
+    ``after_s`` seconds after it is ready."""
+    server.stdin.write("run\n")
+    server.stdin.flush()
+    line = server.stdout.readline()
+    assert line.startswith("ready"), line + server.stdout.read()
+    time.sleep(after_s)
+    os.kill(int(line.split(" pid ")[1]), signal.SIGKILL)
+    while (line := server.stdout.readline()) != "exited\n":
+        assert line, "the crash driver's server stopped"
+
+
+def _resumable_step(root: Path, *, endpoint_url: str, bucket: str, run: int) -> int | None:
+    """The step resume finds after a kill (None: no checkpoint), its pieces checked."""
+    ckpt = make_checkpointer(root, endpoint_url=endpoint_url, bucket=bucket)
+    try:
+        for found in ckpt.newest():  # whatever a tier lists is complete and intact
+            if found.tier != "s3":
+                verify(Path(found.where))
+        resumable = find_resume("auto", ckpt, restore_dir=root / f"restore{run}")
+    finally:
+        ckpt.close()
+    if resumable is None:
+        return None
+    step = resumable.manifest.step
+    model, optimizer = make_model()
+    state = load_training(resumable.path, model=model, optimizer=optimizer)
+    assert state.step == step == TrainerState.read(resumable.path / TRAINER_FILE).step
+    for p in model.parameters():
+        assert torch.all(p == float(step)), f"run {run}: weights not from step {step}"
+    for moments in optimizer.state.values():
+        assert float(moments["step"]) == step, f"run {run}: optimizer not from step {step}"
+    return step
+
+
 def test_every_resume_after_sigkill_is_complete(tmp_path, s3_server, aws_env):
-    bucket = "crash"
-    boto3.client("s3", endpoint_url=s3_server.endpoint_url).create_bucket(Bucket=bucket)
-    store = S3Store(f"s3://{bucket}/runs/crash", endpoint_url=s3_server.endpoint_url)
+    bucket, endpoint_url = "crash", s3_server.endpoint_url
+    boto3.client("s3", endpoint_url=endpoint_url).create_bucket(Bucket=bucket)
+    store = S3Store(f"s3://{bucket}/runs/crash", endpoint_url=endpoint_url)
     rng = random.Random(0)
     steps, interrupted = [], []
-    for run in range(RUNS):
-        proc = subprocess.Popen(
-            [sys.executable, str(DRIVER), str(tmp_path)]
-            + ["--endpoint-url", s3_server.endpoint_url, "--bucket", bucket],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        line = proc.stdout.readline()
-        assert line.startswith("ready"), line + proc.stdout.read()
-        time.sleep(rng.uniform(0.05, 2.0))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-
-        interrupted.append(_leftovers(tmp_path, store))
-        ckpt = make_checkpointer(tmp_path, endpoint_url=s3_server.endpoint_url, bucket=bucket)
-        try:
-            for found in ckpt.newest():  # whatever a tier lists is complete and intact
-                if found.tier != "s3":
-                    verify(Path(found.where))
-            resumable = find_resume("auto", ckpt, restore_dir=tmp_path / f"restore{run}")
-        finally:
-            ckpt.close()
-        if resumable is None:
-            assert not steps, f"run {run}: a checkpoint existed, none was found"
-            continue
-        step = resumable.manifest.step
-        assert step >= (steps[-1] if steps else 0), "resume went back past a newer checkpoint"
-        model, optimizer = make_model()
-        state = load_training(resumable.path, model=model, optimizer=optimizer)
-        assert state.step == step == TrainerState.read(resumable.path / TRAINER_FILE).step
-        for p in model.parameters():
-            assert torch.all(p == float(step)), f"run {run}: weights not from step {step}"
-        for moments in optimizer.state.values():
-            assert float(moments["step"]) == step, f"run {run}: optimizer not from step {step}"
-        steps.append(step)
+    with _crash_driver(tmp_path, endpoint_url=endpoint_url, bucket=bucket) as server:
+        for run in range(RUNS):
+            _kill_a_saving_loop(server, after_s=rng.uniform(0.05, 2.0))
+            interrupted.append(_leftovers(tmp_path, store))
+            step = _resumable_step(tmp_path, endpoint_url=endpoint_url, bucket=bucket, run=run)
+            if step is None:
+                assert not steps, f"run {run}: a checkpoint existed, none was found"
+                continue
+            assert step >= (steps[-1] if steps else 0), "resume went back past a newer checkpoint"
+            steps.append(step)
     assert len(steps) >= RUNS - 2 and steps[-1] > steps[0], steps
     local = sum(any(x.startswith("local") for x in kill) for kill in interrupted)
     s3 = sum(any(x.startswith("s3") for x in kill) for kill in interrupted)

@@ -1,6 +1,8 @@
 """Training on a 2-node Ray cluster (started by the test on this machine): 2 FSDP2
-ranks reach the parameters 1 process reaches on the same data, a run resumes on them
-from its checkpoint, and a killed rank fails the run quickly with a message naming it."""
+ranks and 2 engine replicas reach the parameters 1 process reaches on the same data,
+also across a resume from a peer node's memory copy; a killed replica restarts the run
+from its checkpoint, and a killed rank with no restart left fails it quickly, naming
+the rank."""
 
 from __future__ import annotations
 
@@ -93,42 +95,26 @@ def _assert_same_parameters(a_dir: Path, b_dir: Path) -> None:
     assert moved > 1e-4  # the steps after the first changed the weights
 
 
-def test_two_ranks_and_two_replicas_on_two_nodes_match_one_process(
+def test_two_ranks_and_two_replicas_match_one_process_across_a_resume_from_a_peers_memory(
     ray_cluster, one_process, tmp_path, tiny_model_dir
 ):
     """A training rank and an engine actor on each node (rollout.replicas=2), each engine
     fed by the rank on its node; each generates its share of every step at the same
-    weight version (the trainer scores each replica's samples as it sampled them), and
-    the same seeds give the same samples and the same parameters as one process with one
-    engine. (One replica beside two ranks is the other Ray tests' default.)"""
-    run_dir = tmp_path / "replicas"
-    log = tmp_path / "replicas.log"
+    weight version (the trainer scores each replica's samples as it sampled them). The run
+    stops after step 1, one node's memory tier is lost, and the run resumes from the
+    copies its peer holds (each node keeps its ranks' part of a save and its peer's part).
+    The same seeds give the same samples and the same parameters as one process with one
+    engine. (One replica beside two ranks is the other Ray test's default.)"""
+    run_dir, shm = tmp_path / "replicas", tmp_path / "shm"
     args = [*_overrides(run_dir, tiny_model_dir), *_on_cluster(ray_cluster)]
-    output = _finish(_train_on_cluster(run_dir, [*args, "rollout.replicas=2"], log=log), log)
-    assert "2 training ranks (gloo) on 2 node(s)" in output
-    path = find_checkpoint(run_dir) / "manifest.json"
-    assert parse_manifest(path.read_text(), where=str(path)).world_size == 2
-    assert "weight pushes: rank 0 -> replicas [0]; rank 1 -> replicas [1]" in output
-    steps = [x for x in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())]
-    for x in steps[1:]:
-        assert x["replica/0/samples"] > 0 and x["replica/1/samples"] > 0, x
-        assert x["replica/0/samples"] + x["replica/1/samples"] == 16
-        assert x["replica/0/engine_logprob_gap"] < 1e-4 and x["replica/1/engine_logprob_gap"] < 1e-4
-    assert _rewards(run_dir) == pytest.approx(_rewards(one_process))
-    _assert_same_parameters(one_process, run_dir)
-
-
-def test_a_run_resumes_on_two_ranks_from_a_peers_memory_copy(
-    ray_cluster, one_process, tmp_path, tiny_model_dir
-):
-    """The memory tier across nodes: each node keeps its ranks' part of a save and its
-    peer's part. With one node's memory gone, the run resumes from the other's copies."""
-    run_dir, shm = tmp_path / "resumed", tmp_path / "shm"
-    args = [*_overrides(run_dir, tiny_model_dir), *_on_cluster(ray_cluster)]
-    args += ["checkpoint.memory.every=1", f"checkpoint.memory.dir={shm}"]
+    args += ["rollout.replicas=2", "checkpoint.memory.every=1", f"checkpoint.memory.dir={shm}"]
     log = tmp_path / "first.log"
-    _finish(_train_on_cluster(run_dir, [*args, "trainer.stop_after=1"], log=log), log)
-    assert find_checkpoint(run_dir).name == "step_000001"
+    output = _finish(_train_on_cluster(run_dir, [*args, "trainer.stop_after=1"], log=log), log)
+    assert "2 training ranks (gloo) on 2 node(s)" in output
+    assert "weight pushes: rank 0 -> replicas [0]; rank 1 -> replicas [1]" in output
+    path = find_checkpoint(run_dir) / "manifest.json"
+    assert path.parent.name == "step_000001"
+    assert parse_manifest(path.read_text(), where=str(path)).world_size == 2
     held = sorted(p.relative_to(shm).parts[1:3] for p in shm.glob("*/*/part_*/step_000001"))
     assert held == [
         ("head", "part_00"),
@@ -138,10 +124,17 @@ def test_a_run_resumes_on_two_ranks_from_a_peers_memory_copy(
     ]
     [lost] = shm.glob("*/node1")
     shutil.rmtree(lost)
+
     log = tmp_path / "second.log"
     output = _finish(_train_on_cluster(run_dir, [*args, "trainer.resume=auto"], log=log), log)
     assert "resuming from step 1, memory tier of the nodes" in output
     assert not list(shm.glob("*/*/restore"))  # the assembled copies are dropped after loading
+    steps = [x for x in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())]
+    for x in steps[1:]:
+        assert x["replica/0/samples"] > 0 and x["replica/1/samples"] > 0, x
+        assert x["replica/0/samples"] + x["replica/1/samples"] == 16
+        assert x["replica/0/engine_logprob_gap"] < 1e-4 and x["replica/1/engine_logprob_gap"] < 1e-4
+    assert _rewards(run_dir) == pytest.approx(_rewards(one_process))
     _assert_same_parameters(one_process, run_dir)
 
 
@@ -163,42 +156,33 @@ def _kill(
     return time.monotonic()
 
 
-def test_a_killed_rank_restarts_then_fails_the_run_naming_it(ray_cluster, tmp_path, tiny_model_dir):
-    """Rank 1 killed after the first checkpoint: the ranks restart from it
-    (trainer.max_restarts=1). Killed again: no restart is left, and the run fails quickly,
-    naming the rank and how to resume."""
+def test_a_killed_replica_restarts_the_run_and_a_killed_rank_then_fails_it(
+    ray_cluster, tmp_path, tiny_model_dir
+):
+    """Rollout replica 1 killed after the first checkpoint: the failure names it, and the
+    ranks and replicas restart from the checkpoint (trainer.max_restarts=1) and train on.
+    Training rank 1 killed then: no restart is left, and the run fails quickly, naming the
+    rank and how to resume."""
     run_dir = tmp_path / "killed"
     log = tmp_path / "killed.log"
     args = [*_overrides(run_dir, tiny_model_dir), *_on_cluster(ray_cluster)]
-    proc = _train_on_cluster(run_dir, [*args, "train.steps=200", "trainer.max_restarts=1"], log=log)
-    first_save = run_dir / "checkpoints/step_000001/manifest.json"
-    _kill(proc, pid_after=r"rank 1 \S+", ready=first_save.is_file, log=log)
-    resumed = lambda: "resuming from step" in log.read_text()  # noqa: E731
-    killed_at = _kill(proc, pid_after=r"rank 1 \S+", ready=resumed, log=log, nth=1)
+    args += ["rollout.replicas=2", "train.steps=200", "trainer.max_restarts=1"]
+    proc = _train_on_cluster(run_dir, args, log=log)
+    saved = lambda step: (run_dir / f"checkpoints/step_{step:06d}/manifest.json").is_file  # noqa: E731
+    _kill(proc, pid_after=r"rollout replica 1 of 2 \([^)]*\)", ready=saved(1), log=log)
+
+    def trained_on() -> bool:  # a step after the restart's resume point was saved
+        found = re.search(r"resuming from step (\d+)", log.read_text())
+        return found is not None and saved(int(found[1]) + 1)()
+
+    killed_at = _kill(proc, pid_after=r"rank 1 \S+", ready=trained_on, log=log, nth=1)
     proc.wait(timeout=180)
     output = log.read_text()
     assert proc.returncode not in (0, None), output
     assert time.monotonic() - killed_at < 120, "the failure took too long to surface"
+    died = r"\(node [^)]*\) failed during [^:]*: its process died"
+    assert re.search(r"rollout replica 1 of 2 " + died, output), output
     assert "restart 1 of trainer.max_restarts=1" in output
-    assert re.search(r"resuming from step [1-9]", output), output
-    assert output.count("training rank 1 of 2") >= 2 and "its process died" in output, output
-    assert "trainer.resume=auto" in output
-
-
-def test_a_killed_replica_is_named_and_the_run_restarts(ray_cluster, tmp_path, tiny_model_dir):
-    run_dir = tmp_path / "replica_killed"
-    log = tmp_path / "replica_killed.log"
-    args = [*_overrides(run_dir, tiny_model_dir), *_on_cluster(ray_cluster)]
-    args += ["rollout.replicas=2", "trainer.max_restarts=1"]
-    proc = _train_on_cluster(run_dir, args, log=log)
-    _kill(
-        proc,
-        pid_after=r"rollout replica 1 of 2 \([^)]*\)",
-        ready=(run_dir / "checkpoints/step_000001/manifest.json").is_file,
-        log=log,
-    )
-    output = _finish(proc, log)
-    assert re.search(r"rollout replica 1 of 2 \(node [^)]*\) failed during", output), output
-    assert "its process died" in output, output
-    assert "restart 1 of trainer.max_restarts=1" in output
-    assert find_checkpoint(run_dir).name == f"step_{STEPS:06d}"
+    after_restart = output[output.index("resuming from step") :]
+    assert re.search(r"training rank 1 of 2 " + died, after_restart), output
+    assert "trainer.resume=auto" in after_restart
