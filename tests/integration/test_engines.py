@@ -1,9 +1,11 @@
 """The rollout engines (hf, in-process vLLM, a vLLM server) against a plain transformers
 forward pass on the tiny model.
 
-Pinned choices: logprobs are the raw model distribution's (log_softmax of the
-logits, before temperature/top-k/top-p); sample j of prompt i is seeded
-seed + i * n + j; weight pushes are all-or-nothing.
+Pinned choices: logprobs are those of the distribution sampled from (vLLM's
+processed_logprobs: log_softmax of logits / T, renormalised over the top-k / top-p;
+the raw logits when greedy), so without top-k/top-p they are the trainer's
+(``workers/logprobs.py``); sample j of prompt i is seeded seed + i * n + j; weight
+pushes are all-or-nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import torch
 from grouprl.config.schema import RunConfig
 from grouprl.rollout import EngineUnavailableError, SamplingSettings, make_engine
 from grouprl.rollout.hf_engine import HFEngine, sample_tokens
+from grouprl.rollout.server_engine import logprobs_follow_temperature
+from grouprl.workers.logprobs import token_logprobs
 
 ASSET_MODEL = Path(__file__).resolve().parents[2] / "src/grouprl/assets/tiny-arith"
 QUESTIONS = ["3 + 4", "12 + 5", "7 * 9 - 2", "100 - 37"]
@@ -94,7 +98,7 @@ def vllm_engine(model_dir, shared_engines, tmp_path_factory):
 @pytest.fixture(scope="module")
 def vllm_server(model_dir, tmp_path_factory):
     """`vllm serve` of the tiny model on 127.0.0.1 with the dev endpoints (weight pushes)
-    and raw logprobs; stopped by its PID's process group."""
+    and processed logprobs; stopped by its PID's process group."""
     pytest.importorskip("vllm")
     import signal
     import socket
@@ -117,7 +121,7 @@ def vllm_server(model_dir, tmp_path_factory):
     serve = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir]
     serve += ["--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"]
     serve += ["--max-model-len", "256", "--enforce-eager", "--seed", "0"]
-    serve += ["--logprobs-mode", "raw_logprobs", "--no-enable-chunked-prefill"]
+    serve += ["--logprobs-mode", "processed_logprobs", "--no-enable-chunked-prefill"]
     log = open(cache / "server.log", "wb")  # noqa: SIM115 (closed below)
     proc = subprocess.Popen(
         serve, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -168,6 +172,20 @@ def forward_logprobs(model, prompt: list[int], completion: list[int]) -> torch.T
     logits = model(torch.tensor([prompt + completion])).logits[0].float()
     logprobs_TV = logits[len(prompt) - 1 : -1].log_softmax(-1)
     return logprobs_TV.gather(1, torch.tensor(completion)[:, None])[:, 0]
+
+
+@torch.no_grad()
+def trainer_logprobs(model, prompt: list[int], completion: list[int], *, temperature: float):
+    """The trainer's scoring of a completion (logits / T, log_softmax, gather)."""
+    ids_BT = torch.tensor([prompt + completion])
+    lp_BT, _ = token_logprobs(
+        model,
+        input_ids_BT=ids_BT,
+        attention_mask_BT=torch.ones_like(ids_BT),
+        chunk_tokens=64,
+        temperature=temperature,
+    )
+    return lp_BT[0, len(prompt) :]
 
 
 def max_logprob_error(model, prompts, groups) -> float:
@@ -240,12 +258,38 @@ def test_ignore_eos_generates_exactly_max_tokens(engine, model, prompts, eos_ids
     assert max_logprob_error(model, prompts, groups) < LOGPROB_TOL
 
 
-@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9)])
-def test_logprobs_are_raw_model_logprobs(engine, model, prompts, temperature, top_p):
-    """Raw log_softmax(logits) even when the sampler used temperature and top-p."""
-    settings = SamplingSettings(n=2, temperature=temperature, top_p=top_p, max_tokens=24, seed=2)
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logprobs_are_the_trainers_at_the_sampling_temperature(engine, model, prompts, temperature):
+    """The engine's logprobs of the sampled tokens equal the trainer's scoring of them,
+    log_softmax(logits / T), at T = 0.7 as at T = 1 (and at 0.7 not the raw ones)."""
+    settings = SamplingSettings(n=2, temperature=temperature, max_tokens=24, seed=2)
     groups = engine.generate(prompts, settings)
-    assert max_logprob_error(model, prompts, groups) < LOGPROB_TOL
+    errors = [
+        trainer_logprobs(model, p, c.token_ids, temperature=temperature) - torch.tensor(c.logprobs)
+        for p, group in zip(prompts, groups, strict=True)
+        for c in group
+    ]
+    assert max(e.abs().max().item() for e in errors) < LOGPROB_TOL
+    if temperature != 1.0:
+        assert max_logprob_error(model, prompts, groups) > 1e-2
+
+
+def test_with_top_k_the_logprobs_are_the_truncated_distributions(engine, model, prompts):
+    """vLLM's processed logprobs renormalise over the top-k, so a sampled token's
+    logprob exceeds the trainer's (which does not truncate) by -log(kept mass)."""
+    T, k = 0.7, 5
+    settings = SamplingSettings(n=2, temperature=T, top_k=k, max_tokens=24, seed=2)
+    for prompt, group in zip(prompts, engine.generate(prompts, settings), strict=True):
+        for c in group:
+            with torch.no_grad():
+                logits_TV = model(torch.tensor([prompt + c.token_ids])).logits[0].float()
+            scaled_TV = logits_TV[len(prompt) - 1 : -1] / T
+            kth_T1 = scaled_TV.topk(k, dim=-1).values[:, -1:]
+            token_T1 = torch.tensor(c.token_ids)[:, None]
+            assert bool((scaled_TV.gather(1, token_T1) >= kth_T1).all()), "outside the top-k"
+            truncated_TV = scaled_TV.masked_fill(scaled_TV < kth_T1, float("-inf"))
+            expected_T = truncated_TV.log_softmax(-1).gather(1, token_T1)[:, 0]
+            assert (expected_T - torch.tensor(c.logprobs)).abs().max() < LOGPROB_TOL
 
 
 def test_update_weights_serves_the_new_weights(engine, model, prompts):
@@ -319,6 +363,16 @@ def test_greedy_is_deterministic_argmax(engine, model, prompts, eos_ids):
 # --- HF engine and factory -----------------------------------------------------------------
 
 
+def test_a_server_with_raw_logprobs_is_told_apart_from_a_processed_one():
+    """The server engine's probe: one token's top logprobs at two temperatures."""
+    at_1 = {"a": -0.1, "b": -2.5, "c": -4.0}
+    raw_at_2 = at_1 | {"z": -9.0}  # the sampled token joins the list when not in it
+    processed_at_2 = {"a": -0.6, "b": -1.8, "c": -2.6}
+    assert not logprobs_follow_temperature(at_1, raw_at_2)
+    assert logprobs_follow_temperature(at_1, processed_at_2)
+    assert not logprobs_follow_temperature({}, {})
+
+
 def test_hf_engine_keeps_its_own_copy(model, tokenizer):
     engine = HFEngine(model, tokenizer, device="cpu")
     before = model.model.embed_tokens.weight.clone()
@@ -382,6 +436,7 @@ def test_a_run_trains_through_the_server(vllm_server, server_engine, model, tmp_
         f"rollout.server_weights_dir={tmp_path / 'pushes'}",
         "rollout.max_model_len=256",
         "data.eval.limit=8",
+        "data.train.limit=64",
         "train.steps=3",
         "train.lr=1e-3",
         "metrics.progress=false",

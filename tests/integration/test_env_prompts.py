@@ -38,6 +38,17 @@ def test_episodes_open_with_data_system_prompt_and_template(cache):
     ]
 
 
+def test_episodes_open_with_a_rows_chat_messages_as_given(cache):
+    env = make_env(EnvConfig(name="search_qa"), DataConfig(prompt_key="prompt"), cache_dir=cache)
+    user = {"role": "user", "content": "Who?"}
+    assert env.episode({"prompt": [user]}).start() == [
+        {"role": "system", "content": SYSTEM_PROMPTS["xml"]},
+        user,
+    ]
+    own = [{"role": "system", "content": "Search first."}, user]
+    assert env.episode({"prompt": own}).start() == own
+
+
 def test_prompt_set_holds_the_env_prompt_and_filters_by_its_length(tokenizer, cache):
     data = DataConfig(max_prompt_tokens=1024)
     env = make_env(EnvConfig(name="search_qa"), data, cache_dir=cache)

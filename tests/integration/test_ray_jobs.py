@@ -37,6 +37,7 @@ def test_submit_runs_a_recipe_to_completion_and_jobs_show_it(ray_cluster, tmp_pa
         "rollout.engine=hf",
         "train.steps=2",
         "data.eval.limit=16",
+        "data.train.limit=64",
         "metrics.progress=false",
         f"trainer.run_dir={tmp_path}/{{name}}",
         "--address",

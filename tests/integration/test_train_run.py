@@ -24,6 +24,7 @@ def _cfg(tmp_path, name, tiny_model_dir, *extra):
             "rollout.n=4",
             "rollout.max_tokens=40",
             "data.batch_size=4",
+            "data.train.limit=64",  # of 20,000 (rendering them all: ~2 s a run)
             "data.eval.limit=8",
             "train.mini_batch_size=8",
             "train.micro_batch_size=4",
@@ -146,6 +147,11 @@ def test_a_raising_reward_function_is_counted_and_the_run_goes_on(tmp_path, tiny
 
 
 def test_kl_to_a_frozen_reference_when_beta_is_positive(tmp_path, tiny_model_dir):
+    """At rollout.temperature=0.7 (one run serves both checks): the policy and the
+    reference both score at T, so KL starts at 0; and the trainer's logprobs are the
+    engine's, log_softmax(logits / T) on both sides, so the gap is rounding and the
+    importance weight pi_trainer / pi_engine is 1: the update is on-policy. Scoring raw
+    logits (before issue 19) gave a gap of ~1e-2 and a weight of 1.003."""
     cfg = _cfg(
         tmp_path,
         "kl",
@@ -154,13 +160,18 @@ def test_kl_to_a_frozen_reference_when_beta_is_positive(tmp_path, tiny_model_dir
         "train.steps=2",
         "data.eval=null",
         "train.mini_batch_size=null",  # one update per step: step 1 sees the reference policy
+        "rollout.temperature=0.7",
+        "algo.tis_cap=10",
     )
     train(cfg)
     lines = [json.loads(x) for x in (tmp_path / "kl/metrics.jsonl").read_text().splitlines()]
-    kl = [x["kl"] for x in lines if "kl" in x]
-    assert len(kl) == 2
-    assert kl[0] == pytest.approx(0.0, abs=1e-6)  # step 1: policy == reference
-    assert kl[1] > 0.0  # after one update the policy has moved away from the reference
+    steps = [x for x in lines if "kl" in x]
+    assert len(steps) == 2
+    assert steps[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # step 1: policy == reference
+    assert steps[1]["kl"] > 0.0  # after one update the policy has moved away from the reference
+    for x in steps:  # step 2: after a weight push
+        assert x["engine_logprob_gap"] < 1e-4, x
+        assert x["tis/weight"] == pytest.approx(1.0, abs=1e-4), x
 
 
 PPO = [
@@ -335,3 +346,71 @@ def test_a_lora_policy_trains_with_its_base_as_the_kl_reference(tmp_path, tiny_m
     exported = AutoModelForCausalLM.from_pretrained(export_run(run_dir, tmp_path / "merged"))
     params = exported.state_dict()
     assert any(not torch.equal(params[k], shipped[k]) for k in shipped)  # adapters merged in
+
+
+def _arith_messages(n: int) -> tuple[list[list[dict]], list[str]]:
+    """``n`` builtin:arith problems as chat messages, and their bare answers."""
+    from grouprl.assets.arith import builtin_rows
+
+    rows, _ = builtin_rows("train", n)
+    messages = [[{"role": "user", "content": r["question"]}] for r in rows]
+    return messages, [r["answer"].rsplit("#### ", 1)[1] for r in rows]
+
+
+def _one_step_as_is(tmp_path, tiny_model_dir, name, source, messages, *keys):
+    """Train one step on ``source`` with only the data keys set; the row's questions reach
+    the engine and the answers the reward (the tiny model gets some right)."""
+    cfg = _cfg(
+        tmp_path,
+        name,
+        tiny_model_dir,
+        f"data.train.source={source}",
+        "data.prompt_key=prompt",
+        *keys,
+        "data.eval=null",
+        "train.steps=1",
+    )
+    summary = train(cfg)
+    assert summary["finished"] and summary["step"] == 1
+    [step] = _metrics(tmp_path / name, "reward/mean").values()
+    assert step > 0  # the reference came through the answer key
+    prompts = {s["prompt"] for s in _samples(tmp_path / name)[1]}
+    questions = {m[0]["content"] for m in messages}
+    assert prompts and all(any(q in p for q in questions) for p in prompts)
+
+
+def test_a_verl_parquet_trains_a_step_as_it_is(tmp_path, tiny_model_dir):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    messages, answers = _arith_messages(8)
+    rows = [  # the columns of verl's examples/data_preprocess/gsm8k.py
+        {
+            "data_source": "openai/gsm8k",
+            "prompt": prompt,
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": answer},
+            "extra_info": {"split": "train", "index": i},
+        }
+        for i, (prompt, answer) in enumerate(zip(messages, answers, strict=True))
+    ]
+    path = tmp_path / "verl.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    _one_step_as_is(
+        tmp_path,
+        tiny_model_dir,
+        "verl",
+        path,
+        messages,
+        "data.answer_key=reward_model.ground_truth",
+    )
+
+
+def test_a_trl_conversational_dataset_trains_a_step_as_it_is(tmp_path, tiny_model_dir):
+    import datasets
+
+    messages, answers = _arith_messages(8)
+    rows = [{"prompt": m, "solution": a} for m, a in zip(messages, answers, strict=True)]
+    path = tmp_path / "trl"
+    datasets.Dataset.from_list(rows).save_to_disk(str(path))
+    _one_step_as_is(tmp_path, tiny_model_dir, "trl", path, messages, "data.answer_key=solution")

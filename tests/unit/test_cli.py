@@ -49,7 +49,9 @@ def test_user_error_exits_2_in_red_without_traceback():
     assert "Traceback" not in result.output
 
 
-def test_any_exception_marked_user_error_is_reported_like_config_error(monkeypatch):
+def test_any_exception_marked_user_error_is_reported_like_config_error(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # runs/tiny-arith here may hold a run, which train refuses
+
     class DatasetMissing(RuntimeError):
         user_error = True
 
@@ -140,3 +142,79 @@ def test_a_restart_prints_a_failure_whose_text_looks_like_markup(monkeypatch, ca
     assert sessions[1] == "auto"
     err = " ".join(capsys.readouterr().err.split())
     assert "pair.cc:537] reset" in err and "restart 1 of trainer.max_restarts=1" in err
+
+
+def test_bad_reward_name_data_file_or_column_fail_in_plan_and_train_before_any_model_loads(
+    tmp_path,
+):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"problem": "1+1?", "solution": "2"}\n')
+    missing = tmp_path / "nope.parquet"
+    cases = [
+        (["reward.functions=[{name: math_anwser}]"], "reward.functions.0.name='math_anwser'"),
+        ([f"data.train.source={missing}"], f"data.train.source='{missing}': file not found"),
+        (
+            [f"data.train.source={rows}", "data.prompt_key=problem"],
+            f"data.answer_key='answer' is not a column of data.train.source='{rows}'",
+        ),
+    ]
+    argvs = [
+        ["grouprl", command, "tiny-arith", "data.eval=null", *overrides]
+        for command in ("plan", "train")
+        for overrides, _ in cases
+    ]
+    probe = (
+        "import sys\n"
+        "from grouprl.cli import main\n"
+        f"for argv in {argvs!r}:\n"
+        "    sys.argv = argv\n"
+        "    print('CASE', flush=True, file=sys.stderr)\n"
+        "    try:\n"
+        "        main()\n"
+        "    except SystemExit as exit:\n"
+        "        print('EXIT', exit.code, flush=True, file=sys.stderr)\n"
+        f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60
+    )
+    assert "HEAVY []" in result.stdout, result.stdout + result.stderr
+    outputs = result.stderr.split("CASE\n")[1:]
+    assert len(outputs) == 6, result.stderr
+    for output, (_, message) in zip(outputs, cases * 2, strict=True):
+        assert message in output and output.rstrip().endswith("EXIT 2"), output
+        assert "Traceback" not in output
+    assert "Did you mean 'math_answer'?" in outputs[0]
+
+
+def test_version_is_the_installed_package_version():
+    from importlib.metadata import version
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output == f"grouprl {version('grouprl')}\n"
+
+
+def test_init_writes_a_commented_recipe_that_plans_and_never_overwrites(tmp_path):
+    import yaml
+
+    target = tmp_path / "my-run"
+    result = runner.invoke(app, ["init", str(target)])
+    assert result.exit_code == 0, result.output
+    path = tmp_path / "my-run.yaml"
+    text = path.read_text()
+    recipe = yaml.safe_load(text)
+    assert recipe["name"] == "my-run"
+    sections = {"model", "data", "reward", "rollout", "algo", "train", "trainer", "checkpoint"}
+    assert sections <= set(recipe)
+    uncommented = [
+        line
+        for line in text.splitlines()
+        if line.strip() and not line.endswith(":") and "#" not in line
+    ]
+    assert uncommented == []  # every key says what it does
+    planned = runner.invoke(app, ["plan", str(path)])
+    assert planned.exit_code == 0, planned.output
+    again = runner.invoke(app, ["init", str(target)])
+    assert again.exit_code == 2 and "already exists" in again.output
+    assert path.read_text() == text

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -13,8 +16,12 @@ from grouprl.config import (
     load_config,
     steps_for_epochs,
 )
+from grouprl.config.aliases import ALIASES, AR, markdown_table
+from grouprl.config.convert import convert_file, convert_verl
+from grouprl.config.key_hints import all_paths
 from grouprl.config.redact import REDACTED, is_secret_key, redacted_dict, save_resolved
 from grouprl.config.replica_checks import replica_nodes, replicas_per_node
+from grouprl.config.schema import RunConfig
 
 
 def write_recipe(tmp_path, text: str):
@@ -172,6 +179,17 @@ def test_null_mini_batch_means_whole_step():
 def test_grpo_needs_a_group_of_two():
     with pytest.raises(ConfigError, match=r"rollout\.n=1.*zero advantage"):
         check_config(load_config("tiny-arith", ["rollout.n=1", "train.mini_batch_size=16"]))
+
+
+def test_greedy_training_is_refused_while_greedy_evaluation_is_the_default():
+    with pytest.raises(ConfigError) as err:
+        check_config(load_config("tiny-arith", ["rollout.temperature=0"]))
+    text = str(err.value)
+    assert "rollout.temperature=0.0 decodes greedily" in text
+    assert "rollout.temperature=1.0" in text and "rollout.eval_temperature=0" in text
+    cfg = load_config("tiny-arith", ["rollout.temperature=0.7"])
+    check_config(cfg)
+    assert cfg.rollout.eval_temperature == 0.0
 
 
 def test_run_length_needs_exactly_one_of_steps_and_epochs():
@@ -352,6 +370,19 @@ def test_recipe_extends_another_and_overrides_only_what_it_sets(tmp_path):
     assert cfg.train == base.train
 
 
+def test_extending_recipe_replaces_a_data_source_whole(tmp_path):
+    child = write_recipe(
+        tmp_path,
+        "extends: tiny-arith\ndata: {eval: {source: builtin:arith, split: test}}\n"
+        "rollout: {n: 4}\n",
+    )
+    cfg, base = load_config(child, []), load_config("tiny-arith", [])
+    assert base.data.eval.limit == 200
+    assert cfg.data.eval.limit is None  # not the parent's limit: the source is replaced whole
+    assert cfg.data.batch_size == base.data.batch_size  # the rest of data: merged
+    assert cfg.rollout.max_tokens == base.rollout.max_tokens
+
+
 def test_recipe_extends_cycle_is_named(tmp_path):
     (tmp_path / "a.yaml").write_text(f"extends: {tmp_path / 'b.yaml'}\n")
     (tmp_path / "b.yaml").write_text(f"extends: {tmp_path / 'a.yaml'}\n")
@@ -520,3 +551,144 @@ def test_one_step_off_policy_needs_a_correction():
         derive(load_config("tiny-arith", ["rollout.max_staleness=1", fix]))
     with pytest.raises(ConfigError, match="rollout.max_staleness"):
         load_config("tiny-arith", ["rollout.max_staleness=2"])
+
+
+# --- keys from verl and TRL, and every bad key at once ----------------------------
+
+
+def _error(overrides: list[str], recipe: str | dict = "tiny-arith") -> str:
+    with pytest.raises(ConfigError) as err:
+        load_config(recipe, overrides)
+    return str(err.value)
+
+
+def test_every_verl_and_trl_key_given_as_an_override_names_its_grouprl_key():
+    for alias in ALIASES:
+        text = _error([f"{alias.key}=1"], recipe={})  # a mapping: no YAML to read
+        assert f"'{alias.key}' in override" in text and f"{alias.framework}'s key" in text, text
+        assert _names_grouprl_keys(alias, text), text
+
+
+def _names_grouprl_keys(alias, text: str) -> bool:
+    if not alias.grouprl:
+        return "grouprl has no equivalent" in text
+    *first, last = alias.grouprl
+    listed = f"keys are {', '.join(first)} and {last}" if first else f"key is {last}"
+    return f"grouprl's {listed}" in text
+
+
+def test_verl_keys_given_bare_name_the_same_grouprl_key():
+    leaves = Counter(alias.leaf for alias in ALIASES)
+    for alias in ALIASES:
+        if alias.framework != "verl" or leaves[alias.leaf] > 1 or "." not in alias.key:
+            continue
+        text = _error([f"{alias.leaf}=1"], recipe={})
+        assert f"it is verl's {alias.key}" in text and _names_grouprl_keys(alias, text), text
+
+
+def test_alias_targets_are_grouprl_keys():
+    paths = set(all_paths(RunConfig))
+    assert [(a.key, t) for a in ALIASES for t in a.grouprl if t not in paths] == []
+    assert [a.key for a in ALIASES if a.key in paths] == []  # a grouprl key is no alias
+    assert len({a.key for a in ALIASES}) == len(ALIASES)  # one entry per key
+
+
+def test_foreign_keys_get_the_grouprl_key_not_a_lookalike():
+    text = _error(["algo.adv_estimator=grpo"])
+    assert "algo.name" in text and "algo.advantage" in text and "kl_estimator" not in text
+    text = _error(["num_generations=8"])
+    assert "rollout.n" in text and "num_iterations" not in text
+    text = _error(["ppo_mini_batch_size=32"])
+    assert "train.mini_batch_size" in text
+    assert "verl counts prompts, grouprl counts samples" in text and "x rollout.n" in text
+
+
+def test_every_bad_key_of_recipes_and_overrides_comes_in_one_error(tmp_path):
+    (tmp_path / "base.yaml").write_text("extends: tiny-arith\ntrainer: {save_freq: 5}\n")
+    recipe = write_recipe(
+        tmp_path,
+        f"extends: {tmp_path / 'base.yaml'}\n"
+        "actor_rollout_ref:\n  rollout: {n: 8}\n  actor: {use_torch_compile: true}\n"
+        "train: {micro_batch: 4}\n",
+    )
+    text = _error(["num_generations=8", "rollout.temprature=1", "rollout.n"], recipe=recipe)
+    assert text.startswith("7 problems in the recipe and overrides:"), text
+    assert "'trainer.save_freq' in recipe" in text and "checkpoint.disk.every" in text
+    assert "'actor_rollout_ref.rollout.n' in recipe" in text and "rollout.n" in text
+    assert "It holds actor_rollout_ref.actor.use_torch_compile" in text
+    assert "'train.micro_batch'" in text and "train.micro_batch_size" in text
+    assert "'num_generations' in override" in text
+    assert "Did you mean rollout.temperature" in text
+    assert "'rollout.n' is not of the form key.sub=value" in text
+
+
+def test_migration_doc_holds_the_alias_table_and_links_the_departures():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "migration.md").read_text()
+    for framework in ("verl", "TRL"):
+        block = f"<!-- aliases:{framework} -->\n{markdown_table(framework)}<!-- /aliases:"
+        assert block in doc, f"run python scripts/migration_tables.py ({framework})"
+    assert "(algorithms.md#departures-from-trl-and-verl-and-the-switch-for-each)" in doc
+
+
+VERL_GRPO = """
+algorithm: {adv_estimator: grpo, use_kl_in_reward: false}
+data: {train_files: train.parquet, val_files: test.parquet, train_batch_size: 1024,
+       max_prompt_length: 512, max_response_length: 1024, truncation: error}
+actor_rollout_ref:
+  model: {path: Qwen/Qwen2-7B-Instruct, use_remove_padding: true}
+  actor: {optim: {lr: 1.0e-6}, ppo_mini_batch_size: 256, ppo_micro_batch_size_per_gpu: 40,
+          use_kl_loss: true, kl_loss_coef: 0.001, kl_loss_type: low_var_kl, entropy_coeff: 0}
+  rollout: {name: vllm, n: 5, tensor_model_parallel_size: 2, max_model_len: null}
+critic: {optim: {lr: 1.0e-5}}
+trainer: {critic_warmup: 0, logger: [console, wandb], project_name: p, experiment_name: e,
+          n_gpus_per_node: 8, nnodes: 1, save_freq: -1, test_freq: 5, total_epochs: 15}
+"""
+
+
+def test_verl_config_converts_with_its_units_and_lists_what_it_leaves(tmp_path):
+    (tmp_path / "verl.yaml").write_text(VERL_GRPO)
+    path, converted = convert_file(str(tmp_path / "verl.yaml"), out=str(tmp_path / "r.yaml"))
+    cfg = load_config(str(path), [])
+    assert (cfg.name, cfg.data.batch_size, cfg.rollout.n) == ("e", 1024, 5)
+    assert (cfg.train.mini_batch_size, cfg.train.micro_batch_size) == (1280, 40)  # 256 x n=5
+    assert (cfg.algo.name, cfg.algo.beta, cfg.algo.kl_in, cfg.algo.kl_estimator) == (
+        "grpo", 0.001, "loss", "k3"
+    )  # fmt: skip
+    assert cfg.data.train.source == "train.parquet" and cfg.data.eval.limit is None
+    assert (cfg.data.prompt_key, cfg.data.answer_key) == ("prompt", "reward_model.ground_truth")
+    assert cfg.rollout.max_model_len == 1536 and cfg.rollout.tensor_parallel_size == 2
+    assert cfg.checkpoint.disk.every is None and cfg.trainer.eval_every == 5
+    assert (cfg.train.epochs, cfg.train.packing, cfg.metrics.wandb.project) == (15, True, "p")
+    assert cfg.critic is None  # no critic.model.path: the critic keys are left out
+    left = {key for key, _, _ in converted.left}
+    assert {"data.truncation", f"{AR}.actor.entropy_coeff", "critic.lr"} <= left
+    assert f"#   {AR}.actor.entropy_coeff=0: no entropy bonus" in path.read_text()
+
+
+def test_verl_ppo_with_adaptive_kl_in_the_reward_converts():
+    converted = convert_verl(
+        {
+            "algorithm": {
+                "adv_estimator": "gae",
+                "use_kl_in_reward": True,
+                "kl_penalty": "kl",
+                "kl_ctrl": {"type": "adaptive", "kl_coef": 0.02, "target_kl": 0.05},
+            },
+            "critic": {"model": {"path": "Qwen/Qwen2.5-0.5B"}, "cliprange_value": 0.5},
+            "actor_rollout_ref": {
+                "actor": {"clip_ratio": 0.3, "loss_agg_mode": "seq-mean-token-sum"}
+            },
+        }
+    )
+    algo, critic = converted.recipe["algo"], converted.recipe["critic"]
+    assert algo == {
+        "name": "ppo",
+        "clip_eps_low": 0.3,
+        "clip_eps_high": 0.3,
+        "beta": 0.02,
+        "kl_in": "reward",
+        "kl_estimator": "k1",
+        "kl_target": 0.05,
+    }
+    assert critic == {"path": "Qwen/Qwen2.5-0.5B", "value_clip": 0.5}
+    assert [key for key, _, _ in converted.left] == [f"{AR}.actor.loss_agg_mode"]  # sum: none

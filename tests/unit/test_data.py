@@ -22,6 +22,7 @@ from grouprl.data import (  # noqa: E402
     render_prompts,
     render_questions,
 )
+from grouprl.data.peek import source_problems  # noqa: E402
 
 ASSET_TOKENIZER = Path(__file__).parents[2] / "src" / "grouprl" / "assets" / "tiny-arith"
 CHAT_TEMPLATE = (
@@ -349,3 +350,179 @@ def test_sampler_refuses_state_from_other_data():
     state = PromptSampler(7, seed=11).state_dict()
     with pytest.raises(DataError, match="num_rows=7 but this run has num_rows=8"):
         PromptSampler(8, seed=11).load_state_dict(state)
+
+
+# --- chat-message prompts (verl and TRL rows) ------------------------------------------
+
+
+def template_ids(tok, messages: list[dict]) -> list[int]:
+    """What the tokenizer's chat template makes of ``messages``, generation prompt included."""
+    return tok.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+
+
+MESSAGES = [
+    {"role": "system", "content": "Answer after ####."},
+    {"role": "user", "content": "Tom has 3 pens and buys 2. How many?"},
+]
+
+
+def test_message_prompts_render_to_the_chat_templates_ids():
+    tok = byte_tokenizer(chat_template=CHAT_TEMPLATE)
+    system = "Used only where the row has no system message."
+    kwargs = {"prompt_key": "prompt", "system_prompt": system, "prompt_template": "{question}"}
+    rows = [{"prompt": MESSAGES}, {"prompt": MESSAGES[1:]}, {"prompt": "Plain text?"}]
+    ids = render_questions(tok, rows, **kwargs)
+    sys_message = {"role": "system", "content": system}
+    assert ids == [
+        template_ids(tok, MESSAGES),  # its own system message wins
+        template_ids(tok, [sys_message, MESSAGES[1]]),
+        template_ids(tok, [sys_message, {"role": "user", "content": "Plain text?"}]),
+    ]
+    assert [render_prompt(tok, row, **kwargs) for row in rows] == ids
+    assert "Answer after ####." in tok.decode(ids[0]) and system not in tok.decode(ids[0])
+
+
+def test_a_prompt_template_with_message_prompts_is_refused():
+    tok = byte_tokenizer(chat_template=CHAT_TEMPLATE)
+    row = {"prompt": MESSAGES, "_index": 7}
+    with pytest.raises(DataError, match=r"data.prompt_template='Q: \{question\}'.*row 7"):
+        render_prompt(
+            tok, row, prompt_key="prompt", system_prompt=None, prompt_template="Q: {question}"
+        )
+    with pytest.raises(DataError, match="no chat template"):
+        render_prompt(
+            byte_tokenizer(chat_template=None),
+            row,
+            prompt_key="prompt",
+            system_prompt=None,
+            prompt_template="{question}",
+        )
+
+
+def test_broken_message_rows_are_skipped_and_reported_with_their_index(tmp_path):
+    user = {"role": "user", "content": "1+1?"}
+    prompts = [
+        [user],  # 0: fine
+        [],  # 1: empty
+        [{"role": "tool", "content": "x"}, user],  # 2: unknown role
+        [{"role": "user", "content": 5}],  # 3: content not a string
+        ["1+1?"],  # 4: not a message object
+        [{"role": "system", "content": "be brief"}],  # 5: no user message
+        "2+2?",  # 6: plain text, fine
+        [{"role": "user"}],  # 7: no content
+    ]
+    path = write_jsonl(
+        tmp_path / "rows.jsonl", [json.dumps({"prompt": p, "answer": "2"}) for p in prompts]
+    )
+    rows, report = read_rows(DataSource(source=str(path)), prompt_key="prompt", answer_key="answer")
+    assert [r["_index"] for r in rows] == [0, 6]
+    reasons = {s.index: s.reason for s in report.skipped}
+    assert list(reasons) == [1, 2, 3, 4, 5, 7]
+    assert "empty list of messages" in reasons[1]
+    assert "role 'tool'" in reasons[2] and "system, user, assistant" in reasons[2]
+    assert "message 0 (user) has content of type int" in reasons[3]
+    assert "message 0 is str" in reasons[4]
+    assert "no user message" in reasons[5]
+    assert "content of type NoneType" in reasons[7]
+    assert "row 2: prompt 'prompt' message 0 has role 'tool'" in report.summary()
+
+
+def _verl_rows(n: int) -> list[dict]:
+    """verl's parquet rows (examples/data_preprocess/gsm8k.py's columns) for builtin:arith."""
+    from grouprl.assets.arith import builtin_rows
+
+    rows, _ = builtin_rows("train", n)
+    return [
+        {
+            "data_source": "builtin:arith",
+            "prompt": [{"role": "user", "content": r["question"]}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": r["answer"].rsplit("#### ", 1)[1]},
+            "extra_info": {"split": "train", "index": i},
+        }
+        for i, r in enumerate(rows)
+    ]
+
+
+def test_verl_parquet_struct_columns_load_as_nested_dicts(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = _verl_rows(3)
+    rows[1]["prompt"] = [{"role": "user", "content": rows[1]["prompt"][0]["content"], "name": "u"}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "verl.parquet")
+    loaded, report = read_rows(
+        DataSource(source=str(tmp_path / "verl.parquet")),
+        prompt_key="prompt",
+        answer_key="reward_model.ground_truth",
+    )
+    assert not report.skipped
+    assert [get_field(r, "reward_model.ground_truth") for r in loaded] == [
+        r["reward_model"]["ground_truth"] for r in rows
+    ]
+    # the struct column gives every message every field: the ones a row lacks are null,
+    # and do not reach the chat template
+    assert loaded[0]["prompt"] == [
+        {"role": "user", "content": rows[0]["prompt"][0]["content"], "name": None}
+    ]
+    tok = byte_tokenizer(chat_template=CHAT_TEMPLATE)
+    ids = render_questions(
+        tok, loaded, prompt_key="prompt", system_prompt=None, prompt_template="{question}"
+    )
+    assert ids == [template_ids(tok, row["prompt"]) for row in rows]
+
+
+# --- checks before loading (data.peek) ----------------------------------------------------
+
+
+def _problems(source: str, **data) -> list[str]:
+    return source_problems(
+        DataSource(source=source), config_key="data.train", data=DataConfig(**data)
+    )
+
+
+def test_peek_reads_a_parquet_schema_and_dotted_struct_keys(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "verl.parquet"
+    pq.write_table(pa.Table.from_pylist(_verl_rows(2)), path)
+    good = {"prompt_key": "prompt", "answer_key": "reward_model.ground_truth"}
+    assert _problems(str(path), **good) == []
+    [problem] = _problems(str(path), prompt_key="prompt", answer_key="reward_model.groundtruth")
+    assert problem.startswith("data.answer_key='reward_model.groundtruth' is not a column of ")
+    assert "column 'reward_model' has the fields ['ground_truth', 'style']" in problem
+    assert "Did you mean data.answer_key=reward_model.ground_truth?" in problem
+    [problem] = _problems(str(path), **good, prompt_template="Q: {question}")
+    assert "data.prompt_template='Q: {question}'" in problem and "chat messages" in problem
+
+
+def test_peek_names_the_key_for_a_missing_file_column_or_bad_json(tmp_path):
+    path = write_jsonl(tmp_path / "rows.jsonl", [json.dumps({"problem": "1+1?", "solution": "2"})])
+    [problem] = _problems(str(path), prompt_key="problem", answer_key="answer")
+    assert f"data.answer_key='answer' is not a column of data.train.source='{path}'" in problem
+    assert "['problem', 'solution']" in problem
+    assert len(_problems(str(path))) == 2  # question and answer both missing
+    [missing] = _problems(str(tmp_path / "nope.parquet"))
+    assert missing.startswith("data.train.source=") and "file not found" in missing
+    assert (
+        source_problems(
+            DataSource(source=str(tmp_path / "nope.parquet")),
+            config_key="data.train",
+            data=DataConfig(),
+            missing_ok=True,
+        )
+        == []
+    )
+    bad = write_jsonl(tmp_path / "bad.jsonl", ["not json", "[1, 2]"])
+    [problem] = _problems(str(bad))
+    assert "is not JSON lines" in problem
+    (tmp_path / "bad.parquet").write_text("not parquet")
+    [problem] = _problems(str(tmp_path / "bad.parquet"))
+    assert "is not a readable parquet file" in problem
+    assert _problems("openai/gsm8k") == []  # a hub name cannot be checked offline
+    assert _problems("builtin:arith", prompt_key="prompt")[0].startswith(
+        "data.prompt_key='prompt' is not a column of data.train.source='builtin:arith'"
+    )

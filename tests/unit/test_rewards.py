@@ -136,9 +136,35 @@ def test_registry_has_builtins_and_refuses_duplicates():
 def test_unknown_name_lists_registered_functions():
     with pytest.raises(RewardError) as err:
         resolve_reward("math_anwser", index=2)
-    assert "reward.functions[2].name='math_anwser'" in str(err.value)
+    assert "reward.functions.2.name='math_anwser'" in str(err.value)
     assert "['format', 'math_answer', 'qa_em', 'qa_f1']" in str(err.value)
     assert err.value.user_error is True
+
+
+def test_reward_problems_lists_every_bad_entry_and_leaves_absent_ones_to_the_cluster(tmp_path):
+    from grouprl.rewards.registry import reward_problems
+
+    (tmp_path / "mine.py").write_text("def score(completion, **_):\n    return 1.0\n")
+    functions = [
+        RewardFunction(name="math_answer"),
+        RewardFunction(name="fromat"),
+        RewardFunction(name=f"{tmp_path / 'mine.py'}:score"),
+        RewardFunction(name=f"{tmp_path / 'mine.py'}:scroe"),
+        RewardFunction(name="grouprl_no_such_module:score"),
+        RewardFunction(name=f"{tmp_path / 'absent.py'}:score"),
+        RewardFunction(name="math_answer"),
+    ]
+    problems = reward_problems(functions)
+    assert [p.split("=", 1)[0] for p in problems] == [
+        f"reward.functions.{i}.name" for i in (1, 3, 4, 5, 6)
+    ]
+    assert "Did you mean 'format'?" in problems[0]
+    assert "has no 'scroe'; its functions are ['score']" in problems[1]
+    assert "cannot import module 'grouprl_no_such_module'" in problems[2]
+    assert "does not exist" in problems[3] and "listed twice" in problems[4]
+    # grouprl submit: what this machine lacks may be on the cluster
+    kept = reward_problems(functions, missing_ok=True)
+    assert [p.split("=", 1)[0] for p in kept] == [f"reward.functions.{i}.name" for i in (1, 3, 6)]
 
 
 def test_user_function_by_module_path(tmp_path, monkeypatch):
@@ -164,7 +190,7 @@ def test_user_function_by_module_path(tmp_path, monkeypatch):
         resolve_reward("grouprl_test_userpkg.scores:missing", index=1)
     with pytest.raises(RewardError, match="'NOT_CALLABLE' is a int, not a function"):
         resolve_reward("grouprl_test_userpkg.scores:NOT_CALLABLE", index=1)
-    with pytest.raises(RewardError, match=r"reward.functions\[0\].*cannot import module"):
+    with pytest.raises(RewardError, match=r"reward.functions.0.name.*cannot import module"):
         resolve_reward("grouprl_no_such_module.x:f", index=0)
 
 
@@ -194,7 +220,7 @@ def test_resolve_rewards_keeps_names_and_weights():
         [RewardFunction(name="math_answer"), RewardFunction(name="format", weight=0.1)]
     )
     assert resolved == [("math_answer", math_answer, 1.0), ("format", format_reward, 0.1)]
-    with pytest.raises(RewardError, match=r"functions\[1\].*listed twice"):
+    with pytest.raises(RewardError, match=r"functions.1.name.*listed twice"):
         resolve_rewards([RewardFunction(name="format"), RewardFunction(name="format")])
 
 

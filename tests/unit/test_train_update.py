@@ -83,6 +83,32 @@ def test_chunked_logprobs_match_full_softmax(model):
     del lp2
 
 
+def test_tokens_are_scored_at_the_sampling_temperature(model):
+    """log_softmax(logits / T) and the entropy of softmax(logits / T), gradients
+    included (the chunk divides in place); T = 1 is the raw distribution."""
+    batch = build_batch(_trajectories(4), pad_id=0)
+    ids_BT, mask_BT = batch.input_ids_BT, batch.attention_mask_BT
+    mask = mask_BT[:, 1:].bool()
+    for temperature in (0.7, 1.0):
+        scorer = TokenScorer(model, chunk_tokens=5, temperature=temperature)
+        lp_BT, entropy_BT = scorer(ids_BT, mask_BT)
+        logits = model(input_ids=ids_BT, attention_mask=mask_BT).logits.float()[:, :-1]
+        logp = (logits / temperature).log_softmax(-1)
+        expected = logp.gather(-1, ids_BT[:, 1:, None]).squeeze(-1)
+        torch.testing.assert_close(lp_BT[:, 1:][mask], expected[mask], rtol=1e-5, atol=1e-5)
+        expected_entropy = -(logp.exp() * logp).sum(-1)
+        torch.testing.assert_close(
+            entropy_BT[:, 1:][mask], expected_entropy[mask].detach(), rtol=1e-5, atol=1e-5
+        )
+        got = torch.autograd.grad(lp_BT[:, 1:][mask].sum(), model.lm_head.weight)[0]
+        want = torch.autograd.grad(expected[mask].sum(), model.lm_head.weight)[0]
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="temperature > 0"):
+        token_logprobs(
+            model, input_ids_BT=ids_BT, attention_mask_BT=mask_BT, chunk_tokens=5, temperature=0.0
+        )
+
+
 def _update(
     model,
     batch,

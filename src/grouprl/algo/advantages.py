@@ -10,6 +10,10 @@ after shaping), earned at its last generated token, and optional per-token
 rewards (``-beta * KL`` when ``algo.kl_in=reward``). Outcome estimators (GRPO,
 Dr.GRPO, RLOO) score a sample by the sum of both, so its tokens share one
 advantage; REINFORCE++ and GAE give each token its own return.
+
+Every std below is the population std (divide by the count) unless ``cfg.adv_std``
+is ``sample`` (divide by the count - 1, as TRL and verl); a group whose rewards are
+all equal gets advantages of exactly zero whichever is chosen.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ class EstimatorParams(Protocol):
     """The ``algo`` keys the estimators read."""
 
     scale_by_std: bool
+    adv_std: str  # "population" (divide by n) or "sample" (divide by n - 1)
     adv_eps: float
     gamma: float
     gae_lambda: float
@@ -76,27 +81,49 @@ def returns_to_go(scores_B: Tensor, mask_BT: Tensor, token_rewards_BT: Tensor | 
     return to_go_BT
 
 
-def whiten(values_BT: Tensor, mask_BT: Tensor, *, eps: float) -> Tensor:
-    """(x - mean) / (std + eps) over the masked tokens (population std); zero off the mask."""
+def whiten(values_BT: Tensor, mask_BT: Tensor, *, eps: float, sample_std: bool = False) -> Tensor:
+    """(x - mean) / (std + eps) over the masked tokens; zero off the mask. The std is the
+    population std, or the sample std (divide by count - 1, as verl's ``masked_whiten``)."""
     count = mask_BT.sum().clamp(min=1)
     mean = (values_BT * mask_BT).sum() / count
-    var = (((values_BT - mean) * mask_BT) ** 2).sum() / count
+    squares = (((values_BT - mean) * mask_BT) ** 2).sum()
+    var = squares / (count - 1).clamp(min=1) if sample_std else squares / count
     return (values_BT - mean) / (var.sqrt() + eps) * mask_BT
 
 
-def group_normalized(rewards_PG: Tensor, *, scale_by_std: bool, eps: float) -> Tensor:
+def _shifted(rewards_PG: Tensor) -> Tensor:
+    """Rewards minus each group's first reward: the same centred values and std, but a
+    group whose rewards are all equal becomes exact zeros, so its mean and std are
+    exactly 0 (float32's rounding of the mean of 0.3 x G, divided by a std near 0 +
+    eps, would otherwise give advantages of about 0.03)."""
+    return rewards_PG - rewards_PG[:, :1]
+
+
+def group_normalized(
+    rewards_PG: Tensor, *, scale_by_std: bool, eps: float, sample_std: bool = False
+) -> Tensor:
     """Reward minus the group mean, optionally divided by the group std + eps.
 
-    The std is the population std (``unbiased=False``, divide by G), which
-    departs from TRL and verl (they use ``torch.std``, the sample std, divide
-    by G - 1), so each group's advantages have unit variance exactly: one
-    success among G binary rewards scores +sqrt(G - 1), each failure
-    -1/sqrt(G - 1). A group whose rewards are all equal gets zeros.
+    The std is the population std (``unbiased=False``, divide by G) unless
+    ``sample_std``; TRL and verl use the sample std (``torch.std``, divide by
+    G - 1). With the population std each group's advantages have unit variance
+    exactly: one success among G binary rewards scores +sqrt(G - 1), each failure
+    -1/sqrt(G - 1). A group whose rewards are all equal gets exact zeros.
     """
-    centered_PG = rewards_PG - rewards_PG.mean(dim=1, keepdim=True)
+    shifted_PG = _shifted(rewards_PG)
+    centered_PG = shifted_PG - shifted_PG.mean(dim=1, keepdim=True)
     if not scale_by_std:
         return centered_PG
-    return centered_PG / (rewards_PG.std(dim=1, keepdim=True, unbiased=False) + eps)
+    std_P1 = shifted_PG.std(dim=1, keepdim=True, unbiased=sample_std)
+    return centered_PG / (std_P1 + eps)
+
+
+def _group_params(cfg: EstimatorParams) -> dict[str, float | bool]:
+    return {"scale_by_std": cfg.scale_by_std, "eps": cfg.adv_eps, "sample_std": _sample(cfg)}
+
+
+def _sample(cfg: EstimatorParams) -> bool:
+    return cfg.adv_std == "sample"
 
 
 @ADVANTAGES.register("grpo")
@@ -105,12 +132,12 @@ def grpo(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages:
 
         A_i = (R_i - mean_j R_j) / (std_j R_j + eps)     over the prompt's G samples
 
-    ``std`` is dropped when ``cfg.scale_by_std`` is false. R_i is the outcome score
-    plus the sample's summed per-token rewards.
+    ``std`` is dropped when ``cfg.scale_by_std`` is false; ``cfg.adv_std`` picks the
+    population (default) or sample std, ``cfg.adv_eps`` is eps (TRL: sample, 1e-4;
+    verl: sample, 1e-6). R_i is the outcome score plus the sample's summed per-token
+    rewards.
     """
-    adv_PG = group_normalized(
-        _sequence_rewards(inputs), scale_by_std=cfg.scale_by_std, eps=cfg.adv_eps
-    )
+    adv_PG = group_normalized(_sequence_rewards(inputs), **_group_params(cfg))
     return Advantages(_per_token(adv_PG, inputs.mask_BT))
 
 
@@ -138,7 +165,7 @@ def rloo(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages:
     (as in the paper); ignores ``cfg.scale_by_std``. Needs G >= 2.
     """
     del cfg
-    rewards_PG = _sequence_rewards(inputs)
+    rewards_PG = _shifted(_sequence_rewards(inputs))  # the baseline cancels the shift
     n = rewards_PG.shape[1]
     if n < 2:
         raise ValueError(
@@ -158,11 +185,12 @@ def reinforce_pp(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages
 
     With no per-token rewards every token of a sample has the same return, so this is
     a token-weighted batch normalisation of the scores (long samples count more in
-    the mean, as in the paper and OpenRLHF). Population std; ``cfg.adv_eps`` is eps.
-    Works with any group size, including 1.
+    the mean, as in the paper and OpenRLHF). ``cfg.adv_std`` picks the std (verl's
+    ``masked_whiten``: sample), ``cfg.adv_eps`` is eps. Works with any group size,
+    including 1. Departure from verl: no discount (``algo.gamma`` must stay 1).
     """
     to_go_BT = returns_to_go(inputs.scores_B, inputs.mask_BT, inputs.token_rewards_BT)
-    return Advantages(whiten(to_go_BT, inputs.mask_BT, eps=cfg.adv_eps))
+    return Advantages(whiten(to_go_BT, inputs.mask_BT, eps=cfg.adv_eps, sample_std=_sample(cfg)))
 
 
 @ADVANTAGES.register("reinforce_pp_baseline")
@@ -175,10 +203,10 @@ def reinforce_pp_baseline(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> A
 
     (OpenRLHF's ``reinforce_baseline``). Needs G >= 2 to be useful.
     """
-    scores_PG = inputs.scores_B.view(-1, inputs.group_size)
+    scores_PG = _shifted(inputs.scores_B.view(-1, inputs.group_size))
     centered_B = (scores_PG - scores_PG.mean(dim=1, keepdim=True)).flatten()
     to_go_BT = returns_to_go(centered_B, inputs.mask_BT, inputs.token_rewards_BT)
-    return Advantages(whiten(to_go_BT, inputs.mask_BT, eps=cfg.adv_eps))
+    return Advantages(whiten(to_go_BT, inputs.mask_BT, eps=cfg.adv_eps, sample_std=_sample(cfg)))
 
 
 @ADVANTAGES.register("gae")
@@ -187,9 +215,18 @@ def gae(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages:
     generated tokens, with the critic's values V_t (of the prefix before token t):
 
         r_t     = per-token reward at t, plus the score at the last token
-        delta_t = r_t + gamma * V_{t+1} - V_t          (V after the last token = 0)
-        A_t     = delta_t + gamma * lambda * A_{t+1}
+        delta_t = r_t + gamma * V_{t'} - V_t           (t': the next generated token;
+        A_t     = delta_t + gamma * lambda * A_{t'}     V and A after the last one = 0)
         returns = A_t + V_t                            (the critic's targets)
+
+    The recursion runs over generated tokens only: in a multi-turn row the masked
+    tool-reply tokens between two model turns are skipped, not discounted, so the
+    last token of turn k links to the first token of turn k + 1 and the final score
+    reaches every turn (as verl's ``compute_gae_advantage_return``)::
+
+        mask    0  1  1  0  0  0  1  1      (prompt, turn 1, tool reply, turn 2)
+        gamma = lambda = 1, V = 0, score 1:
+        returns .  1  1  .  .  .  1  1
 
     Advantages are then whitened over the batch's generated tokens (as PPO
     implementations do; the returns are not). ``cfg.gamma``, ``cfg.gae_lambda``.
@@ -205,15 +242,19 @@ def gae(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages:
     rows_B = torch.arange(mask_BT.shape[0], device=mask_BT.device)
     rewards_BT[rows_B, last_B] += inputs.scores_B * mask_BT[rows_B, last_B]
     adv_BT = torch.zeros_like(values_BT)
-    running_B = torch.zeros_like(inputs.scores_B)
-    next_value_B = torch.zeros_like(inputs.scores_B)
+    running_B = torch.zeros_like(inputs.scores_B)  # A at the next generated token
+    next_value_B = torch.zeros_like(inputs.scores_B)  # V at the next generated token
     for t in reversed(range(mask_BT.shape[1])):
+        generated_B = mask_BT[:, t] > 0
         delta_B = rewards_BT[:, t] + cfg.gamma * next_value_B - values_BT[:, t]
-        running_B = (delta_B + cfg.gamma * cfg.gae_lambda * running_B) * mask_BT[:, t]
+        step_B = delta_B + cfg.gamma * cfg.gae_lambda * running_B
+        running_B = torch.where(generated_B, step_B, running_B)  # masked: carried over
+        next_value_B = torch.where(generated_B, values_BT[:, t], next_value_B)
         adv_BT[:, t] = running_B
-        next_value_B = values_BT[:, t]
+    adv_BT = adv_BT * mask_BT
     returns_BT = (adv_BT + values_BT) * mask_BT
-    return Advantages(whiten(adv_BT, mask_BT, eps=cfg.adv_eps), returns_BT=returns_BT)
+    whitened_BT = whiten(adv_BT, mask_BT, eps=cfg.adv_eps, sample_std=_sample(cfg))
+    return Advantages(whitened_BT, returns_BT=returns_BT)
 
 
 def _last_index(mask_BT: Tensor) -> Tensor:
@@ -246,14 +287,11 @@ def mt_grpo(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages:
     """
     turn_BT, turn_rewards_BK, _ = _turn_inputs(inputs, "mt_grpo")
     credit_B = inputs.credit_turns_B
-    scale, eps = cfg.scale_by_std, cfg.adv_eps
-    outcome_PG = group_normalized(_sequence_rewards(inputs), scale_by_std=scale, eps=eps)
+    outcome_PG = group_normalized(_sequence_rewards(inputs), **_group_params(cfg))
     turns_K = torch.arange(turn_rewards_BK.shape[1], device=turn_rewards_BK.device)
     credited_BK = turns_K[None, :] < credit_B[:, None]
     turn_score_B = (turn_rewards_BK * credited_BK).sum(dim=1)
-    turn_PG = group_normalized(
-        turn_score_B.view(-1, inputs.group_size), scale_by_std=scale, eps=eps
-    )
+    turn_PG = group_normalized(turn_score_B.view(-1, inputs.group_size), **_group_params(cfg))
     in_credit_BT = (turn_BT >= 0) & (turn_BT < credit_B[:, None])
     adv_BT = _per_token(outcome_PG, inputs.mask_BT)
     adv_BT = adv_BT + cfg.turn_advantage_coef * turn_PG.reshape(-1, 1) * in_credit_BT
@@ -282,8 +320,12 @@ def turn_returns(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages
         running_B = torch.where(alive_B, turn_rewards_BK[:, k] + later_B, running_B)
         returns_BK[:, k] = torch.where(alive_B, running_B, 0.0)
     episode_PG = returns_BK[:, 0].view(-1, inputs.group_size)
-    adv_PGK = returns_BK.view(-1, inputs.group_size, K) - episode_PG.mean(dim=1)[:, None, None]
+    first_P11 = episode_PG[:, :1, None]  # shifted by it, equal episodes centre to exact 0
+    shifted_PG = _shifted(episode_PG)
+    adv_PGK = returns_BK.view(-1, inputs.group_size, K) - first_P11
+    adv_PGK = adv_PGK - shifted_PG.mean(dim=1)[:, None, None]
     if cfg.scale_by_std:
-        adv_PGK = adv_PGK / (episode_PG.std(dim=1, unbiased=False)[:, None, None] + cfg.adv_eps)
+        std_P = shifted_PG.std(dim=1, unbiased=_sample(cfg))
+        adv_PGK = adv_PGK / (std_P[:, None, None] + cfg.adv_eps)
     adv_BT = adv_PGK.reshape(B, K).gather(1, turn_BT.clamp(min=0))
     return Advantages(adv_BT * inputs.mask_BT * (turn_BT >= 0))

@@ -7,6 +7,12 @@ from the policy (Schulman, "Approximating KL Divergence", 2020). With
 - k1 = -log r              (unbiased, high variance, can be negative)
 - k2 = (log r)^2 / 2       (biased, low variance)
 - k3 = r - 1 - log r       (unbiased, non-negative; GRPO's choice)
+
+k3 is bounded as verl's ``low_var_kl`` does: log r is clamped to [-20, 20] before
+``exp`` and the estimate to at most 10 (``K3_LOG_RATIO_BOUND``, ``K3_MAX``; k3 > 10
+where the reference gives the sampled token about 13.6 times the policy's probability,
+or the policy 6e4 times the reference's). A clamped token passes no KL gradient. k1 and
+k2 are not bounded (their gradients are linear in log r). TRL bounds none of them.
 """
 
 from __future__ import annotations
@@ -18,6 +24,9 @@ from torch import Tensor
 from grouprl.algo.registry import Registry
 
 KL_ESTIMATORS: Registry = Registry("KL estimator")
+
+K3_LOG_RATIO_BOUND = 20.0  # |log(ref / policy)| at most before exp (verl's low_var_kl)
+K3_MAX = 10.0  # the k3 estimate at most (verl's low_var_kl)
 
 
 @KL_ESTIMATORS.register("k1")
@@ -32,8 +41,8 @@ def k2(logprobs_BT: Tensor, ref_logprobs_BT: Tensor) -> Tensor:
 
 @KL_ESTIMATORS.register("k3")
 def k3(logprobs_BT: Tensor, ref_logprobs_BT: Tensor) -> Tensor:
-    log_ratio_BT = ref_logprobs_BT - logprobs_BT
-    return log_ratio_BT.exp() - 1 - log_ratio_BT
+    log_ratio_BT = (ref_logprobs_BT - logprobs_BT).clamp(-K3_LOG_RATIO_BOUND, K3_LOG_RATIO_BOUND)
+    return (log_ratio_BT.exp() - 1 - log_ratio_BT).clamp(max=K3_MAX)
 
 
 def adaptive_kl_coef(

@@ -4,6 +4,13 @@ Signature: ``fn(*, logprobs_BT, old_logprobs_BT, advantages_BT, loss_mask_BT, cf
 -> PolicyLoss``. Suffixes: B samples, T tokens. ``loss_mask_BT`` marks the
 generated tokens; sequence-level losses use it to form per-sequence ratios, and
 every loss returns values for all positions (the aggregation masks them).
+
+Log ratios are bounded before ``exp``, as verl does, so one token far off the old
+policy cannot give a gradient of order 1e10: token ratios clamp log(pi / pi_old) to
+[-20, 20] (``LOG_RATIO_BOUND``; verl's ``compute_policy_loss_vanilla``), GSPO's
+sequence ratios clamp it at 10 above (``SEQUENCE_LOG_RATIO_MAX``; verl's
+``compute_policy_loss_gspo``). A clamped log ratio passes no gradient, so such a
+token drops out of the update. TRL bounds neither.
 """
 
 from __future__ import annotations
@@ -18,6 +25,9 @@ from grouprl.algo.registry import Registry
 
 POLICY_LOSSES: Registry = Registry("policy loss")
 
+LOG_RATIO_BOUND = 20.0  # |log(pi / pi_old)| of a token ratio at most (exp(20) = 4.9e8)
+SEQUENCE_LOG_RATIO_MAX = 10.0  # GSPO's sequence log ratio at most (exp(10) = 2.2e4)
+
 
 class ClipParams(Protocol):
     """The ``algo`` keys the policy losses read."""
@@ -31,6 +41,7 @@ class ClipParams(Protocol):
 class PolicyLoss:
     loss_BT: Tensor  # per-token loss, to be aggregated under the loss mask
     clipped_BT: Tensor  # bool: the clip was active (gradient zero) on this token
+    ratio_BT: Tensor  # the (bounded) importance ratio each token's loss used, with gradient
 
 
 def _clipped_surrogate(ratio: Tensor, adv: Tensor, cfg: ClipParams) -> tuple[Tensor, Tensor]:
@@ -51,7 +62,7 @@ def ppo_clip(
 ) -> PolicyLoss:
     """PPO's clipped surrogate on token ratios (as in GRPO):
 
-        ratio = exp(logp - logp_old)
+        ratio = exp(clamp(logp - logp_old, -20, 20))
         loss  = -min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)
 
     With separate low/high clip ranges (DAPO's clip-higher when eps_high > eps_low).
@@ -60,14 +71,15 @@ def ppo_clip(
     token whose ratio has grown far past 1 + eps cannot push an unbounded update.
     """
     del loss_mask_BT
-    ratio_BT = torch.exp(logprobs_BT - old_logprobs_BT)
+    log_ratio_BT = (logprobs_BT - old_logprobs_BT).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    ratio_BT = log_ratio_BT.exp()
     loss_BT, clipped_BT = _clipped_surrogate(ratio_BT, advantages_BT, cfg)
     if cfg.dual_clip_c is not None:
         cap_BT = -cfg.dual_clip_c * advantages_BT
         dual_BT = (advantages_BT < 0) & (loss_BT > cap_BT)
         loss_BT = torch.where(dual_BT, cap_BT, loss_BT)
         clipped_BT = clipped_BT | dual_BT
-    return PolicyLoss(loss_BT=loss_BT, clipped_BT=clipped_BT)
+    return PolicyLoss(loss_BT=loss_BT, clipped_BT=clipped_BT, ratio_BT=ratio_BT)
 
 
 def _sequence_log_ratio(
@@ -91,7 +103,7 @@ def gspo(
     """GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization"): one ratio per
     sequence, the geometric mean of its token ratios, clipped per sequence:
 
-        s_i    = exp(1/|y_i| sum_t (logp_t - logp_old_t))
+        s_i    = exp(min(1/|y_i| sum_t (logp_t - logp_old_t), 10))
         loss_i = -min(s_i * A_i, clip(s_i, 1 - eps_low, 1 + eps_high) * A_i)
 
     ``loss_i`` is written to every token of sequence i, so ``seq_mean_token_mean``
@@ -104,10 +116,12 @@ def gspo(
     mask_BT = loss_mask_BT.bool()
     log_s_B, count_B = _sequence_log_ratio(logprobs_BT, old_logprobs_BT, mask_BT)
     adv_B = torch.where(mask_BT, advantages_BT, 0.0).sum(dim=1) / count_B
-    loss_B, clipped_B = _clipped_surrogate(log_s_B.exp(), adv_B, cfg)
+    s_B = log_s_B.clamp(max=SEQUENCE_LOG_RATIO_MAX).exp()
+    loss_B, clipped_B = _clipped_surrogate(s_B, adv_B, cfg)
     return PolicyLoss(
         loss_BT=loss_B[:, None].expand_as(logprobs_BT),
         clipped_BT=clipped_B[:, None] & mask_BT,
+        ratio_BT=s_B[:, None].expand_as(logprobs_BT),
     )
 
 
@@ -123,7 +137,7 @@ def gspo_token(
     """GSPO-token (Zheng et al. 2025, eq. 13): per-token ratios whose value is the
     sequence ratio but whose gradient flows through each token's own logprob:
 
-        s_i,t  = sg[s_i] * exp(logp_t - sg[logp_t])
+        s_i,t  = exp(min(sg[log s_i] + logp_t - sg[logp_t], 10))
         loss_t = -min(s_i,t * A_i,t, clip(s_i,t, 1 - eps_low, 1 + eps_high) * A_i,t)
 
     so per-token advantages may differ. When A is constant over a sequence, the
@@ -133,5 +147,6 @@ def gspo_token(
     mask_BT = loss_mask_BT.bool()
     log_s_B, _ = _sequence_log_ratio(logprobs_BT, old_logprobs_BT, mask_BT)
     log_ratio_BT = log_s_B.detach()[:, None] + logprobs_BT - logprobs_BT.detach()
-    loss_BT, clipped_BT = _clipped_surrogate(log_ratio_BT.exp(), advantages_BT, cfg)
-    return PolicyLoss(loss_BT=loss_BT, clipped_BT=clipped_BT & mask_BT)
+    ratio_BT = log_ratio_BT.clamp(max=SEQUENCE_LOG_RATIO_MAX).exp()
+    loss_BT, clipped_BT = _clipped_surrogate(ratio_BT, advantages_BT, cfg)
+    return PolicyLoss(loss_BT=loss_BT, clipped_BT=clipped_BT & mask_BT, ratio_BT=ratio_BT)

@@ -1,10 +1,14 @@
 """The training objective for one micro-batch, assembled from the registries.
 
-    loss = agg(w * policy_loss_BT + kl_coef * kl_BT)
+    loss = agg(w * policy_loss_BT + kl_coef * c * kl_BT)
 
 ``w`` is the truncated importance weight (``algo.tis_cap``; 1 otherwise) and the
-KL term is present when ``algo.kl_in=loss``. The loop calls ``micro_batch_loss``
-without knowing which estimator, loss or aggregation the config chose.
+KL term is present when ``algo.kl_in=loss``. ``c`` is 1, or with
+``algo.kl_bias_correction`` the policy loss's importance ratio pi / pi_old with its
+gradient (TRL's ``use_bias_correction_kl``, on by default in TRL 1.16; DeepSeek-V3.2):
+the KL gradient is then the unbiased reverse-KL gradient. The ``kl`` metric is the
+estimate before that factor. The loop calls ``micro_batch_loss`` without knowing which
+estimator, loss or aggregation the config chose.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ class ObjectiveParams(ClipParams, Protocol):
     loss_agg: str
     kl_in: str
     kl_estimator: str
+    kl_bias_correction: bool
     tis_cap: float | None
 
 
@@ -82,8 +87,10 @@ def micro_batch_loss(
         if ref_logprobs_BT is None:
             raise ValueError("a KL term in the loss needs reference logprobs in the batch")
         kl_BT = KL_ESTIMATORS[cfg.kl_estimator](logprobs_BT, ref_logprobs_BT)
-        loss_BT = loss_BT + kl_coef * kl_BT
         metrics["kl"] = token_mean(kl_BT.detach(), mask_BT, norm=norm)
+        if cfg.kl_bias_correction:
+            kl_BT = kl_BT * policy.ratio_BT
+        loss_BT = loss_BT + kl_coef * kl_BT
     loss = AGGREGATIONS[cfg.loss_agg](loss_BT, mask_BT, norm=norm)
     with torch.no_grad():
         metrics["clip_frac"] = token_mean(policy.clipped_BT.to(mask_BT.dtype), mask_BT, norm=norm)

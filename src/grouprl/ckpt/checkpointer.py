@@ -27,12 +27,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from grouprl.ckpt.best import Best, read_best, write_best
+from grouprl.ckpt.manifest import is_complete
 from grouprl.ckpt.node_tier import NodeMemoryTier
 from grouprl.ckpt.rank_shards import RankShards, ShardWriter
 from grouprl.ckpt.s3 import S3Store
 from grouprl.ckpt.snapshot import Shards, Snapshot, StagedShards, write_checkpoint
 from grouprl.ckpt.state import CheckpointError, TrainerState
-from grouprl.ckpt.tiers import Found, LocalTier, S3Tier, Tier, due
+from grouprl.ckpt.tiers import Found, LocalTier, S3Tier, Tier, due, step_name
 from grouprl.config.schema import CheckpointConfig
 
 logger = logging.getLogger(__name__)
@@ -94,12 +96,13 @@ class Checkpointer:
         memory = self.node_memory or self.memory
         return [t for t in (memory, self.disk, self.s3) if t is not None]
 
-    def due_tiers(self, step: int, *, final: bool = False) -> list[str]:
-        """Tiers saving at ``step``; ``final`` (end of run, preemption) adds disk and S3."""
+    def due_tiers(self, step: int, *, final: bool = False, best: bool = False) -> list[str]:
+        """Tiers saving at ``step``; ``final`` (end of run, preemption) adds disk and S3,
+        ``best`` (a new best validation, ``checkpoint.keep_best``) adds disk."""
         names = []
         for tier in self.tiers():
             at_end = final and tier.name != "memory"
-            if due(tier.every, step, final=at_end):
+            if due(tier.every, step, final=at_end or (best and tier.name == "disk")):
                 names.append(tier.name)
         return names
 
@@ -110,17 +113,20 @@ class Checkpointer:
         trainer: TrainerState,
         files: dict[str, bytes],
         final: bool = False,
+        best: bool = False,
         state: Callable[[], dict[str, Any]] | None = None,
     ) -> bool:
         """Stages the state if any tier is due at ``step`` and hands it to the writer;
-        returns whether a save started. ``state`` is ``() -> nested state dicts`` (staged
-        here); without it, the ranks of ``attach`` stage their own shards."""
-        tiers = self.due_tiers(step, final=final)
+        returns whether a save started. ``best``: ``step`` has the best validation so far
+        (``trainer.best``), kept on disk: like ``final``, never skipped. ``state`` is
+        ``() -> nested state dicts`` (staged here); without it, the ranks of ``attach``
+        stage their own shards."""
+        tiers = self.due_tiers(step, final=final, best=best)
         if not tiers:
             return False
         started = time.perf_counter()
         if self._write is not None and not self._write.done():
-            if self.cfg.on_busy == "skip" and not final:
+            if self.cfg.on_busy == "skip" and not (final or best):
                 logger.warning(
                     "checkpoint at step %d skipped: the previous save is still being written "
                     "(checkpoint.on_busy=skip; `wait` would block the loop until it is done)",
@@ -233,8 +239,9 @@ class Checkpointer:
             )
             self._results.put(metrics | {"ckpt/failed": 1.0})
             raise
+        kept = self._keep_best(snap.trainer) if self.disk in local else set()
         for tier in local:
-            tier.prune(self._held_now())
+            tier.prune(self._held_now() | (kept if tier is self.disk else set()))
         self._results.put(metrics)
         if "s3" in tiers:
             self._queue_upload(path, snap.step)
@@ -263,6 +270,19 @@ class Checkpointer:
             raise
         logger.info("checkpoint at step %d saved to node memory", snap.step)
         return {"ckpt/memory_s": time.perf_counter() - started, "ckpt/memory_bytes": written}
+
+    def _keep_best(self, trainer: TrainerState) -> set[str]:
+        """The best validation's disk checkpoint, named in ``best.json`` once it is there;
+        the set of its path, for pruning to skip (empty without ``keep_best``)."""
+        best = Best.from_dict(trainer.best)
+        if best is None:
+            return set()
+        path = self.disk.root / step_name(best.step)
+        if not is_complete(path):  # dropped by a run that was resumed from before it
+            return set()
+        if read_best(self.disk.root) != best:
+            write_best(self.disk.root, best)
+        return {str(path)}
 
     def _held_now(self) -> set[str]:
         with self._lock:

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from grouprl.ckpt.best import BEST_FILE, Best, read_best
 from grouprl.ckpt.export import export_checkpoint
 from grouprl.ckpt.manifest import MANIFEST, Manifest, parse_manifest, read_manifest, verify
 from grouprl.ckpt.s3 import S3Error, S3Store
@@ -59,6 +60,7 @@ class Row:
     found: Found
     manifest: Manifest | None  # None when the manifest cannot be read
     problem: str | None = None
+    best: Best | None = None  # set on the best validation's checkpoint (keep_best)
 
 
 def _cli_names(fn: Callable) -> Callable:
@@ -94,17 +96,19 @@ def resolve(target: str, *, endpoint_url: str | None = None) -> Source:
 def list_checkpoints(target: str, *, endpoint_url: str | None = None) -> list[Row]:
     """Every complete checkpoint of ``target`` with its manifest; never reads shards."""
     source = resolve(target, endpoint_url=endpoint_url)
+    best = _best(source)
     rows = []
     for found in source.found:
+        mark = best if best is not None and best.step == found.step else None
         try:
             if source.store is not None:
                 text = source.store.read_bytes(f"{_name(found)}/{MANIFEST}")
                 manifest = parse_manifest(text, where=found.where)
             else:
                 manifest = read_manifest(Path(found.where))
-            rows.append(Row(found, manifest))
+            rows.append(Row(found, manifest, best=mark))
         except (CheckpointError, OSError) as err:  # OSError: removed since it was listed
-            rows.append(Row(found, None, str(err)))
+            rows.append(Row(found, None, str(err), best=mark))
     return rows
 
 
@@ -129,7 +133,8 @@ def verify_checkpoints(
 @_cli_names
 def prune(target: str, *, keep: int, endpoint_url: str | None = None) -> list[Found]:
     """Removes all but the newest ``keep`` checkpoints of a tier (manifest first, so a
-    half-removed one is never listed) and returns the removed ones."""
+    half-removed one is never listed), and never the best validation's
+    (``checkpoint.keep_best``); returns the removed ones."""
     if keep < 1:
         raise CheckpointError(
             f"--keep={keep}: prune keeps at least one checkpoint. Allowed: 1 or more. "
@@ -142,7 +147,8 @@ def prune(target: str, *, keep: int, endpoint_url: str | None = None) -> list[Fo
             "directory, a tier directory or s3://BUCKET/PREFIX/NAMESPACE. Fix: pass the "
             f"directory that holds it: {source.found[0].where.rstrip('/').rpartition('/')[0]}"
         )
-    removed = source.found[:-keep]
+    best = _best(source)
+    removed = [f for f in source.found[:-keep] if best is None or f.step != best.step]
     for found in removed:
         if source.store is not None:
             source.store.delete_dir(_name(found), first=MANIFEST)
@@ -153,10 +159,16 @@ def prune(target: str, *, keep: int, endpoint_url: str | None = None) -> list[Fo
 
 @_cli_names
 def export(
-    target: str, out: str | Path, *, step: int | None = None, endpoint_url: str | None = None
+    target: str,
+    out: str | Path,
+    *,
+    step: int | None = None,
+    best: bool = False,
+    endpoint_url: str | None = None,
 ) -> tuple[Found, Path]:
-    """Writes the newest checkpoint of ``target`` (or ``step``'s) to ``out`` as a Hugging
-    Face model directory; returns the checkpoint and ``out``."""
+    """Writes the newest checkpoint of ``target`` (or ``step``'s, or with ``best`` the
+    best validation's) to ``out`` as a Hugging Face model directory; returns the
+    checkpoint and ``out``."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CheckpointError(
@@ -164,7 +176,12 @@ def export(
             "empty directory. Fix: choose another OUT or remove that one."
         )
     source = resolve(target, endpoint_url=endpoint_url)
-    found = _pick(source, step)[-1]
+    found = _pick(source, _best_step(source) if best else step)[-1]
+    if best and step is not None and step != found.step:
+        raise CheckpointError(
+            f"--step={step} and --best (step {found.step}) name different checkpoints. "
+            "Fix: pass one of them."
+        )
     with _local_copy(source, found) as path:
         export_checkpoint(path, out)
     return found, out
@@ -236,6 +253,25 @@ def _pick(source: Source, step: int | None) -> list[Found]:
             "leave --step out for all of them (export: the newest)."
         )
     return picked
+
+
+def _best(source: Source) -> Best | None:
+    """The best validation's checkpoint that a local tier keeps (``best.json``)."""
+    if source.store is not None or source.single or not source.found:
+        return None
+    return read_best(Path(source.found[0].where).parent)
+
+
+def _best_step(source: Source) -> int:
+    best = _best(source)
+    if best is None:
+        raise CheckpointError(
+            f"--best: TARGET={source.target!r} names no best checkpoint (no {BEST_FILE} in "
+            "a run's disk tier; runs keep one with checkpoint.keep_best=true). Fix: pass "
+            "the run directory or its checkpoints directory, or --step N (`grouprl ckpt "
+            "ls` lists them)."
+        )
+    return best.step
 
 
 def _name(found: Found) -> str:

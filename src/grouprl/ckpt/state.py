@@ -3,7 +3,8 @@
 Everything here is JSON (``trainer.json``): step, weight version, sampler
 position, LR scheduler, the RNG states (Python, NumPy, torch CPU and CUDA),
 algorithm state (the adaptive KL coefficient), the validation before the first
-step. Nothing in a checkpoint is ever unpickled.
+step, the best validation so far (``checkpoint.keep_best``). Nothing in a checkpoint
+is ever unpickled.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class TrainerState:
     rng: dict[str, Any]  # python and numpy (JSON); torch's are tensors in the shards
     eval_before: dict[str, float]  # validation before the first step, for the final summary
     algo: dict[str, float] = field(default_factory=dict)  # e.g. the adaptive KL coefficient
+    best: dict[str, Any] | None = None  # checkpoint.keep_best: ckpt.best.Best as a dict
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), indent=1).encode()

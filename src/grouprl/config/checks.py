@@ -30,7 +30,9 @@ from grouprl.algo.traits import per_token_advantages as estimator_per_token
 from grouprl.assets.datasets import BUILTIN_DATASETS, split_sizes
 from grouprl.config.batch_checks import batch_problems
 from grouprl.config.errors import ConfigError, show
+from grouprl.config.ignored_keys import ignored_key_problems
 from grouprl.config.replica_checks import replica_problems
+from grouprl.config.run_checks import run_problems
 from grouprl.config.schema import DataSource, RunConfig
 
 
@@ -74,10 +76,13 @@ def config_problems(cfg: RunConfig) -> list[str]:
     return [
         *batch_problems(cfg),
         *_check_length(cfg),
+        *_check_sampling(cfg),
         *_check_algo(cfg),
+        *ignored_key_problems(cfg),
         *_check_data(cfg),
         *_check_reward(cfg),
         *_check_trainer(cfg),
+        *run_problems(cfg),
         *_check_cluster(cfg),
         *_check_server(cfg),
         *replica_problems(cfg),
@@ -201,6 +206,26 @@ def _check_length(cfg: RunConfig) -> list[str]:
             "lower one of the other two."
         )
     return problems
+
+
+GREEDY_BELOW = 1e-5
+"""Temperatures below this decode greedily (vLLM's threshold; ``SamplingSettings``)."""
+
+
+def _check_sampling(cfg: RunConfig) -> list[str]:
+    """Training samples at ``rollout.temperature`` and scores tokens at logits / T
+    (``workers/logprobs.py``): greedy decoding can do neither. Held-out evaluation has
+    its own ``rollout.eval_temperature``, where 0 (greedy) is the default."""
+    t = cfg.rollout.temperature
+    if t >= GREEDY_BELOW:
+        return []
+    return [
+        f"rollout.temperature={show(t)} decodes greedily: every sample of a prompt would be "
+        "the same (no group has a learning signal) and the trainer scores tokens at "
+        "logits / rollout.temperature. Training needs sampling: set rollout.temperature=1.0 "
+        f"(the model as it is) or another value of at least {GREEDY_BELOW:g}, such as 0.7. "
+        "Greedy held-out scores come from rollout.eval_temperature=0 (the default)."
+    ]
 
 
 def _check_algo(cfg: RunConfig) -> list[str]:
@@ -376,7 +401,7 @@ def _check_server(cfg: RunConfig) -> list[str]:
         return [
             "rollout.engine=server needs rollout.server_url (an OpenAI-compatible vLLM "
             "server, e.g. http://gen-node:8000, started with VLLM_SERVER_DEV_MODE=1 and "
-            "--logprobs-mode raw_logprobs), or use rollout.engine=vllm."
+            "--logprobs-mode processed_logprobs), or use rollout.engine=vllm."
         ]
     return []
 

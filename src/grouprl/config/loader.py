@@ -4,16 +4,20 @@
                                                 (suggests)   (key.sub=YAML)   (pydantic)
 
 Every failure is a ``ConfigError`` that names the key path, the value and the
-fix. Overrides follow Hydra's ``key.sub=value`` form; values are parsed as YAML
-(``algo.beta=0.04``, ``data.eval=null``, ``reward.functions=[{name: format}]``)
-and a list entry is addressed by its index (``reward.functions.0.weight=0.5``).
+fix. Bad keys are gathered: every unknown key of the recipe (and the recipes it
+extends) and of the overrides comes in one error, each with its hint
+(``config/key_hints.py``: a verl or TRL key names its grouprl key). Overrides
+follow Hydra's ``key.sub=value`` form; values are parsed as YAML (``algo.beta=0.04``,
+``data.eval=null``, ``reward.functions=[{name: format}]``) and a list entry is
+addressed by its index (``reward.functions.0.weight=0.5``).
 Cross-field checks (batch arithmetic) are ``config.checks.check_config``.
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
-import typing
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -22,6 +26,12 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from grouprl.config.errors import ConfigError, show
+from grouprl.config.key_hints import (
+    is_list,
+    model_in,
+    unknown_in_recipe,
+    unknown_override,
+)
 from grouprl.config.schema import RunConfig
 
 RECIPE_SUFFIXES = (".yaml", ".yml")
@@ -37,39 +47,69 @@ def list_recipes() -> list[tuple[str, str]]:
     return sorted(found)
 
 
-def load_config(recipe: str, overrides: list[str]) -> RunConfig:
-    """Read ``recipe`` (a packaged name or a YAML path), apply ``overrides``, validate.
+def load_config(recipe: str | Mapping[str, Any], overrides: list[str]) -> RunConfig:
+    """Read ``recipe`` (a packaged name, a YAML path, or a mapping of sections as a
+    recipe file holds them), apply ``overrides``, validate.
 
-    A recipe without a ``name`` takes its file name. Raises ``ConfigError``.
+    A recipe without a ``name`` takes its file name (a mapping: ``run``). Raises
+    ``ConfigError``.
     """
-    data, origin = _load_recipe(recipe, chain=())
+    data, origin, problems = _load_recipe(recipe, chain=())
     set_by: dict[str, str] = {}
     for override in overrides:
-        parts, value = _parse_override(override)
-        _check_path(parts, origin=f"override {override!r}")
-        _set_path(data, parts=parts, value=value, override=override)
-        set_by[".".join(parts)] = override
+        try:
+            parts, value = _parse_override(override)
+            problem = _check_path(parts, origin=f"override {override!r}")
+            if problem is None:
+                _set_path(data, parts=parts, value=value, override=override)
+                set_by[".".join(parts)] = override
+        except ConfigError as err:
+            problem = str(err)
+        if problem is not None:
+            problems.append(problem)
+    _raise_all(problems)
     try:
         return RunConfig.model_validate(data)
     except ValidationError as err:
         raise _explain(err, origin=origin, set_by=set_by) from None
 
 
+def _raise_all(problems: list[str]) -> None:
+    """One ``ConfigError`` listing every problem found before validation (none: return)."""
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    if problems:
+        body = "\n".join("  - " + p.replace("\n", "\n    ") for p in problems)
+        raise ConfigError(f"{len(problems)} problems in the recipe and overrides:\n{body}")
+
+
 # --- recipes -----------------------------------------------------------------
 
+REPLACED_WHOLE = ("data.train", "data.eval")
+"""Sections an extending recipe replaces whole instead of merging key by key: a data source
+(another dataset must not inherit the parent's subset, split or limit)."""
 
-def _load_recipe(recipe: str, *, chain: tuple[str, ...]) -> tuple[dict, str]:
-    """The recipe's mapping, with the recipe it ``extends`` merged underneath.
 
-    A recipe may start from another (``extends: tiny-arith``, a packaged name or a path):
-    its sections are merged key by key, the extending recipe's values win, lists are
-    replaced whole. ``name`` and ``description`` are never inherited.
+def _load_recipe(
+    recipe: str | Mapping[str, Any], *, chain: tuple[str, ...]
+) -> tuple[dict, str, list[str]]:
+    """The recipe's mapping, with the recipe it ``extends`` merged underneath, its origin
+    (for messages), and the unknown keys found in it and its bases.
+
+    A recipe may start from another (``extends: tiny-arith``, a packaged name or a path).
+    Its sections are merged key by key and the extending recipe's values win, except that
+    a data source (``REPLACED_WHOLE``) and every list are replaced whole. ``name`` and
+    ``description`` are never inherited.
     """
-    origin, text, stem = _read_recipe(recipe)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"recipe {origin} is not valid YAML:\n{err}") from None
+    if isinstance(recipe, Mapping):  # from Python: copied, never changed in place
+        origin, data, stem = "given as a mapping", copy.deepcopy(dict(recipe)), "run"
+        recipe = origin
+    else:
+        origin, text, stem = _read_recipe(recipe)
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"recipe {origin} is not valid YAML:\n{err}") from None
     data = {} if data is None else data
     if not isinstance(data, dict):
         raise ConfigError(
@@ -78,24 +118,28 @@ def _load_recipe(recipe: str, *, chain: tuple[str, ...]) -> tuple[dict, str]:
         )
     data.setdefault("name", stem)
     base_name = data.pop("extends", None)
-    _check_keys(data, model=RunConfig, prefix="", origin=f"recipe {origin}")
+    problems = _check_keys(data, model=RunConfig, prefix="", origin=f"recipe {origin}")
     if base_name is None:
-        return data, origin
+        return data, origin, problems
     if not isinstance(base_name, str):
         raise ConfigError(f"recipe {origin}: extends must be one recipe name or path")
     if base_name in (*chain, recipe):
         cycle = " -> ".join((*chain, recipe, base_name))
         raise ConfigError(f"recipe {origin}: extends makes a cycle ({cycle}); remove one link")
-    base, _ = _load_recipe(base_name, chain=(*chain, recipe))
+    base, _, base_problems = _load_recipe(base_name, chain=(*chain, recipe))
     base.pop("name"), base.pop("description", None)
-    return _merged(base, data), origin
+    return _merged(base, data), origin, base_problems + problems
 
 
-def _merged(base: dict, over: dict) -> dict:
+def _merged(base: dict, over: dict, *, prefix: str = "") -> dict:
     out = dict(base)
     for key, value in over.items():
+        path = f"{prefix}{key}"
         both_maps = isinstance(value, dict) and isinstance(out.get(key), dict)
-        out[key] = _merged(out[key], value) if both_maps else value
+        if both_maps and path not in REPLACED_WHOLE:
+            out[key] = _merged(out[key], value, prefix=path + ".")
+        else:
+            out[key] = value
     return out
 
 
@@ -194,104 +238,54 @@ def _set_path(data: dict, *, parts: list[str], value: Any, override: str) -> Non
 # --- key checks against the schema -------------------------------------------
 
 
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    """The section class inside an annotation such as ``X``, ``X | None`` or ``list[X]``."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in typing.get_args(annotation):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _is_list(annotation: Any) -> bool:
-    if typing.get_origin(annotation) is list:
-        return True
-    return any(_is_list(arg) for arg in typing.get_args(annotation))
-
-
-def _all_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
-    paths = []
-    for name, field in model.model_fields.items():
-        path = prefix + name
-        paths.append(path)
-        inner = _model_in(field.annotation)
-        if inner is not None and not _is_list(field.annotation):
-            paths.extend(_all_paths(inner, prefix=path + "."))
-    return paths
-
-
-MOVED = {
-    "trainer.save_every": "checkpoint.disk.every",
-    "trainer.keep_last": "checkpoint.disk.keep",
-}
-"""Keys that moved: the error names the new place."""
-
-
-def _unknown_key(*, path: str, bad: str, model: type[BaseModel], origin: str) -> ConfigError:
-    if path in MOVED:
-        return ConfigError(
-            f"{path} (in {origin}) has moved to {MOVED[path]}; rename the key (the `checkpoint:` "
-            "section sets each tier: memory, disk, s3)"
-        )
-    fields = list(model.model_fields)
-    near = difflib.get_close_matches(bad, fields, n=3, cutoff=0.6)
-    section = path.rpartition(".")[0]
-    suggestions = [f"{section}.{f}" if section else f for f in near]
-    elsewhere = {p.rpartition(".")[2]: p for p in _all_paths(RunConfig)}
-    for leaf in difflib.get_close_matches(bad, list(elsewhere), n=3, cutoff=0.8):
-        if elsewhere[leaf] not in suggestions:
-            suggestions.append(elsewhere[leaf])
-    hint = f" Did you mean {' or '.join(suggestions[:3])}?" if suggestions else ""
-    owner = section or "the top level"
-    return ConfigError(
-        f"unknown key {path!r} in {origin}.{hint}\n  Keys allowed in {owner}: {', '.join(fields)}"
-    )
-
-
-def _check_keys(data: dict, *, model: type[BaseModel], prefix: str, origin: str) -> None:
-    """Reject keys the schema does not have, suggesting close ones (recurses into sections)."""
+def _check_keys(data: dict, *, model: type[BaseModel], prefix: str, origin: str) -> list[str]:
+    """Every key the schema does not have, each with its hint (recurses into sections)."""
+    problems = []
     for key, value in data.items():
         path = f"{prefix}{key}"
         if key not in model.model_fields:
-            raise _unknown_key(path=path, bad=str(key), model=model, origin=origin)
+            problems += unknown_in_recipe(path=path, value=value, model=model, origin=origin)
+            continue
         annotation = model.model_fields[key].annotation
-        inner = _model_in(annotation)
+        inner = model_in(annotation)
         if inner is None:
             continue
         if isinstance(value, dict):
-            _check_keys(value, model=inner, prefix=path + ".", origin=origin)
-        elif isinstance(value, list) and _is_list(annotation):
+            problems += _check_keys(value, model=inner, prefix=path + ".", origin=origin)
+        elif isinstance(value, list) and is_list(annotation):
             for i, item in enumerate(value):
                 if isinstance(item, dict):
-                    _check_keys(item, model=inner, prefix=f"{path}.{i}.", origin=origin)
+                    problems += _check_keys(item, model=inner, prefix=f"{path}.{i}.", origin=origin)
+    return problems
 
 
-def _check_path(parts: list[str], *, origin: str) -> None:
-    """Check an override's dotted key against the schema before it touches the recipe."""
+def _check_path(parts: list[str], *, origin: str) -> str | None:
+    """What is wrong with an override's dotted key (None: the schema has it), checked
+    before it touches the recipe."""
     model: type[BaseModel] | None = RunConfig
     i = 0
     while i < len(parts):
         part, path = parts[i], ".".join(parts[: i + 1])
         if model is None:
             parent = ".".join(parts[:i])
-            raise ConfigError(
+            return (
                 f"{origin}: {parent} is a value, not a section, so {path} does not exist; "
                 f"write {parent}=VALUE"
             )
         if part not in model.model_fields:
-            raise _unknown_key(path=path, bad=part, model=model, origin=origin)
+            given = ".".join(parts)
+            return unknown_override(given=given, path=path, model=model, origin=origin)
         annotation = model.model_fields[part].annotation
-        model = _model_in(annotation)
+        model = model_in(annotation)
         i += 1
-        if _is_list(annotation) and i < len(parts):
+        if is_list(annotation) and i < len(parts):
             if not parts[i].isdigit():
-                raise ConfigError(
+                return (
                     f"{origin}: {path} is a list; address an entry by its index "
                     f"({path}.0.{parts[i]}) or set the whole list ({path}=[...])"
                 )
             i += 1  # the list index; the entry has the fields of `model`
+    return None
 
 
 # --- pydantic errors in plain words ------------------------------------------

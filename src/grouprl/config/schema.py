@@ -92,7 +92,13 @@ class RolloutConfig(Section):
     n: int = Field(default=8, ge=1)
     """Samples per prompt (the group size G)."""
     temperature: float = Field(default=1.0, ge=0)
+    """Sampling temperature of training rollouts (greedy 0 is refused: see
+    `eval_temperature`); the trainer scores tokens at the same temperature,
+    log_softmax(logits / temperature), as TRL and verl do."""
     top_p: float = Field(default=1.0, gt=0, le=1)
+    """Nucleus sampling. The trainer does not truncate (as TRL and verl): with top_p < 1
+    or top_k set, the engine's logprobs are the truncated distribution's, higher than the
+    trainer's by minus the log of the kept mass (seen in `engine_logprob_gap`)."""
     top_k: int = -1
     """-1 disables top-k."""
     max_tokens: int = Field(default=256, ge=1)
@@ -124,7 +130,7 @@ class RolloutConfig(Section):
     naming the replica, its node and GPU, instead of hanging the run."""
     server_url: str | None = None
     """With `engine: server`: an OpenAI-compatible vLLM server's URL (started with
-    VLLM_SERVER_DEV_MODE=1 and `--logprobs-mode raw_logprobs`), e.g. http://host:8000."""
+    VLLM_SERVER_DEV_MODE=1 and `--logprobs-mode processed_logprobs`), e.g. http://host:8000."""
     server_weights_dir: str = "/dev/shm"
     """With `engine: server`: where weight pushes are written for the server to read (its
     node's /dev/shm, or a filesystem both machines see)."""
@@ -162,11 +168,17 @@ class AlgoConfig(Section):
     (multi-turn: outcome plus turn-level advantage on the turns up to the first tool result),
     `turn_returns` (multi-turn: discounted per-turn returns, group baseline)."""
     scale_by_std: bool = True
-    """`grpo` only: divide group-centred rewards by the group's std (population std, ddof=0)."""
-    adv_eps: float = 1e-6
-    """Added to the std before dividing."""
+    """`grpo`, `mt_grpo`, `turn_returns`: divide group-centred rewards by the group's std
+    (false: Dr.GRPO's centring only, TRL's `scale_rewards: none`)."""
+    adv_std: Literal["population", "sample"] = "population"
+    """The std that advantages are divided by (the group's, or the batch's when whitening):
+    `population` (divide by n: each group's advantages have unit variance) or `sample`
+    (divide by n - 1, as TRL and verl)."""
+    adv_eps: float = Field(default=1e-6, ge=0)
+    """Added to the std before dividing (TRL: 1e-4; verl: 1e-6)."""
     gamma: float = Field(default=1.0, ge=0, le=1)
-    """Discount: per generated token for `gae`, per model turn for `turn_returns`."""
+    """Discount: per generated token for `gae` (tool replies between turns are skipped), per
+    model turn for `turn_returns`."""
     gae_lambda: float = Field(default=1.0, ge=0, le=1)
     """`gae`: lambda, trading the critic's bias (0) against return variance (1)."""
     turn_advantage_coef: float = Field(default=1.0, ge=0)
@@ -189,6 +201,10 @@ class AlgoConfig(Section):
     kl_in: Literal["loss", "reward"] = "loss"
     """Where the KL term goes: `loss` adds beta * KL to the per-token loss (GRPO);
     `reward` subtracts beta * KL from each token's reward before advantages (PPO, REINFORCE++)."""
+    kl_bias_correction: bool = False
+    """`kl_in: loss`: multiply each token's KL by the policy loss's importance ratio
+    pi / pi_old, gradient included (TRL's `use_bias_correction_kl`, on by default in TRL
+    1.16; DeepSeek-V3.2), making the KL gradient the unbiased reverse-KL gradient."""
     kl_target: float | None = Field(default=None, gt=0)
     """Adaptive KL controller (Ziegler et al. 2019): beta moves so the measured KL per
     token approaches this target; null keeps beta fixed."""
@@ -226,10 +242,11 @@ class AlgoConfig(Section):
 
 
 class EnvConfig(Section):
-    name: Literal["single_turn", "search_qa"] = "single_turn"
+    name: str = "single_turn"
     """`single_turn`: one completion per prompt, scored by the reward functions.
     `search_qa`: a multi-turn agent with a search tool over `corpus`; episodes end with an
-    `<answer>...</answer>` turn that the reward functions score (e.g. `qa_em`)."""
+    `<answer>...</answer>` turn that the reward functions score (e.g. `qa_em`). Or an
+    environment registered from Python (`grouprl.register_env`, docs/python-api.md)."""
     max_turns: int = Field(default=4, ge=1)
     """Model turns per episode at most (the episode then stops with `max_turns`)."""
     tool_format: Literal["qwen", "xml"] = "xml"
@@ -389,6 +406,17 @@ class CheckpointConfig(Section):
     grace_period_s: float = Field(default=60.0, gt=0)
     """On SIGTERM/SIGINT: time to finish the step, save to disk (and S3) and exit with code
     75; past it the process exits at once. A second signal exits at once."""
+    keep_best: bool = False
+    """Keep the checkpoint of the best validation so far on the disk tier, beside the
+    newest `disk.keep`: a validation that beats it saves to disk at its step, pruning
+    never removes it, `grouprl ckpt ls` marks it and `grouprl export RUN OUT --best`
+    exports it. Validation before training does not count (there is no checkpoint of
+    step 0). Needs data.eval and trainer.eval_every."""
+    best_metric: str = "eval/accuracy"
+    """With `keep_best`: the validation metric that ranks checkpoints, `eval/accuracy`,
+    `eval/reward_mean` or another `eval/` metric the validation logs."""
+    best_mode: Literal["max", "min"] = "max"
+    """With `keep_best`: whether a higher (`max`) or lower (`min`) `best_metric` wins."""
 
 
 class WandbConfig(Section):
@@ -430,9 +458,26 @@ class ClusterConfig(Section):
     do on CPU, or where cluster.offload already keeps them there."""
 
 
+class MlflowConfig(Section):
+    enabled: bool = False
+    """Log to MLflow (`pip install 'grouprl[mlflow]'`): the resolved config as the run's
+    params (secrets redacted), every step's metrics. A resumed run logs into the same
+    MLflow run."""
+    tracking_uri: str | None = None
+    """An MLflow server (`http://host:5000`), `databricks`, or a file store
+    (`file:///path/mlruns`); null: $MLFLOW_TRACKING_URI if set, else a file store in
+    RUN_DIR/mlruns. MLflow 3 keeps file stores in maintenance: grouprl sets
+    MLFLOW_ALLOW_FILE_STORE=true for one (unless it is set)."""
+    experiment: str | None = None
+    """MLflow experiment (created if missing); null: the recipe name."""
+    run_name: str | None = None
+    """MLflow run name; null: the run directory's name."""
+
+
 class MetricsConfig(Section):
     tensorboard: bool = True
     wandb: WandbConfig = WandbConfig()
+    mlflow: MlflowConfig = MlflowConfig()
     progress: bool = True
     """Show a rich progress bar with live metrics."""
 

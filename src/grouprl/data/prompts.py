@@ -1,14 +1,17 @@
 """Turn a data row into prompt token ids with the tokenizer's chat template.
 
-The user message is ``data.prompt_template`` with ``{question}`` replaced by
-the row's prompt column (plain text replacement, so other braces in the
-template, such as ``\\boxed{}``, are left alone). ``data.system_prompt``, when
-set, comes first as a system message. The template's generation prompt (the
+A text prompt becomes one user message: ``data.prompt_template`` with ``{question}``
+replaced by the row's prompt column (plain text replacement, so other braces in the
+template, such as ``\\boxed{}``, are left alone). A chat-message prompt (a list of
+``{role, content}``, ``data/messages.py``) goes to the template as given, and
+``data.prompt_template`` must then be the default: a template set for text is refused
+rather than silently ignored. ``data.system_prompt``, when set, comes first as a system
+message, unless the row's messages have their own. The template's generation prompt (the
 assistant header) ends the ids, so the engine starts the answer right away.
 
 A tokenizer without a chat template (a base model) gets the system prompt and
 the user message as plain text, encoded with the tokenizer's usual special
-tokens; this warns once.
+tokens; this warns once. Message prompts need a chat template.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from grouprl.config.schema import DataConfig
+from grouprl.data.messages import clean_messages, is_messages, with_system
 from grouprl.data.sources import DataError, get_field
 
 logger = logging.getLogger(__name__)
@@ -35,9 +39,15 @@ def render_prompt(
     prompt_template: str,
 ) -> list[int]:
     """Prompt token ids for one row, ending with the assistant's generation prompt."""
-    user = user_text(row, prompt_key=prompt_key, prompt_template=prompt_template)
     if getattr(tokenizer, "chat_template", None) is None:
         name = getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
+        if is_messages(get_field(row, prompt_key)):
+            raise DataError(
+                f"row {row.get('_index', '?')} of data.prompt_key={prompt_key!r} holds chat "
+                f"messages, but tokenizer {name!r} has no chat template to render them; use "
+                "an instruct model (model.path), or text prompts"
+            )
+        user = user_text(row, prompt_key=prompt_key, prompt_template=prompt_template)
         warnings.warn(
             f"tokenizer {name!r} has no chat template; prompts are the plain text of the "
             "system prompt and the question",
@@ -45,7 +55,10 @@ def render_prompt(
         )
         text = user if not system_prompt else f"{system_prompt}\n\n{user}"
         return _as_ids(tokenizer.encode(text))
-    return chat_prompt_ids(tokenizer, _messages(user, system_prompt))
+    messages = prompt_messages(
+        row, prompt_key=prompt_key, system_prompt=system_prompt, prompt_template=prompt_template
+    )
+    return chat_prompt_ids(tokenizer, messages)
 
 
 def render_questions(
@@ -73,8 +86,8 @@ def render_questions(
             for row in rows
         ]
     conversations = [
-        _messages(
-            user_text(row, prompt_key=prompt_key, prompt_template=prompt_template), system_prompt
+        prompt_messages(
+            row, prompt_key=prompt_key, system_prompt=system_prompt, prompt_template=prompt_template
         )
         for row in rows
     ]
@@ -88,15 +101,29 @@ def render_questions(
     return out
 
 
-def _messages(user: str, system_prompt: str | None) -> list[dict[str, str]]:
-    messages = [{"role": "user", "content": user}]
-    if system_prompt:
-        messages.insert(0, {"role": "system", "content": system_prompt})
-    return messages
+def prompt_messages(
+    row: dict[str, Any], *, prompt_key: str, system_prompt: str | None, prompt_template: str
+) -> list[dict[str, Any]]:
+    """The conversation a row opens with: its chat messages as given, or its text as the
+    user message through ``prompt_template``; ``system_prompt`` first unless the messages
+    have a system message of their own."""
+    value = get_field(row, prompt_key)
+    if not is_messages(value):
+        user = user_text(row, prompt_key=prompt_key, prompt_template=prompt_template)
+        return with_system([{"role": "user", "content": user}], system_prompt)
+    if prompt_template != PLACEHOLDER:
+        raise DataError(
+            f"data.prompt_template={prompt_template!r} rewrites text prompts, but row "
+            f"{row.get('_index', '?')} of data.prompt_key={prompt_key!r} holds chat messages, "
+            "which go to the chat template as given. Put the instruction into the messages "
+            f"(or data.system_prompt), or set data.prompt_template={PLACEHOLDER!r} (the default)"
+        )
+    return with_system(clean_messages(value), system_prompt)
 
 
 def user_text(row: dict[str, Any], *, prompt_key: str, prompt_template: str) -> str:
-    """The user message: ``prompt_template`` with the row's prompt column in place."""
+    """The user message of a text prompt: ``prompt_template`` with the row's prompt column
+    in place."""
     if PLACEHOLDER not in prompt_template:
         raise DataError(
             f"data.prompt_template={prompt_template!r} has no {PLACEHOLDER} placeholder, "

@@ -14,8 +14,9 @@ Sources (``DataSource.source``)::
 Every returned row is the source's row as a dict plus ``row["_index"]``, its
 position in the source, so a skipped row or a failing reward can be traced
 back. A key with dots (``answer.value``) reads into nested dicts; see
-``get_field``. A broken row (prompt missing, not a string or empty; answer
-missing; a line that is not a JSON object) is skipped and reported, never
+``get_field``. The prompt column holds text or chat messages (``data/messages.py``).
+A broken row (prompt missing, empty, or neither text nor a valid list of messages;
+answer missing; a line that is not a JSON object) is skipped and reported, never
 silently dropped; if every row is broken the load fails.
 """
 
@@ -29,6 +30,7 @@ from typing import Any
 
 from grouprl.assets.datasets import BUILTIN_DATASETS, builtin_rows, split_sizes
 from grouprl.config.schema import DataSource
+from grouprl.data.messages import is_messages, message_problem
 
 logger = logging.getLogger(__name__)
 
@@ -161,9 +163,13 @@ def _row_problem(item: Any, *, prompt_key: str, answer_key: str) -> str | None:
         return f"no prompt ({prompt_key!r} missing)"
     if prompt is None:
         return f"no prompt ({prompt_key!r} is null)"
-    if not isinstance(prompt, str):
-        return f"prompt {prompt_key!r} is {type(prompt).__name__}, not text"
-    if not prompt.strip():
+    if is_messages(prompt):
+        problem = message_problem(prompt)
+        if problem is not None:
+            return f"prompt {prompt_key!r} {problem}"
+    elif not isinstance(prompt, str):
+        return f"prompt {prompt_key!r} is {type(prompt).__name__}, not text or chat messages"
+    elif not prompt.strip():
         return f"prompt {prompt_key!r} is empty"
     answer = get_field(item, answer_key)
     if answer is MISSING:

@@ -11,9 +11,12 @@ from pathlib import Path
 
 import yaml
 
+from grouprl.ckpt.best import Best, improved
 from grouprl.ckpt.checkpointer import Checkpointer
+from grouprl.ckpt.manifest import is_complete
 from grouprl.ckpt.resume import find_resume
 from grouprl.ckpt.state import TRAINER_FILE, TrainerState, rng_state, set_rng_state
+from grouprl.ckpt.tiers import step_name
 from grouprl.config.redact import redacted_dict
 from grouprl.config.schema import RunConfig
 from grouprl.driver.loop import Components, sync_weights
@@ -55,12 +58,17 @@ def small_files(cfg: RunConfig, *, policy: Role[PolicyWorker], tokenizer) -> dic
 
 
 def save(
-    c: Components, ckpt: Checkpointer, *, eval_before: dict[str, float], final: bool = False
+    c: Components,
+    ckpt: Checkpointer,
+    *,
+    eval_before: dict[str, float],
+    final: bool = False,
+    best: bool = False,
 ) -> bool:
     """Starts a save at the current step if a tier is due (``final``: the end of a
-    session)."""
+    session; ``best``: the best validation so far, which goes to disk)."""
     step = c.state.step
-    if not ckpt.due_tiers(step, final=final):
+    if not ckpt.due_tiers(step, final=final, best=best):
         return False
     trainer = TrainerState(
         **c.checkpoint_state(),
@@ -68,7 +76,22 @@ def save(
         rng=rng_state(),
         eval_before=eval_before,
     )
-    return ckpt.save(step, trainer=trainer, files=c.checkpoint_files, final=final)
+    return ckpt.save(step, trainer=trainer, files=c.checkpoint_files, final=final, best=best)
+
+
+def note_validation(c: Components, validation: dict[str, float]) -> bool:
+    """With ``checkpoint.keep_best``: whether this step's ``validation`` is the best so far
+    (``c.state.best`` then names it, and its checkpoint goes to disk and stays)."""
+    cfg = c.cfg.checkpoint
+    if not cfg.keep_best or not validation:
+        return False
+    step = c.state.step
+    new = improved(c.state.best, validation, step=step, metric=cfg.best_metric, mode=cfg.best_mode)
+    if new is None:
+        return False
+    c.state.best = new
+    logger.info("step %d has the %s so far: its checkpoint is kept on disk", step, new.describe())
+    return True
 
 
 def checkpointed_roles(c: Components) -> list[str]:
@@ -91,7 +114,22 @@ def resume(c: Components, ckpt: Checkpointer, run_dir: Path) -> dict[str, float]
     ckpt.restored()
     state = TrainerState.read(found.path / TRAINER_FILE)
     c.state.load_state_dict(asdict(state))
+    c.state.best = _best_on_disk(c.state.best, ckpt) if c.cfg.checkpoint.keep_best else None
     c.policy.call(PolicyWorker.load_scheduler_state, state.scheduler)
     set_rng_state(state.rng)
     sync_weights(c, version=state.weight_version)
     return state.eval_before
+
+
+def _best_on_disk(best: Best | None, ckpt: Checkpointer) -> Best | None:
+    """The resumed run's best validation, if its checkpoint is still on disk (a run that
+    went on past the resumed checkpoint may have found a better one and dropped it)."""
+    if best is None or is_complete(ckpt.disk.root / step_name(best.step)):
+        return best
+    logger.warning(
+        "the best validation so far (step %d, %s) has no checkpoint on disk any more; "
+        "the next validation starts a new best",
+        best.step,
+        best.describe(),
+    )
+    return None

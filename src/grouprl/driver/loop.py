@@ -29,6 +29,7 @@ from grouprl.algo.advantages import ADVANTAGES, AdvantageInputs
 from grouprl.algo.aggregate import LossNorm, token_mean
 from grouprl.algo.kl import KLController, kl_rewards
 from grouprl.algo.shaping import overlong_penalty, policy_learns, signal_groups
+from grouprl.ckpt.best import Best
 from grouprl.config.schema import RunConfig
 from grouprl.data.sampler import PromptSampler
 from grouprl.driver.batch import build_batch, turn_tensors
@@ -53,12 +54,14 @@ logger = logging.getLogger(__name__)
 @dataclass
 class RunState:
     """What changes as the run goes, saved and restored whole by a checkpoint: the step,
-    the weight version the engine serves, the sampler's position, the KL controller."""
+    the weight version the engine serves, the sampler's position, the KL controller, the
+    best validation so far (``checkpoint.keep_best``)."""
 
     sampler: PromptSampler
     kl: KLController
     step: int = 0
     weight_version: int = 0
+    best: Best | None = None
 
     def state_dict(self, *, sampler: dict[str, Any] | None = None) -> dict[str, Any]:
         """``sampler``: the sampler's position to record instead of its current one (before
@@ -68,12 +71,14 @@ class RunState:
             "weight_version": self.weight_version,
             "sampler": self.sampler.state_dict() if sampler is None else sampler,
             "algo": self.kl.state_dict(),
+            "best": None if self.best is None else self.best.to_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step, self.weight_version = state["step"], state["weight_version"]
         self.sampler.load_state_dict(state["sampler"])
         self.kl.load_state_dict(state["algo"])
+        self.best = Best.from_dict(state.get("best"))
 
 
 @dataclass(frozen=True)

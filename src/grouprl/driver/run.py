@@ -25,24 +25,26 @@ from grouprl.device import resolve_device
 from grouprl.driver.checkpointing import (
     checkpointed_roles,
     make_checkpointer,
+    note_validation,
     resume,
     save,
     small_files,
 )
 from grouprl.driver.loop import Components, RunState, one_step, rollout_step, run_validation
 from grouprl.driver.overlap import RolloutAhead
+from grouprl.driver.preflight import check_before_loading
 from grouprl.envs.tool_env import make_env
 from grouprl.metrics.progress import TrainProgress
 from grouprl.metrics.report import write_report
 from grouprl.metrics.samples import SamplesWriter
 from grouprl.metrics.sinks import make_sinks
 from grouprl.metrics.telemetry import GiB
-from grouprl.plan.check import check_run
 from grouprl.plan.gpu_memory import peak_memory_line, planned_reserved
 from grouprl.rollout.engines import shares_training_gpu
 from grouprl.rollout.runner import TimedScore
 from grouprl.rollout.setup import load_prompt_set, make_rollout, make_score_fn, start_engine
 from grouprl.runtime import (
+    check_new_run,
     console,
     quiet_libraries,
     run_dir_of,
@@ -59,7 +61,7 @@ from grouprl.workers.reference import ReferenceWorker
 
 
 def build(cfg: RunConfig) -> Components:
-    derived = check_run(cfg)
+    derived = check_before_loading(cfg)
     quiet_libraries()
     seed_everything(cfg.train)
     device = _device(cfg)
@@ -222,6 +224,7 @@ def train(cfg: RunConfig) -> dict[str, Any]:
 
 
 def _train_session(cfg: RunConfig) -> dict[str, Any]:
+    check_new_run(cfg)  # a fresh run never lands on another's metrics or checkpoints
     run_dir = run_dir_of(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_resolved(cfg, run_dir / "config.yaml")
@@ -284,8 +287,11 @@ def _loop(
             trajectories, metrics = one_step(c, c.state.step + 1)
             done_this_session += 1
             last = c.state.step == c.total_steps
+            best = False  # a new best validation (checkpoint.keep_best): saved to disk
             if last or (cfg.trainer.eval_every and c.state.step % cfg.trainer.eval_every == 0):
-                metrics.update(run_validation(c))
+                validation = run_validation(c)
+                metrics.update(validation)
+                best = note_validation(c, validation)
             stopping = (
                 cfg.trainer.stop_after is not None and done_this_session >= cfg.trainer.stop_after
             )
@@ -293,7 +299,7 @@ def _loop(
             # the save below would not be the final one it waits for
             preempted = preemption.requested
             final = last or stopping or preempted
-            save(c, ckpt, eval_before=eval_before, final=final)
+            save(c, ckpt, eval_before=eval_before, final=final, best=best)
             metrics.update(ckpt.drain_metrics())
             sinks.log(c.state.step, metrics)
             samples.write(
@@ -343,6 +349,8 @@ def _summarize(c: Components, run_dir: Path, *, eval_before: dict[str, float], m
     before, after = eval_before.get("eval/accuracy"), metrics.get("eval/accuracy")
     summary["held_out_accuracy_before"] = before
     summary["held_out_accuracy_after"] = after if summary["finished"] else None
+    if c.state.best is not None:  # checkpoint.keep_best
+        summary["best"] = c.state.best.to_dict()
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     if before is not None and summary["held_out_accuracy_after"] is not None:
         line = f"held-out accuracy: {before:.2f} -> {after:.2f}"

@@ -20,8 +20,9 @@ from __future__ import annotations
 from typing import Any
 
 from grouprl.config.schema import DataConfig, EnvConfig
-from grouprl.data.prompts import PLACEHOLDER, user_text
-from grouprl.envs.base import Step
+from grouprl.data.prompts import PLACEHOLDER, prompt_messages
+from grouprl.envs.base import Environment, Step
+from grouprl.envs.registry import registered_env
 from grouprl.envs.tool_calls import parse_tool_calls
 from grouprl.envs.tool_runner import ToolResult, ToolRunner, tool_message
 from grouprl.envs.tools import ToolSet
@@ -71,14 +72,15 @@ class ToolEpisode:
         self.env, self.row = env, row
 
     def start(self) -> list[dict[str, Any]]:
+        """The system prompt and the question (or the row's own chat messages, with the
+        environment's system prompt first unless they have one)."""
         env = self.env
-        question = user_text(
-            self.row, prompt_key=env.prompt_key, prompt_template=env.prompt_template
+        return prompt_messages(
+            self.row,
+            prompt_key=env.prompt_key,
+            system_prompt=env.system_prompt,
+            prompt_template=env.prompt_template,
         )
-        return [
-            {"role": "system", "content": env.system_prompt},
-            {"role": "user", "content": question},
-        ]
 
     def step(self, model_text: str) -> Step:
         env = self.env
@@ -103,12 +105,16 @@ class ToolEpisode:
         return float(any(alias and alias in text for alias in aliases for text in found))
 
 
-def make_env(cfg: EnvConfig, data: DataConfig, *, cache_dir) -> ToolEnv | None:
-    """The configured environment; None for single-turn tasks (``env.name=single_turn``).
+def make_env(cfg: EnvConfig, data: DataConfig, *, cache_dir) -> Environment | None:
+    """The configured environment; None for single-turn tasks (``env.name=single_turn``),
+    a registered one's factory's (``envs/registry.py``), or the search agent's.
     Its episodes open with ``data.system_prompt`` (or the environment's own, which explains
-    the tool format) and the question through ``data.prompt_template``."""
+    the tool format) and the question through ``data.prompt_template`` (or the row's own
+    chat messages)."""
     if cfg.name == "single_turn":
         return None
+    if cfg.name != "search_qa":  # registered from Python (envs/registry.py)
+        return registered_env(cfg.name)(cfg, data, cache_dir=cache_dir)
     from grouprl.envs.search import SearchIndex, make_search_tool, resolve_corpus
 
     index = SearchIndex.load(resolve_corpus(cfg.corpus, cache_dir=cache_dir))

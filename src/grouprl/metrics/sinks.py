@@ -4,6 +4,7 @@
  trainer ── log(step, {name: float}) ──► MetricsFanout ──► JsonlSink        run_dir/metrics.jsonl
                                                       ├──► TensorBoardSink  run_dir/tensorboard/
                                                       ├──► WandbSink        (metrics.wandb.project)
+                                                      ├──► MlflowSink       (metrics.mlflow.enabled)
                                                       └──► ConsoleSink ...  (added with .add)
 ```
 
@@ -85,9 +86,9 @@ def make_sinks(
     config_dict: dict,
     resume_step: int | None = None,
 ) -> MetricsFanout:
-    """Build the run's sinks: JSON lines always, TensorBoard and W&B as configured.
+    """Build the run's sinks: JSON lines always, TensorBoard, W&B and MLflow as configured.
 
-    ``config_dict`` must already be redacted; it goes to W&B and TensorBoard as is.
+    ``config_dict`` must already be redacted; it goes to W&B, MLflow and TensorBoard as is.
     ``resume_step``: the step of the checkpoint being resumed; metrics a crashed
     process logged after it are dropped from metrics.jsonl and hidden in TensorBoard.
     """
@@ -103,6 +104,12 @@ def make_sinks(
 
             sinks.append(
                 WandbSink(cfg.wandb, run_dir=run_dir, run_name=run_name, config_dict=config_dict)
+            )
+        if cfg.mlflow.enabled:
+            from grouprl.metrics.mlflow_sink import MlflowSink
+
+            sinks.append(
+                MlflowSink(cfg.mlflow, run_dir=run_dir, run_name=run_name, config_dict=config_dict)
             )
         if cfg.tensorboard:
             from grouprl.metrics.tensorboard import TensorBoardSink

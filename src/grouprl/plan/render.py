@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from grouprl.algo.traits import ESTIMATORS
+from grouprl.algo.traits import ESTIMATORS, keys_read
 from grouprl.config.algorithms import ALGORITHMS
 from grouprl.config.checks import Derived, per_token_advantages
 from grouprl.config.errors import show
@@ -168,6 +168,9 @@ def _env_row(cfg: RunConfig) -> Row:
     env = cfg.env
     if env.name == "single_turn":
         return ("environment", "single_turn", "one completion per prompt, scored as it ends")
+    if env.name != "search_qa":
+        why = f"registered from Python; up to {env.max_turns} model turns (env.max_turns)"
+        return ("environment", env.name, why)
     return (
         "environment",
         env.name,
@@ -181,12 +184,12 @@ def _env_row(cfg: RunConfig) -> Row:
 def _advantage_text(cfg: RunConfig) -> str:
     algo = cfg.algo
     text = ESTIMATORS[algo.advantage].summary
-    if algo.advantage == "grpo":
-        text += (
-            ", divided by the group std (population, ddof=0)"
-            if algo.scale_by_std
-            else ", not scaled by std (algo.scale_by_std=false)"
-        )
+    reads = keys_read(algo.advantage, scale_by_std=algo.scale_by_std)
+    if "scale_by_std" in ESTIMATORS[algo.advantage].reads and not algo.scale_by_std:
+        text += ", not scaled by std (algo.scale_by_std=false)"
+    elif "adv_std" in reads:
+        ddof = "population, ddof=0" if algo.adv_std == "population" else "sample, ddof=1"
+        text += f", divided by the std ({ddof}) + {algo.adv_eps:g}"
     if ESTIMATORS[algo.advantage].needs_values:
         text += f", gamma {show(algo.gamma)}, lambda {show(algo.gae_lambda)}"
     per_token = per_token_advantages(cfg)
@@ -254,6 +257,8 @@ def _kl_row(cfg: RunConfig) -> Row:
         if algo.kl_in == "loss"
         else "subtracted from each token's reward before advantages"
     )
+    if algo.kl_in == "loss" and algo.kl_bias_correction:
+        where += " times the importance ratio (algo.kl_bias_correction, TRL's default)"
     control = "fixed (algo.kl_target=null)"
     if algo.kl_target is not None:
         control = (

@@ -22,6 +22,7 @@ used from a recipe as ``reward.functions: [{name: my_rewards.py:short_and_right}
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import importlib.util
@@ -48,8 +49,21 @@ REWARD_FUNCTIONS: dict[str, RewardFn] = {}
 
 def register_reward(name: str, fn: RewardFn) -> RewardFn:
     """Add ``fn`` to ``REWARD_FUNCTIONS`` as ``name``; a name is registered only once."""
+    if not isinstance(name, str) or not name.strip() or ":" in name:
+        raise RewardError(
+            f"register_reward: name={name!r}; a reward's name is a non-empty string "
+            "without ':' (that marks an import path). Fix: e.g. register_reward('short', fn)"
+        )
+    if not callable(fn):
+        raise RewardError(
+            f"register_reward({name!r}, ...): a {type(fn).__name__} is not a function; pass "
+            "fn(completion, *, reference, row, **kwargs) -> float"
+        )
     if name in REWARD_FUNCTIONS:
-        raise ValueError(f"reward function {name!r} is already registered")
+        raise RewardError(
+            f"register_reward: reward function {name!r} is already registered; choose "
+            f"another name (taken: {sorted(REWARD_FUNCTIONS)})"
+        )
     REWARD_FUNCTIONS[name] = fn
     return fn
 
@@ -65,12 +79,14 @@ def resolve_reward(name: str, *, index: int | None = None) -> RewardFn:
 
     ``index`` is the position in ``reward.functions``, used in error messages.
     """
-    key = f"reward.functions[{'i' if index is None else index}].name"
+    key = f"reward.functions.{'i' if index is None else index}.name"
     if name in REWARD_FUNCTIONS:
         return REWARD_FUNCTIONS[name]
     if ":" not in name:
+        close = difflib.get_close_matches(name, list(REWARD_FUNCTIONS), n=1)
+        hint = f"Did you mean {close[0]!r}? " if close else ""
         raise RewardError(
-            f"{key}={name!r} is not a registered reward function; choose one of "
+            f"{key}={name!r} is not a registered reward function. {hint}Choose one of "
             f"{sorted(REWARD_FUNCTIONS)}, or give your own as `package.module:function` "
             "or `path/to/file.py:function`"
         )
@@ -93,11 +109,44 @@ def resolve_rewards(functions: list[Any]) -> list[tuple[str, RewardFn, float]]:
     names = [f.name for f in functions]
     for i, name in enumerate(names):
         if name in names[:i]:
-            raise RewardError(
-                f"reward.functions[{i}].name={name!r} is listed twice; list it once and "
-                "set its weight"
-            )
+            raise RewardError(_listed_twice(i, name))
     return [(f.name, resolve_reward(f.name, index=i), f.weight) for i, f in enumerate(functions)]
+
+
+def reward_problems(functions: list[Any], *, missing_ok: bool = False) -> list[str]:
+    """Why each ``reward.functions`` entry would not resolve, as messages ([] when all do),
+    by resolving them now: import paths are imported and files run, so a mistake shows
+    before any model loads. ``missing_ok``: a module or file this machine lacks is not a
+    problem (``grouprl submit``: the cluster may have it)."""
+    problems = []
+    names = [f.name for f in functions]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            problems.append(_listed_twice(i, name))
+            continue
+        if missing_ok and _absent_here(name):
+            continue
+        try:
+            resolve_reward(name, index=i)
+        except RewardError as err:
+            problems.append(str(err))
+    return problems
+
+
+def _listed_twice(index: int, name: str) -> str:
+    return (
+        f"reward.functions.{index}.name={name!r} is listed twice; list it once and set its weight"
+    )
+
+
+def _absent_here(name: str) -> bool:
+    """Whether ``name`` points at a file or a top-level module this machine does not have."""
+    if name in REWARD_FUNCTIONS or ":" not in name:
+        return False
+    target = name.rpartition(":")[0]
+    if target.endswith(".py"):
+        return not Path(target).expanduser().is_file()
+    return importlib.util.find_spec(target.split(".")[0]) is None
 
 
 def _import_module(target: str, *, key: str, name: str) -> Any:

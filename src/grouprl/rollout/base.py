@@ -37,7 +37,10 @@ class RolloutEngine(Protocol):
     """Generates completions with the current policy weights.
 
     ``generate`` returns, for each prompt, ``settings.n`` completions with the
-    sampled-token logprobs under the engine's weights. ``update_weights``
+    sampled-token logprobs under the engine's weights, of the distribution each token
+    was drawn from (logits / temperature, then top-k and top-p; vLLM's
+    ``processed_logprobs``), which the trainer's ``log_softmax(logits / T)`` equals
+    when top-k and top-p are off. ``update_weights``
     replaces the weights in place (no reload, no disk round trip visible to
     the caller) and records ``version``; ``weight_version`` says which
     weights the next ``generate`` uses.

@@ -7,10 +7,12 @@ row draws from its own ``torch.Generator``: sample j of prompt i uses seed
 ``settings.seed + i * n + j`` (the same streams vLLM gives a request seeded
 ``seed + i * n``), so a completion does not depend on how prompts are batched.
 
-Logprobs are those of the raw model distribution, ``log_softmax(logits)`` in
-float32, before temperature, top-k and top-p: the same as vLLM's default
-``logprobs_mode="raw_logprobs"``. They equal the sampler's probabilities only
-at temperature 1 with top_k=-1 and top_p=1.
+Logprobs are those of the distribution each token was drawn from, as vLLM's
+``logprobs_mode="processed_logprobs"`` gives them (``VLLMEngine`` pins it):
+``log_softmax`` in float32 of the logits divided by the temperature, then masked to
+the top-k and the top-p nucleus (``processed_logits``); of the raw logits when
+greedy. Without top-k/top-p this is ``log_softmax(logits / T)``, what the trainer
+computes (``workers/logprobs.py``).
 """
 
 from __future__ import annotations
@@ -134,9 +136,9 @@ class HFEngine:
         )
         next_position_B = position_BT[:, -1] + 1
         for step in range(settings.max_tokens):
-            logits_BV = out.logits[:, -1].float()
-            token_B = sample_tokens(logits_BV, settings=settings, generators=generators)
-            logprob_B = logits_BV.log_softmax(-1).gather(1, token_B[:, None])[:, 0]
+            processed_BV = processed_logits(out.logits[:, -1].float(), settings=settings)
+            token_B = _draw(processed_BV, greedy=settings.is_greedy, generators=generators)
+            logprob_B = processed_BV.log_softmax(-1).gather(1, token_B[:, None])[:, 0]
             for b in (~done_B).nonzero()[:, 0].tolist():
                 tokens[b].append(int(token_B[b]))
                 logprobs[b].append(float(logprob_B[b]))
@@ -172,16 +174,31 @@ class HFEngine:
         )
 
 
+def processed_logits(logits_BV: Tensor, *, settings: SamplingSettings) -> Tensor:
+    """The logits the sampler draws from, in vLLM's order: divided by the temperature,
+    then masked to -inf outside the top-k, then outside the top-p nucleus. Greedy
+    decoding takes the raw logits (vLLM skips the processing for greedy requests)."""
+    if settings.is_greedy:
+        return logits_BV
+    scaled_BV = logits_BV / settings.temperature
+    return _top_k_top_p(scaled_BV, top_k=settings.top_k, top_p=settings.top_p)
+
+
 def sample_tokens(
     logits_BV: Tensor, *, settings: SamplingSettings, generators: list[torch.Generator | None]
 ) -> Tensor:
     """One token per row, as vLLM's sampler does it: temperature, then top-k, then top-p,
     then an exponential race (argmax of p / q, q ~ Exp(1)) with each row's generator."""
-    if settings.is_greedy:
-        return logits_BV.argmax(-1)
-    scaled_BV = logits_BV / settings.temperature
-    scaled_BV = _top_k_top_p(scaled_BV, top_k=settings.top_k, top_p=settings.top_p)
-    probs_BV = scaled_BV.softmax(-1)
+    processed_BV = processed_logits(logits_BV, settings=settings)
+    return _draw(processed_BV, greedy=settings.is_greedy, generators=generators)
+
+
+def _draw(
+    processed_BV: Tensor, *, greedy: bool, generators: list[torch.Generator | None]
+) -> Tensor:
+    if greedy:
+        return processed_BV.argmax(-1)
+    probs_BV = processed_BV.softmax(-1)
     q_BV = torch.stack(
         [torch.empty_like(probs_BV[0]).exponential_(generator=g) for g in generators]
     )

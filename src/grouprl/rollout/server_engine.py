@@ -7,8 +7,15 @@ the server's GPUs (tensor parallel there), weight pushes into its running worker
                  reads: /dev/shm on its node, or a shared filesystem) ──► POST
                  /collective_rpc reload_weights (every server worker loads it in place)
 
-Start the server with the dev endpoints and raw logprobs, for example:
-    VLLM_SERVER_DEV_MODE=1 vllm serve MODEL --logprobs-mode raw_logprobs
+Start the server with the dev endpoints and processed logprobs, for example:
+    VLLM_SERVER_DEV_MODE=1 vllm serve MODEL --logprobs-mode processed_logprobs
+
+Processed logprobs are those of the distribution the server drew from (logits / T,
+top-k, top-p), the quantity the other engines return (``rollout/vllm_engine.py``).
+vLLM's default, raw logprobs, ignores the temperature; a server left at it would feed
+the trainer T = 1 logprobs, so the first call that samples at T != 1 or with top-k/top-p
+asks the server for one token's top logprobs at two temperatures and refuses a server
+whose answers do not change (``_check_logprobs_mode``).
 """
 
 from __future__ import annotations
@@ -39,6 +46,19 @@ from grouprl.types import Completion
 
 RESET_TRIES = 40
 RESET_WAIT_S = 0.25
+PROBE_TEMPERATURES = (1.0, 2.0)
+PROBE_TOP = 5
+SERVE_HINT = "VLLM_SERVER_DEV_MODE=1 vllm serve MODEL --logprobs-mode processed_logprobs"
+PLAIN_SAMPLING = {
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "min_p": 0.0,
+}
+"""Sent with every request: a vLLM server fills the sampling parameters a request leaves
+out from the model's generation_config.json (Qwen2.5-Instruct's sets a repetition
+penalty), which would change the distribution sampled from, and the processed logprobs,
+in ways the trainer does not model."""
 
 
 class ServerError(RuntimeError):
@@ -68,6 +88,7 @@ class ServerEngine:
             model_dir, dtype=resolve_dtype(dtype, torch.device("cpu")), engine="server"
         )
         self._version = 0
+        self._mode_checked = False
 
     @property
     def weight_version(self) -> int:
@@ -78,6 +99,9 @@ class ServerEngine:
     ) -> list[list[Completion]]:
         n = settings.n
         per_prompt = 1 if settings.is_greedy else n
+        processing = settings.temperature != 1.0 or settings.top_k > 0 or settings.top_p < 1
+        if prompts and not settings.is_greedy and processing and not self._mode_checked:
+            self._check_logprobs_mode(prompts[0])
 
         def one(i: int) -> list[Completion]:
             body = {
@@ -93,6 +117,7 @@ class ServerEngine:
                 "logprobs": 0,
                 "return_token_ids": True,
                 "skip_special_tokens": True,
+                **PLAIN_SAMPLING,
             }
             choices = self._request("POST", "/v1/completions", body)["choices"]
             group = [_completion(c) for c in sorted(choices, key=lambda c: c["index"])]
@@ -121,6 +146,32 @@ class ServerEngine:
             shutil.rmtree(directory, ignore_errors=True)
         self._reset_prefix_cache()
         self._version = version
+
+    def _check_logprobs_mode(self, prompt: list[int]) -> None:
+        """Raises ``ServerError`` if the server's logprobs ignore the temperature (it was
+        started with raw logprobs): one token's top logprobs at two temperatures."""
+        tops = []
+        for temperature in PROBE_TEMPERATURES:
+            body = {
+                "model": self.model,
+                "prompt": list(prompt),
+                "max_tokens": 1,
+                "temperature": temperature,
+                "seed": 0,
+                "logprobs": PROBE_TOP,
+                **PLAIN_SAMPLING,
+            }
+            choice = self._request("POST", "/v1/completions", body)["choices"][0]
+            tops.append(((choice.get("logprobs") or {}).get("top_logprobs") or [{}])[0])
+        if not logprobs_follow_temperature(*tops):
+            raise ServerError(
+                f"rollout.server_url={self.url}: the server's logprobs do not change with "
+                f"the temperature (top-{PROBE_TOP} logprobs of one token at temperatures "
+                f"{PROBE_TEMPERATURES[0]:g} and {PROBE_TEMPERATURES[1]:g}): it runs with "
+                "raw logprobs, while the trainer scores tokens at rollout.temperature. "
+                f"Restart it with --logprobs-mode processed_logprobs ({SERVE_HINT})"
+            )
+        self._mode_checked = True
 
     def _reset_prefix_cache(self) -> None:
         """Cached prompt prefixes hold the old weights' keys and values. The server refuses
@@ -165,10 +216,22 @@ class ServerEngine:
         except (urllib.error.URLError, OSError) as err:
             raise ServerError(
                 f"rollout.server_url={self.url}: cannot reach the server ({err}); start it "
-                "(VLLM_SERVER_DEV_MODE=1 vllm serve MODEL --logprobs-mode raw_logprobs) or "
-                "fix the URL"
+                f"({SERVE_HINT}) or fix the URL"
             ) from None
         return json.loads(text) if text else None
+
+
+def logprobs_follow_temperature(top_a: dict[str, float], top_b: dict[str, float]) -> bool:
+    """Whether two answers' top logprobs for the same token position, sampled at two
+    temperatures, differ: processed logprobs flatten at the higher temperature (the
+    top-ranked token loses, the fifth gains, typically by nats), raw ones are the same
+    forward pass's (equal to rounding). An answer without top logprobs counts as raw."""
+    # the sampled token joins the top list when it is not in it: compare the top ranks
+    k = min(len(top_a), len(top_b))
+    if k == 0:
+        return False
+    a, b = sorted(top_a.values(), reverse=True)[:k], sorted(top_b.values(), reverse=True)[:k]
+    return max(abs(x - y) for x, y in zip(a, b, strict=True)) > 1e-2
 
 
 def _completion(choice: dict[str, Any]) -> Completion:

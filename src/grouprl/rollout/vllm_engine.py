@@ -19,10 +19,20 @@ Prompts are token ids (``TokensPrompt``); sample j of prompt i is seeded
 ``settings.seed + i * n + j`` (vLLM seeds child j of a request seeded s with
 s + j, so the request gets ``seed + i * n``), disjoint across prompts.
 
-Logprobs are vLLM's ``logprobs_mode="raw_logprobs"`` (pinned here): the
-sampled token's log-probability under the raw model distribution,
-``log_softmax(logits)`` in float32, before penalties, temperature, top-k and
-top-p. ``HFEngine`` returns the same quantity.
+Logprobs are vLLM's ``logprobs_mode="processed_logprobs"`` (pinned here, as TRL and
+verl do): the sampled token's log-probability under the distribution it was drawn
+from, ``log_softmax`` in float32 of the logits divided by the temperature and masked
+to the top-k and the top-p nucleus (penalties too, which grouprl never sets; raw
+logits for greedy requests). ``HFEngine`` returns the same quantity. The trainer scores
+``log_softmax(logits / T)`` (``workers/logprobs.py``): the same numbers with top-k and
+top-p off (``rollout.top_k=-1``, ``rollout.top_p=1``, the defaults). With them on, a
+sampled token's engine logprob is higher by minus the log of the probability mass the
+truncation kept, which ``engine_logprob_gap`` then includes; the trainer does not
+reproduce the truncation (nor do TRL and verl): it would need a sort over the
+vocabulary at every position, and a ratio of truncated distributions is undefined
+where the new policy's nucleus drops a sampled token. On GPUs the processed mode
+keeps vLLM off its fused top-k/top-p sampler (FlashInfer), which seeded requests
+(every grouprl request) do not use anyway.
 
 vLLM starts an engine-core process (and a worker process) with the *spawn*
 start method on CPU: a script that builds this engine must do so under
@@ -122,7 +132,7 @@ class VLLMEngine:
                 max_model_len=max_model_len,
                 seed=seed,
                 enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
-                logprobs_mode="raw_logprobs",
+                logprobs_mode="processed_logprobs",
                 use_tqdm_on_load=False,
                 tensor_parallel_size=tensor_parallel_size,
                 worker_extension_cls="grouprl.rollout.shared_weights.WorkerExtension",

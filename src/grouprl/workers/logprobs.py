@@ -9,6 +9,13 @@ chunk of V-sized activations is alive at a time.
 
 ``TokenScorer`` wraps this as a module: on a sharded policy it is FSDP2's root unit,
 whose forward keeps the embeddings and head gathered while the chunks use them.
+
+Tokens are scored at the sampling temperature: ``log_softmax(logits / T)`` with
+T = ``rollout.temperature``, the distribution the engine drew from, so the PPO ratio,
+the gradient and the entropy are the sampler's policy's (TRL and verl divide by T the
+same way). Top-k and top-p are not applied here (as in TRL and verl): the trainer's
+policy is the tempered one, untruncated; the engines' logprobs of a truncated draw
+differ from it by the log of the kept mass (``rollout/vllm_engine.py``).
 """
 
 from __future__ import annotations
@@ -22,9 +29,17 @@ from grouprl.workers.packing import Packing, decoder_states, use_packed_attentio
 
 
 def _chunk_logprobs(
-    hidden_NH: Tensor, targets_N: Tensor, weight_VH: Tensor, bias_V: Tensor | None
+    hidden_NH: Tensor,
+    targets_N: Tensor,
+    weight_VH: Tensor,
+    bias_V: Tensor | None,
+    temperature: float,
 ) -> tuple[Tensor, Tensor]:
     logits_NV = F.linear(hidden_NH, weight_VH, bias_V).float()
+    if temperature != 1.0:
+        # in place: no second V-sized tensor per chunk (the linear's backward does not
+        # need its output)
+        logits_NV = logits_NV.div_(temperature)
     logp_NV = torch.log_softmax(logits_NV, dim=-1)
     picked_N = logp_NV.gather(-1, targets_N.unsqueeze(-1)).squeeze(-1)
     with torch.no_grad():
@@ -40,8 +55,10 @@ def token_logprobs(
     chunk_tokens: int,
     score_mask_BT: Tensor | None = None,
     packed: bool = False,
+    temperature: float = 1.0,
 ) -> tuple[Tensor, Tensor]:
-    """Logprob of each token given its prefix, and the policy's entropy there.
+    """Logprob of each token given its prefix, and the policy's entropy there, both of
+    ``softmax(logits / temperature)`` (the sampling temperature: module docstring).
 
     Entry ``[b, t]`` is about token ``input_ids[b, t]`` predicted from positions
     ``< t``; column 0 is 0 (nothing predicts the first token). Right padding.
@@ -50,6 +67,8 @@ def token_logprobs(
     150k-token vocabulary and long prompts. ``packed``: the decoder runs over the
     samples laid end to end, without padding (``workers/packing.py``).
     """
+    if not temperature > 0:
+        raise ValueError(f"scoring needs a temperature > 0, got {temperature}")
     wanted_BT = attention_mask_BT.bool() if score_mask_BT is None else score_mask_BT.bool()
     wanted_BT = wanted_BT.clone()
     wanted_BT[:, 0] = False  # in a packed row too: nothing predicts a sample's first token
@@ -68,6 +87,7 @@ def token_logprobs(
             targets_N[start : start + chunk_tokens],
             head.weight,
             head.bias,
+            temperature,
         )
         if torch.is_grad_enabled():
             p, e = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
@@ -91,12 +111,21 @@ def token_logprobs(
 
 
 class TokenScorer(torch.nn.Module):
-    """``token_logprobs`` of a causal LM as one module (see the module docstring)."""
+    """``token_logprobs`` of a causal LM as one module (see the module docstring).
+    ``temperature``: the sampling temperature, ``rollout.temperature`` for every role
+    that scores sampled tokens (policy, old, reference)."""
 
-    def __init__(self, model: torch.nn.Module, *, chunk_tokens: int, packed: bool = False) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        chunk_tokens: int,
+        packed: bool = False,
+        temperature: float = 1.0,
+    ) -> None:
         super().__init__()
         self.model = model
-        self.chunk_tokens, self.packed = chunk_tokens, packed
+        self.chunk_tokens, self.packed, self.temperature = chunk_tokens, packed, temperature
         if packed:
             use_packed_attention(model)
 
@@ -110,4 +139,5 @@ class TokenScorer(torch.nn.Module):
             chunk_tokens=self.chunk_tokens,
             score_mask_BT=score_mask_BT,
             packed=self.packed,
+            temperature=self.temperature,
         )

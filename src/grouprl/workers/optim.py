@@ -2,20 +2,59 @@
 
 The schedule counts training steps (one per batch of prompts), not optimizer
 steps, so ``warmup_steps`` means the same whatever the mini-batch size.
+
+Weight decay follows transformers' ``Trainer.get_decay_parameter_names`` (so TRL's):
+biases and the weights of norm layers (LayerNorm, RMSNorm) are not decayed; every other
+trained parameter is, embeddings and LoRA adapters included. verl decays every parameter.
 """
 
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
 from grouprl.config.schema import TrainConfig
 
+NO_DECAY_NAMES = [
+    re.compile(p)
+    for p in (r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)")
+]
+"""transformers' patterns (searched in the lower-cased parameter name) for parameters
+kept out of weight decay: biases and norm weights (``input_layernorm.weight``,
+``model.norm.weight``, ``q_norm.weight``)."""
+NO_DECAY_MODULES = (torch.nn.LayerNorm, torch.nn.RMSNorm)
+
+
+def decay_param_groups(model: torch.nn.Module, *, weight_decay: float) -> list[dict]:
+    """AdamW parameter groups of ``model``'s trained parameters: the decayed ones, then
+    the biases and norm weights with no decay. One group, in ``model.parameters()``
+    order, when ``weight_decay`` is 0 or nothing is exempt. Parameter names are the
+    module's own, so FSDP2 (DTensor) and PEFT-wrapped models group the same way."""
+    in_norms = {
+        id(param)
+        for module in model.modules()
+        if isinstance(module, NO_DECAY_MODULES)
+        for param in module.parameters(recurse=False)
+    }
+    trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    decay, keep = [], []
+    for name, param in trained:
+        exempt = id(param) in in_norms or any(p.search(name.lower()) for p in NO_DECAY_NAMES)
+        (keep if exempt else decay).append(param)
+    if weight_decay == 0 or not keep:
+        return [{"params": [p for _, p in trained], "weight_decay": weight_decay}]
+    groups = [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": keep, "weight_decay": 0.0},
+    ]
+    return [g for g in groups if g["params"]]
+
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    params = [p for p in model.parameters() if p.requires_grad]
-    return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    groups = decay_param_groups(model, weight_decay=cfg.weight_decay)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
 
 
 def lr_factor(step: int, *, cfg: TrainConfig, total_steps: int) -> float:

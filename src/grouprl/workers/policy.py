@@ -44,8 +44,13 @@ class PolicyWorker:
         )
         if cfg.train.lora.rank:
             add_lora(self.model, cfg.train.lora)
+        # scored at the sampling temperature: the policy, old and (LoRA) reference
+        # logprobs are all of softmax(logits / rollout.temperature) (workers/logprobs.py)
         self.scorer = TokenScorer(
-            self.model, chunk_tokens=cfg.train.logprob_chunk_tokens, packed=cfg.train.packing
+            self.model,
+            chunk_tokens=cfg.train.logprob_chunk_tokens,
+            packed=cfg.train.packing,
+            temperature=cfg.rollout.temperature,
         )
         prepare(self.scorer, self.model, rank=rank, cfg=cfg)
         self.optimizer = make_optimizer(self.model, cfg.train)

@@ -1,4 +1,12 @@
-"""The reference role: a frozen copy of the initial policy that scores batches for KL."""
+"""The reference role: a frozen copy of the initial policy that scores batches for KL.
+
+The reference scores tokens at the sampling temperature, ``log_softmax(logits /
+rollout.temperature)``, as the policy does, so the KL compares the two tempered
+distributions (at T = 1 nothing changes). TRL (``_get_per_token_logps_and_entropies``
+for the reference model too) and verl (the batch's ``temperature`` reaches
+``compute_ref_log_prob``) both do this; a LoRA policy's reference (adapters off) is
+scored by the policy's own scorer, at the same temperature.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +34,10 @@ class ReferenceWorker:
         )
         self.model.eval().requires_grad_(False)
         self.scorer = TokenScorer(
-            self.model, chunk_tokens=cfg.train.logprob_chunk_tokens, packed=cfg.train.packing
+            self.model,
+            chunk_tokens=cfg.train.logprob_chunk_tokens,
+            packed=cfg.train.packing,
+            temperature=cfg.rollout.temperature,
         )
         prepare(self.scorer, self.model, rank=rank, cfg=cfg)
         self.autocast = autocast(cfg, rank)

@@ -23,6 +23,7 @@ from grouprl.assets import resolve_model_path
 from grouprl.config.schema import CriticConfig, ModelConfig
 from grouprl.types import TrainingBatch
 from grouprl.workers.model import ModelLoadError
+from grouprl.workers.optim import decay_param_groups
 from grouprl.workers.packing import Packing, decoder_states, use_packed_attention
 from grouprl.workers.rank import SINGLE, Rank
 from grouprl.workers.update import MicroBatching, micro_batches, run_updates
@@ -56,9 +57,9 @@ def load_critic(
 
 
 def make_critic_optimizer(critic: torch.nn.Module, cfg: CriticConfig) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(
-        critic.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
-    )
+    """AdamW with the policy's weight-decay convention (``workers/optim.py``)."""
+    groups = decay_param_groups(critic, weight_decay=cfg.weight_decay)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
 
 
 def token_values(critic: torch.nn.Module, batch: TrainingBatch, *, packed: bool = False) -> Tensor:

@@ -1,0 +1,371 @@
+"""``grouprl convert``: a verl config as a grouprl recipe. Imports no torch.
+
+    verl YAML (nested or dotted keys) ──► dotted keys ──► a rule per key ──► recipe
+                                                           (units, values)   + a comment
+                                                                               per key left
+
+Only what is certain is converted: a key whose meaning and unit are the same is copied,
+one whose unit or values differ is translated (``ppo_mini_batch_size`` x ``rollout.n``,
+``loss_agg_mode: token-mean`` -> ``token_mean``), and the KL settings, spread over six
+verl keys, become ``algo.beta``, ``algo.kl_in`` and ``algo.kl_estimator``. Every other
+key (no equivalent, an interpolation, a value with no grouprl counterpart) is listed at
+the top of the recipe with the alias table's note, never dropped silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grouprl.config.aliases import AR, VERL
+from grouprl.config.errors import ConfigError, show
+from grouprl.config.schema import RunConfig
+
+Rule = Callable[[Any, dict[str, Any]], dict[str, Any] | None]
+"""(value, every verl key) -> grouprl keys to set ({}: nothing, handled elsewhere) or None
+(not converted)."""
+
+# fmt: off
+SAME = (
+    "data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
+    f"{AR}.model.path", f"{AR}.model.trust_remote_code",
+    f"{AR}.model.enable_gradient_checkpointing", f"{AR}.model.use_remove_padding",
+    f"{AR}.model.lora_rank", f"{AR}.model.lora_alpha", f"{AR}.model.target_modules",
+    f"{AR}.actor.ppo_micro_batch_size_per_gpu", f"{AR}.actor.ppo_epochs",
+    f"{AR}.actor.clip_ratio_low", f"{AR}.actor.clip_ratio_high", f"{AR}.actor.clip_ratio_c",
+    f"{AR}.actor.tis_imp_ratio_cap", f"{AR}.actor.optim.lr", f"{AR}.actor.optim.min_lr_ratio",
+    f"{AR}.actor.optim.weight_decay", f"{AR}.actor.optim.betas", f"{AR}.actor.optim.clip_grad",
+    f"{AR}.actor.grad_clip", f"{AR}.actor.fsdp_config.param_offload",
+    f"{AR}.actor.fsdp_config.optimizer_offload", f"{AR}.rollout.n", f"{AR}.rollout.temperature",
+    f"{AR}.rollout.top_p", f"{AR}.rollout.top_k", f"{AR}.rollout.prompt_length",
+    f"{AR}.rollout.response_length", f"{AR}.rollout.max_model_len",
+    f"{AR}.rollout.gpu_memory_utilization", f"{AR}.rollout.tensor_model_parallel_size",
+    f"{AR}.rollout.ignore_eos", f"{AR}.rollout.val_kwargs.temperature",
+    f"{AR}.rollout.multi_turn.max_assistant_turns", "critic.model.path", "critic.optim.lr",
+    "critic.optim.weight_decay", "critic.cliprange_value", "critic.grad_clip",
+    "trainer.critic_warmup", "algorithm.norm_adv_by_std_in_grpo", "algorithm.gamma",
+    "algorithm.lam", "algorithm.kl_ctrl.horizon", "algorithm.filter_groups.enable",
+    "trainer.total_training_steps",
+    "trainer.val_before_train", "trainer.n_gpus_per_node", "trainer.nnodes",
+    "trainer.max_actor_ckpt_to_keep", "trainer.experiment_name", "trainer.log_val_generations",
+)
+"""verl keys whose value means the same in grouprl: copied to the alias table's key."""
+
+SHARED = ("data.prompt_key", "data.shuffle")
+"""Keys verl and grouprl both have, with the same meaning."""
+
+KL_KEYS = (
+    f"{AR}.actor.use_kl_loss", f"{AR}.actor.kl_loss_coef", f"{AR}.actor.kl_loss_type",
+    "algorithm.use_kl_in_reward", "algorithm.kl_ctrl.kl_coef", "algorithm.kl_penalty",
+    "algorithm.kl_ctrl.type", "algorithm.kl_ctrl.target_kl",
+)
+# fmt: on
+"""Read together by ``_kl``: one KL term in grouprl, in the loss or in the reward."""
+
+KL_ESTIMATORS = {"low_var_kl": "k3", "k3": "k3", "kl": "k1", "k1": "k1", "mse": "k2", "k2": "k2"}
+ESTIMATOR_PRESETS = {
+    "gae": "ppo",
+    "grpo": "grpo",
+    "rloo": "rloo",
+    "reinforce_plus_plus": "reinforce_pp",
+}
+SCHEDULES = {"constant": "constant", "cosine": "cosine"}
+DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
+LOSS_AGG = {
+    "token-mean": "token_mean",
+    "seq-mean-token-mean": "seq_mean_token_mean",
+    "seq-mean-token-sum-norm": "seq_mean_token_sum_norm",
+}
+
+
+@dataclass
+class Converted:
+    recipe: dict[str, Any]
+    """The grouprl recipe, nested by section."""
+    left: list[tuple[str, Any, str]] = field(default_factory=list)
+    """``(verl key, value, why)`` for each key not converted."""
+
+
+def convert_verl(config: dict[str, Any]) -> Converted:
+    """``config`` (verl's ``ppo_trainer.yaml`` shape, or a mapping of dotted keys) as a
+    grouprl recipe, and the keys it leaves out."""
+    flat = _flatten(config)
+    notes = {alias.key: alias.note or "grouprl has no such key" for alias in VERL}
+    targets = {alias.key: alias.grouprl for alias in VERL}
+    dotted: dict[str, Any] = {}
+    left = []
+    for key, value in flat.items():
+        if value is None:
+            continue  # verl's "unset": grouprl's default stands
+        if isinstance(value, str) and "${" in value:
+            left.append((key, value, "an interpolation: set the value it resolves to"))
+            continue
+        if key in KL_KEYS:
+            continue
+        if key in SHARED:
+            found: dict[str, Any] | None = {key: value}
+        elif key in SAME:
+            found = {targets[key][0]: value}
+        elif key in RULES:
+            found = RULES[key](value, flat)
+        else:
+            found = None
+        if found is None:
+            why = notes.get(key, "not a verl key grouprl knows")
+            left.append((key, value, why))
+        else:
+            dotted.update(found)
+    if "critic.path" not in dotted:  # verl always carries critic keys; a grouprl critic
+        # section means a critic, which needs a path (it comes with adv_estimator=gae)
+        why = "grouprl key not set: no critic without critic.model.path"
+        critic_keys = [key for key in dotted if key.startswith("critic.")]
+        left += [(key, dotted.pop(key), why) for key in critic_keys]
+    lengths = ("data.max_prompt_tokens", "rollout.max_tokens")
+    if "rollout.max_model_len" not in dotted and all(key in dotted for key in lengths):
+        dotted["rollout.max_model_len"] = sum(dotted[key] for key in lengths)  # as verl's vLLM
+    kl = _kl(flat)
+    if kl is None:
+        why = "a KL setting grouprl has no counterpart for"
+        left += [(key, flat[key], why) for key in KL_KEYS if key in flat]
+    else:
+        dotted.update(kl)
+    return Converted(recipe=_nested(dotted), left=left)
+
+
+def render(converted: Converted, *, source: str) -> str:
+    """The recipe as YAML, headed by a comment per key left out."""
+    lines = [
+        f"# Converted from the verl config {source} by `grouprl convert`. Check it with",
+        "# `grouprl plan THIS_FILE`; docs/migration.md maps every verl key.",
+    ]
+    if converted.left:
+        lines.append("# Not converted (set these by hand where they matter):")
+        for key, value, why in converted.left:
+            lines.append(f"#   {key}={show(value)}: {why}")
+    body = yaml.safe_dump(converted.recipe, sort_keys=False, default_flow_style=False)
+    return "\n".join(lines) + "\n" + body
+
+
+# --- rules for keys whose unit or values change ------------------------------------------
+
+
+def _mini_batch(value: Any, flat: dict[str, Any]) -> dict[str, Any] | None:
+    n = flat.get(f"{AR}.rollout.n", 1)  # verl counts prompts: x the group size
+    whole = isinstance(value, int) and isinstance(n, int)
+    return {"train.mini_batch_size": value * n} if whole else None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _mapped(target: str, table: dict[str, str]) -> Rule:
+    return lambda value, flat: {target: table[str(value)]} if str(value) in table else None
+
+
+def _positive(target: str) -> Rule:
+    """verl's -1 or 0 means off (or unlimited): grouprl's null default."""
+    return lambda value, flat: None if not _number(value) else {target: value} if value > 0 else {}
+
+
+def _when(switch: str, rule: Rule) -> Rule:
+    """``rule`` when the verl key ``switch`` is on; else nothing (the feature is off, so
+    grouprl's default must stand: a setting the run does not read is refused)."""
+    return lambda value, flat: rule(value, flat) if flat.get(switch) else {}
+
+
+def _estimator(value: Any, flat: dict[str, Any]) -> dict[str, Any] | None:
+    if value in ESTIMATOR_PRESETS:
+        return {"algo.name": ESTIMATOR_PRESETS[value]}
+    if value == "reinforce_plus_plus_baseline":
+        return {"algo.advantage": "reinforce_pp_baseline"}
+    return None
+
+
+def _source(target: str) -> Rule:
+    def rule(value: Any, flat: dict[str, Any]) -> dict[str, Any] | None:
+        files = value if isinstance(value, list) else [value]
+        if len(files) != 1:
+            return None
+        found = {target: {"source": str(files[0])}}
+        if "data.prompt_key" not in flat:  # verl's row format: chat messages, answer nested
+            found |= {"data.prompt_key": "prompt", "data.answer_key": "reward_model.ground_truth"}
+        return found
+
+    return rule
+
+
+def _micro_batch(value: Any, flat: dict[str, Any]) -> dict[str, Any] | None:
+    gpus = int(flat.get("trainer.nnodes") or 1) * int(flat.get("trainer.n_gpus_per_node") or 1)
+    whole = isinstance(value, int) and value % gpus == 0
+    return {"train.micro_batch_size": value // gpus} if whole else None
+
+
+def _dynamic_batch(value: Any, flat: dict[str, Any]) -> dict[str, Any]:
+    budget = flat.get(f"{AR}.actor.ppo_max_token_len_per_gpu") or 16384
+    return {"train.micro_batch_tokens": budget} if value else {}
+
+
+def _clip_ratio(value: Any, flat: dict[str, Any]) -> dict[str, Any]:
+    keys = {"algo.clip_eps_low": "clip_ratio_low", "algo.clip_eps_high": "clip_ratio_high"}
+    return {k: value for k, verl in keys.items() if f"{AR}.actor.{verl}" not in flat}
+
+
+def _reward_function(value: Any, flat: dict[str, Any]) -> dict[str, Any]:
+    name = flat.get("custom_reward_function.name") or "compute_score"
+    return {"reward.functions": [{"name": f"{value}:{name}", "weight": 1.0}]}
+
+
+def _overlong(value: Any, flat: dict[str, Any]) -> dict[str, Any] | None:
+    length = flat.get("reward_model.overlong_buffer.len") or 0
+    if not value:
+        return {}
+    return {"algo.overlong_buffer": length} if _number(length) and length > 0 else None
+
+
+def _epochs(value: Any, flat: dict[str, Any]) -> dict[str, Any]:
+    steps_set = flat.get("trainer.total_training_steps") is not None
+    return {} if steps_set else {"train.epochs": value}  # verl: steps win over epochs
+
+
+def _resume(value: Any, flat: dict[str, Any]) -> dict[str, Any] | None:
+    if value == "resume_path":
+        path = flat.get("trainer.resume_from_path")
+        return {"trainer.resume": str(path)} if path else None
+    modes = {"auto": "auto", "disable": "never"}
+    return {"trainer.resume": modes[value]} if value in modes else None
+
+
+def _loggers(value: Any, flat: dict[str, Any]) -> dict[str, Any]:
+    loggers = value if isinstance(value, list) else [value]
+    found: dict[str, Any] = {}
+    project = flat.get("trainer.project_name")
+    if "wandb" in loggers and project:
+        found["metrics.wandb.project"] = project
+    if "mlflow" in loggers:
+        found["metrics.mlflow.enabled"] = True
+    return found
+
+
+def _run_dir(value: Any, flat: dict[str, Any]) -> dict[str, Any]:
+    return {"trainer.run_dir": str(value)}
+
+
+def _kl(flat: dict[str, Any]) -> dict[str, Any] | None:
+    """verl's two KL places (loss: use_kl_loss; reward: use_kl_in_reward) as grouprl's one."""
+    if flat.get(f"{AR}.actor.use_kl_loss"):
+        estimator = KL_ESTIMATORS.get(flat.get(f"{AR}.actor.kl_loss_type") or "low_var_kl")
+        beta = flat.get(f"{AR}.actor.kl_loss_coef", 0.001)
+        if estimator is None:
+            return None
+        return {"algo.beta": beta, "algo.kl_in": "loss", "algo.kl_estimator": estimator}
+    if flat.get("algorithm.use_kl_in_reward"):
+        estimator = KL_ESTIMATORS.get(flat.get("algorithm.kl_penalty") or "kl")
+        if estimator is None:
+            return None
+        beta = flat.get("algorithm.kl_ctrl.kl_coef", 0.001)
+        found = {"algo.beta": beta, "algo.kl_in": "reward", "algo.kl_estimator": estimator}
+        if flat.get("algorithm.kl_ctrl.type") == "adaptive":
+            found["algo.kl_target"] = flat.get("algorithm.kl_ctrl.target_kl", 0.1)
+        return found
+    return {"algo.beta": 0.0} if any(k in flat for k in KL_KEYS) else {}
+
+
+RULES: dict[str, Rule] = {
+    "data.train_files": _source("data.train"),
+    "data.val_files": _source("data.eval"),
+    f"{AR}.actor.ppo_mini_batch_size": _mini_batch,
+    f"{AR}.actor.ppo_micro_batch_size": _micro_batch,
+    f"{AR}.actor.use_dynamic_bsz": _dynamic_batch,
+    f"{AR}.actor.ppo_max_token_len_per_gpu": lambda value, flat: {},  # read by use_dynamic_bsz
+    f"{AR}.actor.clip_ratio": _clip_ratio,
+    f"{AR}.actor.loss_agg_mode": _mapped("algo.loss_agg", LOSS_AGG),
+    f"{AR}.actor.policy_loss.loss_mode": _mapped(
+        "algo.policy_loss", {"vanilla": "ppo_clip", "gspo": "gspo"}
+    ),
+    f"{AR}.actor.optim.lr_warmup_steps": _positive("train.warmup_steps"),
+    f"{AR}.actor.optim.warmup_style": _mapped("train.lr_schedule", SCHEDULES),
+    f"{AR}.actor.optim.lr_scheduler_type": _mapped("train.lr_schedule", SCHEDULES),
+    f"{AR}.rollout.name": _mapped("rollout.engine", {"vllm": "vllm", "hf": "hf"}),
+    f"{AR}.rollout.dtype": _mapped("model.dtype", DTYPES),
+    "algorithm.adv_estimator": _estimator,
+    "algorithm.filter_groups.max_num_gen_batches": _when(
+        "algorithm.filter_groups.enable", _positive("algo.max_sampling_rounds")
+    ),
+    "algorithm.rollout_correction.bypass_old_logprob_for_rollout": lambda value, flat: (
+        {"algo.old_logprobs": "engine"} if value else {}
+    ),
+    "custom_reward_function.path": _reward_function,
+    "custom_reward_function.name": lambda value, flat: {},  # read with .path
+    "reward_model.overlong_buffer.enable": _overlong,
+    "reward_model.overlong_buffer.len": lambda value, flat: {},  # read with .enable
+    "reward_model.overlong_buffer.penalty_factor": _when(
+        "reward_model.overlong_buffer.enable",
+        lambda value, flat: {"algo.overlong_penalty": value},
+    ),
+    "trainer.total_epochs": _epochs,
+    "trainer.save_freq": _positive("checkpoint.disk.every"),
+    "trainer.test_freq": _positive("trainer.eval_every"),
+    "trainer.resume_mode": _resume,
+    "trainer.resume_from_path": lambda value, flat: {},  # read with resume_mode
+    "trainer.logger": _loggers,
+    "trainer.project_name": lambda value, flat: {},  # read with logger
+    "trainer.default_local_dir": _run_dir,
+    "trainer.device": _mapped("train.device", {"cuda": "cuda", "cpu": "cpu"}),
+}
+
+
+# --- shapes ------------------------------------------------------------------------------
+
+
+def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value and not str(key).startswith("_"):
+            flat.update(_flatten(value, prefix=path + "."))
+        elif not str(key).startswith("_"):  # verl's _target_ class names
+            flat[path] = value
+    return flat
+
+
+def _nested(dotted: dict[str, Any]) -> dict[str, Any]:
+    """Dotted keys as nested sections, in the schema's order of sections."""
+    order = list(RunConfig.model_fields)
+    out: dict[str, Any] = {}
+    for key in sorted(dotted, key=lambda k: order.index(k.split(".")[0])):
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = dotted[key]
+    return out
+
+
+def convert_file(source: str, *, out: str | None) -> tuple[Path, Converted]:
+    """Read the verl YAML ``source``, write its recipe to ``out`` (default:
+    ``STEM-grouprl.yaml`` here; never overwritten) and return where, and what was left."""
+    path = Path(source).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"grouprl convert: {source} is not a file; give verl's YAML config")
+    try:
+        config = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"grouprl convert: {source} is not valid YAML:\n{err}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(
+            f"grouprl convert: {source} holds a {type(config).__name__}, not verl's mapping of "
+            "sections (data:, actor_rollout_ref:, algorithm:, trainer:, ...)"
+        )
+    target = Path(out) if out else Path(f"{path.stem}-grouprl.yaml")
+    if target.exists():
+        raise ConfigError(
+            f"grouprl convert: {target} already exists; remove it or choose another --out"
+        )
+    converted = convert_verl(config)
+    target.write_text(render(converted, source=str(path)))
+    return target, converted

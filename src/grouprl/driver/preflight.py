@@ -1,0 +1,37 @@
+"""The checks before anything loads, with the run's inputs: ``plan.check_run`` (config,
+batch arithmetic, memory) plus the data files and reward functions, so a wrong column or
+reward name fails in about a second, not after the policy loads and the engine starts.
+
+Imports no torch, vllm, ray or ``datasets`` (``grouprl plan`` stays light); a user's
+reward module is imported, as the run would.
+"""
+
+from __future__ import annotations
+
+from grouprl.config.checks import Derived
+from grouprl.config.schema import RunConfig
+from grouprl.data.peek import source_problems
+from grouprl.envs.registry import env_problems
+from grouprl.plan.check import check_run
+from grouprl.rewards.registry import reward_problems
+
+
+def check_before_loading(cfg: RunConfig, *, missing_ok: bool = False) -> Derived:
+    """``check_run`` with ``input_problems`` listed among the config's problems; raises
+    one ``ConfigError`` naming all of them. Returns the derived quantities."""
+    return check_run(cfg, inputs=input_problems(cfg, missing_ok=missing_ok))
+
+
+def input_problems(cfg: RunConfig, *, missing_ok: bool = False) -> list[str]:
+    """Reward functions that do not resolve and data sources that would not load (a local
+    file missing, unreadable, or without the prompt or answer column), as messages.
+    ``missing_ok``: files and modules absent on this machine are left to the machine that
+    runs the job (``grouprl submit``; its ``grouprl train`` checks them at start)."""
+    problems = env_problems(cfg.env.name)  # registered from Python, or built in
+    problems += reward_problems(cfg.reward.functions, missing_ok=missing_ok)
+    for key, source in (("data.train", cfg.data.train), ("data.eval", cfg.data.eval)):
+        if source is not None:
+            problems += source_problems(
+                source, config_key=key, data=cfg.data, missing_ok=missing_ok
+            )
+    return problems
