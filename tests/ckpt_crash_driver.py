@@ -10,7 +10,7 @@ checkpoint shows at once whether its pieces belong together.
 The process imports torch and the checkpointer once, then forks one such loop per line
 read on stdin (a fresh interpreter per trial spent most of its time importing). Each loop
 prints ``ready at step N pid P`` once it has resumed; once its pid is gone the server
-prints ``exited``.
+prints ``exited`` on a line of its own.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def main() -> None:
             finally:
                 os._exit(1)
         os.waitpid(pid, 0)
-        print("exited", flush=True)
+        print("\nexited", flush=True)  # on a line of its own, whatever the kill cut short
 
 
 if __name__ == "__main__":

@@ -62,11 +62,14 @@ def _crash_driver(root: Path, *, endpoint_url: str, bucket: str) -> Iterator[sub
 
 def _kill_a_saving_loop(server: subprocess.Popen, *, after_s: float) -> None:
     """Starts a saving loop (it resumes from the newest checkpoint first) and SIGKILLs it
-    ``after_s`` seconds after it is ready."""
+    ``after_s`` seconds after it is ready. Lines it logs besides are passed over (a kill
+    can cut one short: the server starts its own on a new line)."""
     server.stdin.write("run\n")
     server.stdin.flush()
-    line = server.stdout.readline()
-    assert line.startswith("ready"), line + server.stdout.read()
+    seen: list[str] = []
+    while not (line := server.stdout.readline()).startswith("ready"):
+        assert line and line != "exited\n", "the saving loop ended early:\n" + "".join(seen)
+        seen.append(line)
     time.sleep(after_s)
     os.kill(int(line.split(" pid ")[1]), signal.SIGKILL)
     while (line := server.stdout.readline()) != "exited\n":

@@ -26,7 +26,7 @@ from typing import Any
 from grouprl.assets.datasets import BUILTIN_DATASETS, builtin_rows, split_sizes
 from grouprl.config.schema import DataConfig, DataSource
 from grouprl.data.prompts import PLACEHOLDER
-from grouprl.data.sources import FILE_SUFFIXES
+from grouprl.data.sources import FILE_SUFFIXES, get_field
 
 PEEK_ROWS = 100
 LIST = "list"
@@ -60,7 +60,7 @@ def source_problems(
         for setting, key in keys
         if (problem := _column_problem(key, columns=columns, setting=setting, where=where))
     ]
-    if data.prompt_template != PLACEHOLDER and _lookup(columns, data.prompt_key) == LIST:
+    if data.prompt_template != PLACEHOLDER and get_field(columns, data.prompt_key) == LIST:
         problems.append(
             f"data.prompt_template={data.prompt_template!r} rewrites text prompts, but "
             f"{where} holds chat messages in data.prompt_key={data.prompt_key!r}, which go to "
@@ -174,18 +174,6 @@ def _columns_of(rows: list[Any]) -> Columns:
             else:
                 columns.setdefault(key, None)
     return columns
-
-
-def _lookup(columns: Columns, key: str) -> Any:
-    """What ``columns`` holds at ``key`` (literal first, then dotted), or None."""
-    if key in columns:
-        return columns[key]
-    level: Any = columns
-    for part in key.split("."):
-        if not isinstance(level, dict) or part not in level:
-            return None
-        level = level[part]
-    return level
 
 
 def _column_problem(key: str, *, columns: Columns, setting: str, where: str) -> str | None:
