@@ -90,7 +90,11 @@ def _assert_same_parameters(a_dir: Path, b_dir: Path) -> None:
     a, b = part_state(find_checkpoint(a_dir)), part_state(find_checkpoint(b_dir))
     assert a.keys() == b.keys()
     for key in a:
-        torch.testing.assert_close(b[key], a[key], rtol=0, atol=2e-5, msg=key)
+        # A key bias adds the same q.b to every score of a query, which softmax ignores: its
+        # gradient is zero but for rounding, and Adam scales that noise (which the order of
+        # the ranks' reductions changes) up to steps near lr * 0.1.
+        atol = 1e-4 if key.endswith("k_proj.bias") else 2e-5
+        torch.testing.assert_close(b[key], a[key], rtol=0, atol=atol, msg=key)
     initial = part_state(find_checkpoint(a_dir, step=1))
     moved = max(float((a[k] - initial[k]).abs().max()) for k in a)
     assert moved > 1e-4  # the steps after the first changed the weights

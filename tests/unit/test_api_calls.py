@@ -144,7 +144,8 @@ def test_mlflow_params_are_the_config_as_dotted_text():
 
 
 def test_a_missing_mlflow_names_the_setting_and_the_install(monkeypatch, tmp_path):
-    monkeypatch.setitem(sys.modules, "mlflow", None)  # as if not installed
+    for name in ["mlflow", *(m for m in sys.modules if m.startswith("mlflow."))]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if not installed (nor imported)
     fix = r"metrics.mlflow.enabled=true.*mlflow-skinny.*pip install 'grouprl\[mlflow\]'"
     with pytest.raises(MlflowNotInstalledError, match=fix):
         MlflowSink(MlflowConfig(enabled=True), run_dir=tmp_path, run_name="t", config_dict={})
