@@ -34,6 +34,8 @@ LAYERS: dict[str, int] = {
     "rewards": 3,
     "envs": 3,
     "rollout": 3,
+    "sandbox": 3,
+    "agents": 3,
     "ckpt": 3,
     "metrics": 3,
     # the code that runs on each training rank

@@ -26,10 +26,18 @@ _API = {
     "register_env": "grouprl.api",
     "RunConfig": "grouprl.config.schema",
     "ConfigError": "grouprl.config.errors",
+    "Step": "grouprl.envs",
+    "ToolCall": "grouprl.envs",
+    "Toolbox": "grouprl.envs",
+    "EnvContext": "grouprl.envs",
 }
 __all__ = [
     "ConfigError",
+    "EnvContext",
     "RunConfig",
+    "Step",
+    "ToolCall",
+    "Toolbox",
     "__version__",
     "check_config",
     "evaluate",
@@ -50,6 +58,7 @@ if TYPE_CHECKING:
     )
     from grouprl.config.errors import ConfigError
     from grouprl.config.schema import RunConfig
+    from grouprl.envs import EnvContext, Step, Toolbox, ToolCall
 
 
 def __getattr__(name: str) -> Any:

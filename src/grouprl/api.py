@@ -116,7 +116,9 @@ def register_reward(name: str, fn: F | None = None) -> Any:
     """Makes ``fn`` the reward function ``name`` for ``reward.functions``; without ``fn``,
     a decorator (``@grouprl.register_reward("short")``). ``fn`` is called as
     ``fn(completion, reference=..., row=...)`` and returns a number
-    (``grouprl.rewards.registry`` describes the contract). A name is registered once."""
+    (``grouprl.rewards.registry`` describes the contract). A name is registered once.
+    ``fn`` runs in the reward worker processes, which receive it by reference: a
+    module-level function of your script or an importable module, not a lambda."""
     from grouprl.rewards.registry import register_reward as add
 
     if fn is None:

@@ -57,11 +57,13 @@ def test_load_config_errors_name_the_key_and_the_fix():
         grouprl.train(grouprl.load_config("tiny-arith"), ["rollout.n=4"])
 
 
-def test_a_registered_reward_is_found_by_name_and_each_name_is_taken_once(registries):
-    @grouprl.register_reward("shout")
-    def shout(completion, **_):
-        return float(completion.isupper())
+def shout(completion, **_):
+    """A module-level function: reward workers receive registered functions by reference."""
+    return float(completion.isupper())
 
+
+def test_a_registered_reward_is_found_by_name_and_each_name_is_taken_once(registries):
+    assert grouprl.register_reward("shout")(shout) is shout  # as a decorator
     assert rewards_registry.resolve_reward("shout") is shout
     grouprl.load_config("tiny-arith", ["reward.functions=[{name: math_answer}, {name: shout}]"])
     with pytest.raises(RewardError, match=r"'shout' is already registered"):
@@ -70,9 +72,14 @@ def test_a_registered_reward_is_found_by_name_and_each_name_is_taken_once(regist
         grouprl.register_reward("rewards.py:shout", shout)
     with pytest.raises(RewardError, match="int is not a function"):
         grouprl.register_reward("three", 3)
-    with pytest.raises(ConfigError, match="'whisper' is not a registered reward"):
-        grouprl.load_config(
+    grouprl.register_reward("whisper", lambda completion, **_: 0.0)
+    with pytest.raises(ConfigError, match="'whisper': the function registered under this name"):
+        grouprl.load_config(  # a lambda cannot be sent to the reward worker processes
             "tiny-arith", ["reward.functions=[{name: math_answer}, {name: whisper}]"]
+        )
+    with pytest.raises(ConfigError, match="'whispr' is not a registered reward"):
+        grouprl.load_config(
+            "tiny-arith", ["reward.functions=[{name: math_answer}, {name: whispr}]"]
         )
 
 
@@ -84,9 +91,12 @@ def test_a_registered_environment_is_made_by_its_factory(registries, tmp_path):
         made.append((env_cfg.name, data_cfg.prompt_key, cache_dir))
         return "the environment"
 
-    cfg = grouprl.load_config("tiny-arith", ["env.name=echo"])
+    cfg = grouprl.load_config("tiny-arith", ["env.name=echo", "env.workers=0"])
     assert make_env(cfg.env, cfg.data, cache_dir=tmp_path) == "the environment"
     assert made == [("echo", "question", tmp_path)]
+    # in worker processes (the default), a factory must reach them by reference
+    with pytest.raises(ConfigError, match=r"env.name='echo'.*module-level function.*workers=0"):
+        make_env(cfg.env.model_copy(update={"workers": 2}), cfg.data, cache_dir=tmp_path)
     with pytest.raises(
         ConfigError, match=r"env.name='ecko' is not an environment.*search_qa, echo"
     ):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -217,6 +218,25 @@ def test_plan_shows_the_multi_turn_environment_and_turn_credit():
     assert "indexes/wiki-bm25" in text and "qwen tool calls" in text
     assert "turn_advantage_coef" in text  # mt_grpo's advantage explained
     assert "single_turn" in plan_text("tiny-arith", [])
+
+
+def test_plan_shows_a_user_environment_its_args_and_how_it_is_contained():
+    example = Path(__file__).resolve().parents[2] / "examples/envs/calculator.py"
+    text = plan_text(
+        "tiny-arith",
+        [
+            f"env.name={example}:Calculator",
+            "env.args={max_value: 1000}",
+            "env.step_timeout_s=5",
+            "env.workers=3",
+            "env.max_turns=3",
+        ],
+    )
+    assert row(text, "environment") == ("Calculator", f"class Calculator from {example} (env.name)")
+    assert row(text, "env args")[1].endswith("keyword arguments: max_value=1000")
+    assert "up to 3 model turns" in row(text, "max turns")[1]
+    value, how = row(text, "runs")
+    assert value == "3 workers" and "killed after 5.0 s (env.step_timeout_s)" in how
 
 
 def test_plan_counts_multi_turn_samples_up_to_max_model_len():

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import importlib
 import math
+import os
 import textwrap
-import threading
 import time
 
 import pytest
@@ -12,8 +15,9 @@ import pytest
 from grouprl.config.schema import RewardFunction
 from grouprl.rewards import (
     REWARD_FUNCTIONS,
+    Reward,
     RewardError,
-    RewardRunner,
+    RewardScorer,
     extract_answer,
     format_reward,
     math_answer,
@@ -24,6 +28,7 @@ from grouprl.rewards import (
     resolve_rewards,
     score_completions,
 )
+from grouprl.sandbox import WorkerPool
 
 GSM8K_REFERENCE = (
     "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
@@ -219,12 +224,15 @@ def test_resolve_rewards_keeps_names_and_weights():
     resolved = resolve_rewards(
         [RewardFunction(name="math_answer"), RewardFunction(name="format", weight=0.1)]
     )
-    assert resolved == [("math_answer", math_answer, 1.0), ("format", format_reward, 0.1)]
+    assert resolved == [
+        Reward("math_answer", math_answer, 1.0, "sample"),
+        Reward("format", format_reward, 0.1, "sample"),
+    ]
     with pytest.raises(RewardError, match=r"functions.1.name.*listed twice"):
         resolve_rewards([RewardFunction(name="format"), RewardFunction(name="format")])
 
 
-# --- scoring ------------------------------------------------------------------------------
+# --- scoring (in worker processes) -------------------------------------------------------
 
 ROWS = [
     {"question": "a", "answer": "#### 9", "_index": 7},
@@ -232,43 +240,54 @@ ROWS = [
 ]
 
 
-def test_weighted_total_parts_and_metrics():
-    completions = ["5 + 4 = 9\n#### 9", "the answer is 5"]
-    scores = score_completions(
-        functions=[("math_answer", math_answer, 1.0), ("format", format_reward, 0.5)],
+@pytest.fixture(scope="module")
+def pool():
+    """Two reward workers for the module; they import this file before any deadline runs."""
+    preload = functools.partial(importlib.import_module, __name__)
+    with WorkerPool(size=2, memory_mb=1024, name="reward-test", initializer=preload) as shared:
+        yield shared
+
+
+def score(pool, functions, completions, rows, *, timeout_s=5.0, on_error="zero", **kwargs):
+    return score_completions(
+        functions=[Reward(*f) for f in functions],
         completions=completions,
-        rows=ROWS,
+        rows=rows,
         answer_key="answer",
-        on_error="zero",
-        timeout_s=5.0,
+        on_error=on_error,
+        timeout_s=timeout_s,
+        pool=pool,
+        **kwargs,
+    )
+
+
+def test_weighted_total_parts_and_metrics(pool):
+    completions = ["5 + 4 = 9\n#### 9", "the answer is 5"]
+    scores = score(
+        pool, [("math_answer", math_answer, 1.0), ("format", format_reward, 0.5)], completions, ROWS
     )
     assert scores.parts == {"math_answer": [1.0, 0.0], "format": [1.0, 0.0]}
     assert scores.total == [1.5, 0.0]
     assert scores.errors == []
     assert metrics(scores) == {
         "reward/errors": 0.0,
+        "reward/timeouts": 0.0,
+        "reward/crashes": 0.0,
+        "reward/memory_errors": 0.0,
+        "reward/worker_restarts": 0.0,
         "reward/math_answer": 0.5,
         "reward/format": 0.5,
     }
 
 
-def test_reference_and_row_are_passed_by_keyword():
-    seen = []
+def index_and_reference(completion, *, reference, row):
+    return row["_index"] * 10 + int(reference.split()[-1]) + (completion == "x")
 
-    def spy(completion, *, reference, row):
-        seen.append((completion, reference, row["_index"]))
-        return True  # a bool counts as 1.0
 
-    scores = score_completions(
-        functions=[("spy", spy, 2.0)],
-        completions=["x", "y"],
-        rows=ROWS,
-        answer_key="answer",
-        on_error="zero",
-        timeout_s=5.0,
-    )
-    assert seen == [("x", "#### 9", 7), ("y", "#### 4", 3)]
-    assert scores.total == [2.0, 2.0]
+def test_reference_and_row_are_passed_by_keyword(pool):
+    scores = score(pool, [("spy", index_and_reference, 2.0)], ["x", "y"], ROWS)
+    assert scores.parts["spy"] == [80.0, 34.0]  # row 7, "#### 9", "x"; row 3, "#### 4"
+    assert scores.total == [160.0, 68.0]
 
 
 def failing_on_b(completion, **_):
@@ -277,111 +296,153 @@ def failing_on_b(completion, **_):
     return 1.0
 
 
-def test_raising_function_scores_zero_and_is_recorded():
-    scores = score_completions(
-        functions=[("flaky", failing_on_b, 1.0), ("format", format_reward, 1.0)],
-        completions=["a", "b", "#### 1"],
-        rows=[ROWS[0], ROWS[1], ROWS[0]],
-        answer_key="answer",
-        on_error="zero",
-        timeout_s=5.0,
+def test_raising_function_scores_zero_and_is_recorded(pool, caplog):
+    scores = score(
+        pool,
+        [("flaky", failing_on_b, 1.0), ("format", format_reward, 1.0)],
+        ["a", "b", "#### 1"],
+        [ROWS[0], ROWS[1], ROWS[0]],
     )
     assert scores.parts["flaky"] == [1.0, 0.0, 1.0]
     assert scores.total == [1.0, 0.0, 2.0]
     [failure] = scores.errors
     assert (failure.function, failure.sample_index, failure.row_index) == ("flaky", 1, 3)
-    assert (failure.error_type, failure.message) == ("KeyError", "'no such thing'")
+    assert (failure.error_type, failure.message, failure.kind) == (
+        "KeyError",
+        "'no such thing'",
+        "error",
+    )
     assert metrics(scores)["reward/errors"] == 1.0
     assert metrics(scores)["reward/flaky"] == pytest.approx(2 / 3)
+    assert "'flaky' failed on sample 1 (row 3): KeyError: 'no such thing'; scored 0" in caplog.text
 
 
-def test_abort_raises_with_sample_and_row_index():
+def test_abort_raises_with_sample_and_row_index(pool):
     with pytest.raises(RewardError) as err:
-        score_completions(
-            functions=[("flaky", failing_on_b, 1.0)],
-            completions=["a", "b"],
-            rows=ROWS,
-            answer_key="answer",
-            on_error="abort",
-            timeout_s=5.0,
-        )
+        score(pool, [("flaky", failing_on_b, 1.0)], ["a", "b"], ROWS, on_error="abort")
     message = str(err.value)
     assert "'flaky' failed on sample 1 (row 3)" in message
     assert "KeyError: 'no such thing'" in message and "reward.on_error=zero" in message
-    assert isinstance(err.value.__cause__, KeyError)
+    assert err.value.__cause__.error_type == "KeyError"
+
+
+RETURNS = {"nan": math.nan, "inf": math.inf, "str": "1.0", "none": None}
+
+
+def returns_listed(completion, **_):
+    return RETURNS[completion]
 
 
 @pytest.mark.parametrize(
     ("value", "error_type"),
-    [(math.nan, "ValueError"), (math.inf, "ValueError"), ("1.0", "TypeError"), (None, "TypeError")],
+    [("nan", "ValueError"), ("inf", "ValueError"), ("str", "TypeError"), ("none", "TypeError")],
 )
-def test_non_numeric_or_nan_return_is_an_error(value, error_type):
-    scores = score_completions(
-        functions=[("bad", lambda completion, **_: value, 1.0)],
-        completions=["a"],
-        rows=ROWS[:1],
-        answer_key="answer",
-        on_error="zero",
-        timeout_s=5.0,
-    )
+def test_non_numeric_or_nan_return_is_an_error(pool, value, error_type):
+    scores = score(pool, [("bad", returns_listed, 1.0)], [value], ROWS[:1])
     assert scores.total == [0.0]
     assert [(e.sample_index, e.row_index, e.error_type) for e in scores.errors] == [
         (0, 7, error_type)
     ]
 
 
-def test_hanging_function_times_out_and_the_next_calls_still_run():
-    def hang_on_a(completion, **_):
-        if completion == "a":
-            time.sleep(5)
-        return 1.0
+def hang_on_a(completion, **_):
+    if completion == "a":
+        time.sleep(3600)
+    return 1.0
 
-    runner = RewardRunner()
+
+def test_hanging_call_is_killed_at_its_deadline_and_the_others_score(pool):
+    restarts = pool.stats()["restarts"]
     start = time.monotonic()
-    scores = score_completions(
-        functions=[("slow", hang_on_a, 1.0)],
-        completions=["a", "b"],
-        rows=ROWS,
+    scores = score(pool, [("slow", hang_on_a, 1.0)], ["a", "b"], ROWS, timeout_s=0.5)
+    assert time.monotonic() - start < 0.5 + 1
+    assert scores.parts["slow"] == [0.0, 1.0]  # "b" ran on the other worker
+    [failure] = scores.errors
+    assert (failure.sample_index, failure.row_index, failure.kind) == (0, 7, "timeout")
+    assert (failure.error_type, failure.message) == (
+        "TimeoutError",
+        "killed after its 0.5s deadline",
+    )
+    assert scores.worker_restarts == 1 == pool.stats()["restarts"] - restarts
+    assert metrics(scores)["reward/timeouts"] == 1.0
+    with pytest.raises(RewardError, match=r"sample 0 \(row 7\): TimeoutError: killed after"):
+        score(pool, [("slow", hang_on_a, 1.0)], ["a"], ROWS[:1], timeout_s=0.5, on_error="abort")
+
+
+async def async_length(completion, **_):
+    await asyncio.sleep(0)
+    return len(completion)
+
+
+def test_async_reward_is_awaited(pool):
+    assert score(pool, [("len", async_length, 1.0)], ["abc", "de"], ROWS).total == [3.0, 2.0]
+
+
+def rank_by_length(completions, *, references, rows):
+    assert len({r["_index"] for r in rows}) == 1 and len(references) == len(completions)
+    order = sorted(range(len(completions)), key=lambda i: len(completions[i]))
+    return [order.index(i) / (len(completions) - 1) for i in range(len(completions))]
+
+
+def one_score_too_few(completions, **_):
+    return [1.0] * (len(completions) - 1)
+
+
+def test_group_reward_scores_each_prompt_group_at_once(pool):
+    rows = [ROWS[0]] * 3 + [ROWS[1]] * 3
+    completions = ["ccc", "a", "bb", "z", "yyy", "xx"]
+    group = ("rank", rank_by_length, 1.0, "group")
+    scores = score(pool, [group], completions, rows, group_size=3)
+    assert scores.parts["rank"] == [1.0, 0.0, 0.5, 0.0, 1.0, 0.5]
+    # without group_size: groups are the runs of rows with the same _index
+    assert score(pool, [group], completions, rows).parts == scores.parts
+    bad = score(pool, [("short", one_score_too_few, 1.0, "group")], completions, rows, group_size=3)
+    assert bad.total == [0.0] * 6
+    assert [(e.sample_index, e.samples, e.row_index) for e in bad.errors] == [(0, 3, 7), (3, 3, 3)]
+    assert "returned 2 scores for a group of 3 completions" in bad.errors[0].message
+    assert "failed on samples 0-2 (row 7)" in bad.errors[0].describe()
+
+
+def test_file_reward_is_resolved_in_the_worker_by_name(pool, tmp_path):
+    path = tmp_path / "mine.py"
+    path.write_text("import os\ndef worker_pid(completion, **_):\n    return os.getpid()\n")
+    name = f"{path}:worker_pid"
+    scores = score(pool, [(name, resolve_reward(name), 1.0)], ["a"], ROWS[:1])
+    assert scores.errors == [] and scores.total[0] in pool.pids()
+
+
+def test_a_lambda_cannot_be_sent_to_the_workers():
+    from grouprl.rewards.registry import reward_problems
+
+    register_reward("test_lambda_reward", lambda completion, **_: 1.0)
+    try:
+        functions = resolve_rewards([RewardFunction(name="test_lambda_reward")])
+        with pytest.raises(RewardError, match="cannot be sent to the reward worker processes"):
+            RewardScorer(
+                functions=functions,
+                answer_key="answer",
+                on_error="zero",
+                timeout_s=1.0,
+                workers=1,
+                memory_mb=None,
+            )
+        [problem] = reward_problems([RewardFunction(name="test_lambda_reward")])
+        assert problem.startswith("reward.functions.0.name='test_lambda_reward': the function")
+    finally:
+        REWARD_FUNCTIONS.pop("test_lambda_reward")
+
+
+def test_scorer_closes_its_workers():
+    scorer = RewardScorer(
+        functions=resolve_rewards([RewardFunction(name="format")]),
         answer_key="answer",
         on_error="zero",
-        timeout_s=0.2,
-        runner=runner,
+        timeout_s=5.0,
+        workers=1,
+        memory_mb=512,
     )
-    elapsed = time.monotonic() - start
-    assert elapsed < 2.0
-    assert scores.parts["slow"] == [0.0, 1.0]  # "b" ran on a fresh worker
-    [failure] = scores.errors
-    assert (failure.sample_index, failure.row_index) == (0, 7)
-    assert (failure.error_type, failure.message) == ("TimeoutError", "timeout after 0.2s")
-
-    with pytest.raises(RewardError, match=r"sample 0 \(row 7\): TimeoutError: timeout after 0.2s"):
-        score_completions(
-            functions=[("slow", hang_on_a, 1.0)],
-            completions=["a"],
-            rows=ROWS[:1],
-            answer_key="answer",
-            on_error="abort",
-            timeout_s=0.2,
-            runner=runner,
-        )
-    assert time.monotonic() - start < 3.0
-
-
-def test_workers_do_not_pile_up():
-    def reward_threads() -> int:
-        return sum(t.name == "grouprl-reward" and t.is_alive() for t in threading.enumerate())
-
-    before = reward_threads()
-    for _ in range(5):
-        score_completions(
-            functions=[("format", format_reward, 1.0)],
-            completions=["#### 1"],
-            rows=ROWS[:1],
-            answer_key="answer",
-            on_error="zero",
-            timeout_s=5.0,
-        )
-    deadline = time.monotonic() + 2.0
-    while reward_threads() > before and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert reward_threads() <= before
+    assert scorer(completions=["#### 1"], rows=ROWS[:1]).total == [1.0]
+    [pid] = scorer.pool.pids()
+    scorer.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

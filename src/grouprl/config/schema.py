@@ -7,7 +7,7 @@ no torch. Cross-field checks (batch arithmetic) live in ``config/checks.py``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -73,6 +73,10 @@ class RewardFunction(Section):
     """`math_answer`, `format`, a `module:function` import path, or `path/to/file.py:function`."""
     weight: float = 1.0
     """Weight of this function in the summed reward."""
+    scope: Literal["sample", "group"] = "sample"
+    """`sample`: called once per completion, `fn(completion, *, reference, row) -> float`.
+    `group`: called once per prompt's group of `rollout.n` completions (pairwise or ranking
+    rewards), `fn(completions, *, references, rows) -> list[float]`, one score each."""
 
 
 class RewardConfig(Section):
@@ -83,7 +87,14 @@ class RewardConfig(Section):
     on_error: Literal["zero", "abort"] = "zero"
     """What a raising reward function does: score 0 and count it, or stop the run."""
     timeout_s: float = Field(default=10.0, gt=0)
-    """A reward call taking longer scores like an error."""
+    """Deadline of each reward call: past it the worker running it is killed and replaced,
+    and the sample scores like an error."""
+    workers: int = Field(default=2, ge=1)
+    """Worker processes that run the reward functions (calls for different samples run in
+    parallel); a call that hangs, crashes or runs out of memory costs only its worker."""
+    memory_mb: int | None = Field(default=4096, ge=256)
+    """Address-space limit of each reward worker in MB (`RLIMIT_AS`): an allocation past it
+    fails that call with a MemoryError instead of taking the machine's memory. null: none."""
 
 
 class RolloutConfig(Section):
@@ -245,10 +256,32 @@ class EnvConfig(Section):
     name: str = "single_turn"
     """`single_turn`: one completion per prompt, scored by the reward functions.
     `search_qa`: a multi-turn agent with a search tool over `corpus`; episodes end with an
-    `<answer>...</answer>` turn that the reward functions score (e.g. `qa_em`). Or an
-    environment registered from Python (`grouprl.register_env`, docs/python-api.md)."""
+    `<answer>...</answer>` turn that the reward functions score (e.g. `qa_em`). Or your own
+    class by import path, `my_pkg.envs:Calculator` or `path/to/env.py:Calculator` (relative
+    to where you run; docs/environments.md), or a name registered from Python
+    (`grouprl.register_env`, docs/python-api.md)."""
+    args: dict[str, Any] = Field(default_factory=dict)
+    """Your environment's own settings, passed to its class as keyword arguments
+    (`cls(**env.args)`); checked against its `__init__` before any model loads."""
     max_turns: int = Field(default=4, ge=1)
     """Model turns per episode at most (the episode then stops with `max_turns`)."""
+    step_timeout_s: float = Field(default=30.0, gt=0)
+    """Your environment's `start` and `step` calls each get this long; past it the worker
+    is killed and replaced and the episode ends with `env_error` (reward 0)."""
+    workers: int = Field(default=2, ge=0)
+    """Worker processes that run your environment's episodes (each episode stays on one);
+    0 runs them in this process, uncontained (for debugging). Built-ins run in-process."""
+    agent: str | None = None
+    """Your own agent, `my_pkg.agent:solve` or `path/to/agent.py:solve`: `solve(base_url,
+    task, **kwargs) -> float | None` runs once per episode in the `env.workers` processes
+    against an OpenAI-compatible gateway in front of the rollout engine, which records its
+    tokens (docs/gateway.md). Leave `env.name` at `single_turn` with it."""
+    agent_timeout_s: float = Field(default=600.0, gt=0)
+    """`env.agent`: each episode's deadline; past it the gateway refuses the episode's calls,
+    its worker is killed and replaced, and the episode scores 0."""
+    agent_concurrency: int = Field(default=32, ge=1)
+    """`env.agent`: agents each worker process runs at once (on threads: agents mostly wait
+    on HTTP); `env.workers` x this should cover a step's episodes, which the gateway batches."""
     tool_format: Literal["qwen", "xml"] = "xml"
     """How the model writes tool calls: `qwen` (`<tool_call>{json}</tool_call>`, Qwen2.5 and
     Hermes-style templates) or `xml` (`<search>query</search>`)."""

@@ -91,14 +91,55 @@ def render_questions(
         )
         for row in rows
     ]
+    return render_conversations(tokenizer, conversations, chunk=chunk)
+
+
+def render_conversations(
+    tokenizer: Any,
+    conversations: list[list[dict[str, Any]]],
+    *,
+    chunk: int = 1024,
+    **template_kwargs,
+) -> list[list[int]]:
+    """``chat_prompt_ids`` of each conversation (an environment's opening messages), a
+    chunk of them per batched ``apply_chat_template`` call (the same ids as one at a
+    time). A tokenizer without a chat template (a base model) gets the plain text of a
+    system message and a user message (``plain_prompt_ids``)."""
+    if getattr(tokenizer, "chat_template", None) is None:
+        return [plain_prompt_ids(tokenizer, messages) for messages in conversations]
     out: list[list[int]] = []
     for start in range(0, len(conversations), chunk):
         encoded = tokenizer.apply_chat_template(
-            conversations[start : start + chunk], add_generation_prompt=True, tokenize=True
+            conversations[start : start + chunk],
+            add_generation_prompt=True,
+            tokenize=True,
+            **template_kwargs,
         )
         ids = encoded["input_ids"] if not isinstance(encoded, list) else encoded
         out += [[int(t) for t in row_ids] for row_ids in ids]
     return out
+
+
+def plain_prompt_ids(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
+    """A base model's prompt: ``system\n\nuser`` as plain text (the user message alone
+    without a system one), encoded with the tokenizer's usual special tokens, as
+    ``render_prompt`` does; other conversations need a chat template."""
+    name = getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
+    roles = [m.get("role") for m in messages]
+    if roles not in (["user"], ["system", "user"]) or not all(
+        isinstance(m.get("content"), str) for m in messages
+    ):
+        raise DataError(
+            f"tokenizer {name!r} has no chat template to render a conversation of roles "
+            f"{roles}; a base model takes a text question (and a system prompt) only. Use an "
+            "instruct model (model.path), or text prompts"
+        )
+    warnings.warn(
+        f"tokenizer {name!r} has no chat template; prompts are the plain text of the "
+        "system prompt and the question",
+        stacklevel=2,
+    )
+    return _as_ids(tokenizer.encode("\n\n".join(m["content"] for m in messages)))
 
 
 def prompt_messages(
@@ -146,12 +187,12 @@ def render_prompts(
     rows: list[dict[str, Any]],
     *,
     data_cfg: DataConfig,
-    render: Callable[[dict[str, Any]], list[int]] | None = None,
+    render: Callable[[list[dict[str, Any]]], list[list[int]]] | None = None,
 ) -> tuple[list[list[int]], list[dict[str, Any]]]:
     """Prompt ids and the rows they came from, without rows over ``data.max_prompt_tokens``.
 
-    ``render`` gives a row's prompt ids (an environment's first observation); by
-    default the row's question through ``data.system_prompt`` and
+    ``render`` gives the rows' prompt ids (an environment's opening messages); by
+    default each row's question through ``data.system_prompt`` and
     ``data.prompt_template``. Dropped rows are logged (count and their ``_index``); if
     every row is too long, this raises with the shortest length seen.
     """
@@ -164,7 +205,7 @@ def render_prompts(
             prompt_template=data_cfg.prompt_template,
         )
     else:
-        all_ids = [render(row) for row in rows]
+        all_ids = render(rows)
     kept_ids: list[list[int]] = []
     kept_rows: list[dict[str, Any]] = []
     too_long: list[tuple[int, int]] = []  # (row index, prompt length)

@@ -16,7 +16,6 @@ def validate(
     prompt_set: PromptSet,
     rollout: RolloutConfig,
     seed: int,
-    multi_turn: bool = False,
 ) -> dict[str, float]:
     """One episode per held-out prompt (greedy unless ``rollout.eval_temperature``)."""
     settings = SamplingSettings(
@@ -35,8 +34,7 @@ def validate(
         "eval/response_len": sum(t.generated_tokens for t in trajectories) / n,
         "eval/reward_errors": float(len(scores.errors)),
     }
-    if multi_turn:
-        metrics.update(episode_metrics(trajectories, prefix="eval/"))
+    metrics.update(episode_metrics(trajectories, prefix="eval/"))
     return metrics
 
 
@@ -78,6 +76,7 @@ def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
     )
     cache = run_dir / "cache" if run_dir is not None else Path("runs") / ".cache"
     engine = start_engine(cfg, tokenizer=tokenizer, device=device, cache_dir=cache)
+    score = run = None
     try:
         with torch.no_grad():
             score = make_score_fn(cfg.reward, answer_key=cfg.data.answer_key)
@@ -87,10 +86,15 @@ def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
                 prompt_set=prompt_set,
                 rollout=cfg.rollout,
                 seed=cfg.train.seed,
-                multi_turn=cfg.env.name != "single_turn",
             )
     finally:
+        if score is not None:
+            score.close()  # the reward workers
         engine.close()
+        if hasattr(env, "close"):  # a contained environment's worker processes
+            env.close()
+        if hasattr(run, "close"):  # env.agent's worker processes
+            run.close()
     print(f"model: {cfg.model.path}")
     print(
         f"held-out accuracy: {metrics['eval/accuracy']:.3f}  "

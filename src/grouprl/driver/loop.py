@@ -102,6 +102,7 @@ class Components:
     hardware: Hardware  # model shape and device peak, for MFU
     critic: Role[CriticWorker] | None = None  # with a critic: section
     ahead: RolloutAhead | None = None  # with rollout.max_staleness=1: the next batch
+    env: Any = None  # the environment (its worker processes close with the run)
 
     def checkpoint_state(self) -> dict[str, Any]:
         """``state`` as a checkpoint records it: the sampler before any batch ahead."""
@@ -205,8 +206,7 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
         metrics["reward/overlong"] = sum(t.reward_parts["overlong"] for t in generated) / len(
             generated
         )
-    if cfg.env.name != "single_turn":
-        metrics.update(episode_metrics(generated))
+    metrics.update(episode_metrics(generated))
     if algo.dynamic_sampling:
         metrics["sampling/rounds"] = float(len(all_scores))
         metrics["sampling/filled_groups"] = float(filled)
@@ -346,7 +346,6 @@ def run_validation(c: Components) -> dict[str, float]:
         prompt_set=c.eval_set,
         rollout=c.cfg.rollout,
         seed=c.cfg.train.seed,
-        multi_turn=c.cfg.env.name != "single_turn",
     )
 
 

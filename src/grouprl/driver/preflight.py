@@ -1,17 +1,19 @@
 """The checks before anything loads, with the run's inputs: ``plan.check_run`` (config,
-batch arithmetic, memory) plus the data files and reward functions, so a wrong column or
-reward name fails in about a second, not after the policy loads and the engine starts.
+batch arithmetic, memory) plus the data files, reward functions and environment, so a
+wrong column, reward name or environment path fails in about a second, not after the
+policy loads and the engine starts.
 
 Imports no torch, vllm, ray or ``datasets`` (``grouprl plan`` stays light); a user's
-reward module is imported, as the run would.
+reward module and environment class are imported, as the run would.
 """
 
 from __future__ import annotations
 
+from grouprl.agents.worker import agent_problems
 from grouprl.config.checks import Derived
 from grouprl.config.schema import RunConfig
 from grouprl.data.peek import source_problems
-from grouprl.envs.registry import env_problems
+from grouprl.envs.loader import env_config_problems
 from grouprl.plan.check import check_run
 from grouprl.rewards.registry import reward_problems
 
@@ -27,7 +29,8 @@ def input_problems(cfg: RunConfig, *, missing_ok: bool = False) -> list[str]:
     file missing, unreadable, or without the prompt or answer column), as messages.
     ``missing_ok``: files and modules absent on this machine are left to the machine that
     runs the job (``grouprl submit``; its ``grouprl train`` checks them at start)."""
-    problems = env_problems(cfg.env.name)  # registered from Python, or built in
+    problems = env_config_problems(cfg.env, missing_ok=missing_ok)  # env.name, env.args
+    problems += agent_problems(agent=cfg.env.agent, env_name=cfg.env.name, missing_ok=missing_ok)
     problems += reward_problems(cfg.reward.functions, missing_ok=missing_ok)
     for key, source in (("data.train", cfg.data.train), ("data.eval", cfg.data.eval)):
         if source is not None:

@@ -147,6 +147,7 @@ def build(cfg: RunConfig) -> Components:
         ),
         checkpoint_files=small_files(cfg, policy=policy, tokenizer=tokenizer),
         hardware=hardware,
+        env=env,
     )
     if cfg.rollout.max_staleness:  # generating ahead needs the parts, not the batch ahead
         c = replace(c, ahead=RolloutAhead(partial(rollout_step, c), c.state.sampler))
@@ -252,8 +253,13 @@ def _train_session(cfg: RunConfig) -> dict[str, Any]:
         if c is not None:
             if c.ahead is not None:
                 c.ahead.close()
+            c.score.close()  # the reward workers
             c.engine.close()
             c.group.close()
+            if hasattr(c.env, "close"):  # a contained environment's worker processes
+                c.env.close()
+            if hasattr(c.rollout, "close"):  # env.agent's worker processes
+                c.rollout.close()
         if sinks is not None:
             sinks.close()
     write_report(run_dir, run_name=cfg.name)

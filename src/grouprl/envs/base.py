@@ -1,43 +1,65 @@
-"""The environment seam: an episode starts from a dataset row and answers each model turn.
+"""The environment protocol: an episode starts from a dataset row and answers each model turn.
 
-    env.start(row)          -> the first messages (system/user)
-    env.step(model_text)    -> Step: reply messages, this turn's reward, done + stop reason
+    Environment.episode(row) -> Episode          one object per episode (they run side by side)
+    episode.start()           -> the first chat messages (system/user)
+    episode.step(model_text)  -> Step: reply messages, this turn's reward, done + stop reason
+    episode.close()           -> optional: called once when the episode ends, however it ends
 
-One ``Episode`` object per episode (``Environment.episode(row)`` makes it), so
-episodes of a batch run side by side. Stop reasons: ``answered``, ``max_turns``,
-``context_overflow``, ``max_tokens`` (a turn cut off at the length limit),
-``parse_error``, ``tool_error``.
+An environment may also have ``template_kwargs`` (extra chat-template arguments, e.g.
+``{"tools": schemas}``; absent: none). ``start()`` must depend on the row only: the
+``rollout.n`` episodes of a row share one prompt (a group), rendered once per row.
 
-Observations are rendered into tokens by the chat template *after* the model's
-own tokens, never by re-tokenising the conversation (``render_observation``).
+Stop reasons (``StopReason``): ``answered`` (the environment ended the episode),
+``max_turns``, ``context_overflow`` (the next turn would not fit
+``rollout.max_model_len``), ``max_tokens`` (a turn cut off at the length limit),
+``parse_error``, ``tool_error`` (an environment's own verdicts), and ``env_error`` (the
+environment failed: a step raised, passed ``env.step_timeout_s``, or its worker died; the
+episode scores 0). Observations are rendered into tokens by the chat template *after* the
+model's own tokens, never by re-tokenising the conversation (``render_observation``).
+docs/environments.md is the user's guide.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, Literal, Protocol, get_args
 
-STOP_REASONS = (
+StopReason = Literal[
     "answered",
     "max_turns",
     "context_overflow",
     "max_tokens",
     "parse_error",
     "tool_error",
-)
+    "env_error",
+]
+STOP_REASONS: tuple[str, ...] = get_args(StopReason)
+
+Message = dict[str, Any]
+"""A chat message: ``{"role": "user" | "system" | "tool" | ..., "content": str, ...}``."""
 
 
 @dataclass
 class Step:
-    messages: list[dict[str, Any]]  # the environment's reply (e.g. tool messages); [] when done
-    reward: float = 0.0  # turn-level reward for the model turn just taken
+    """An environment's answer to one model turn.
+
+    ``reward`` is the turn-level reward of the model turn just taken (the multi-turn
+    estimators use it, e.g. ``algo.advantage=mt_grpo``); the episode's outcome reward
+    comes from ``reward.functions`` on its last turn. ``messages`` go back to the model
+    (rendered after its turn) unless ``done``. ``info`` holds per-turn counts that become
+    metrics: ``tool_calls`` and ``tool_errors`` (``Toolbox.run`` fills them).
+    """
+
+    messages: list[Message] = field(default_factory=list)
+    reward: float = 0.0
     done: bool = False
-    stop_reason: str | None = None  # one of STOP_REASONS when done
-    info: dict[str, Any] = field(default_factory=dict)  # e.g. tool_calls, tool_errors
+    stop_reason: StopReason | None = None  # when done; None reads as "answered"
+    info: dict[str, Any] = field(default_factory=dict)
 
 
 class Episode(Protocol):
-    def start(self) -> list[dict[str, Any]]: ...
+    def start(self) -> list[Message]: ...
 
     def step(self, model_text: str) -> Step: ...
 
@@ -45,10 +67,53 @@ class Episode(Protocol):
 class Environment(Protocol):
     def episode(self, row: dict[str, Any]) -> Episode: ...
 
-    @property
-    def template_kwargs(self) -> dict[str, Any]:
-        """Extra chat-template arguments for every rendering (e.g. ``tools``)."""
-        ...
+
+@dataclass(frozen=True)
+class EnvContext:
+    """What a user environment may need from the run, passed as the keyword-only ``ctx``
+    argument to a class whose ``__init__`` takes one (``cls(**env.args, ctx=...)``)."""
+
+    prompt_key: str
+    """``data.prompt_key``: the row's question column."""
+    answer_key: str
+    """``data.answer_key``: the row's reference answer column."""
+    system_prompt: str | None
+    """``data.system_prompt``."""
+    prompt_template: str
+    """``data.prompt_template`` (``{question}`` marks the question)."""
+    max_turns: int
+    """``env.max_turns``."""
+    tool_format: str
+    """``env.tool_format``: ``xml`` or ``qwen``, for ``Toolbox(fmt=...)``."""
+    cache_dir: Path
+    """A directory shared by runs, for indexes and downloads."""
+
+    def prompt_messages(self, row: dict[str, Any], *, system_prompt: str | None = None):
+        """The row's opening as single-turn runs render it: ``system_prompt`` (or
+        ``data.system_prompt``) and the question through ``data.prompt_template``, or the
+        row's own chat messages."""
+        from grouprl.data.prompts import prompt_messages
+
+        return prompt_messages(
+            row,
+            prompt_key=self.prompt_key,
+            system_prompt=self.system_prompt if system_prompt is None else system_prompt,
+            prompt_template=self.prompt_template,
+        )
+
+
+def template_kwargs_of(env: Any) -> dict[str, Any]:
+    """``env.template_kwargs``, or {} for an environment without one."""
+    return dict(getattr(env, "template_kwargs", None) or {})
+
+
+def first_messages(env: Any, rows: list[dict[str, Any]]) -> list[list[Message]]:
+    """Each row's opening messages (``episode(row).start()``). An environment that runs
+    elsewhere answers many rows in one call (``openings(rows)``, the contained ones)."""
+    openings = getattr(env, "openings", None)
+    if openings is not None:
+        return openings(rows)
+    return [env.episode(row).start() for row in rows]
 
 
 def render_observation(tokenizer, messages: list[dict[str, Any]], **template_kwargs) -> list[int]:

@@ -1,15 +1,16 @@
 """Environments by name: the built-ins, and your own registered from Python.
 
-    env.name ──► single_turn: no environment (one completion per prompt)
+    env.name ──► single_turn: one completion per prompt (``envs/single_turn.py``)
              ├─► search_qa:   the search tool agent (``envs/tool_env.py``)
-             └─► registered:  ENVIRONMENTS[name](cfg.env, cfg.data, cache_dir=DIR)
+             ├─► registered:  ENVIRONMENTS[name](cfg.env, cfg.data, cache_dir=DIR)
+             └─► an import path (``module:Class``, ``file.py:Class``): ``envs/loader.py``
 
-A registered factory is called once per run, in the process that runs the loop
-(``grouprl.train`` or ``grouprl.evaluate``), with the ``env`` and ``data`` sections
-and a cache directory shared by runs; it returns an ``Environment``
-(``envs/base.py``). Episodes run in that process also when the training ranks and
-rollout engines are Ray actors, so a factory registered there is all a run needs.
-A separate process (``grouprl submit``, a launcher) knows only the built-ins.
+A registered factory is called once per run in each of the environment's worker
+processes (``env.workers``; in the process that runs the loop with ``env.workers=0``),
+with the ``env`` and ``data`` sections and a cache directory shared by runs; it returns
+an ``Environment`` (``envs/base.py``). It reaches the workers by reference, so it must be
+a module-level function. A separate process (``grouprl submit``, a launcher) knows only
+the built-ins and import paths.
 """
 
 from __future__ import annotations
@@ -30,8 +31,11 @@ ENVIRONMENTS: dict[str, EnvFactory] = {}
 
 def register_env(name: str, factory: EnvFactory) -> EnvFactory:
     """Makes ``factory`` the environment ``env.name=name``; a name is registered once."""
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"register_env: the name must be a non-empty string, not {name!r}")
+    if not isinstance(name, str) or not name.strip() or ":" in name:
+        raise ConfigError(
+            f"register_env: name={name!r}; an environment's name is a non-empty string "
+            "without ':' (that marks an import path, which works without registering)"
+        )
     if not callable(factory):
         raise ConfigError(
             f"register_env({name!r}, ...): the factory is a {type(factory).__name__}, not a "
@@ -55,9 +59,10 @@ def env_problems(name: str) -> list[str]:
     if name in BUILT_IN or name in ENVIRONMENTS:
         return []
     return [
-        f"env.name={name!r} is not an environment. Allowed: {', '.join(known_envs())}. Fix: "
-        "choose one of those, or register yours first in the process that trains "
-        "(grouprl.register_env(name, factory), docs/python-api.md)."
+        f"env.name={name!r} is not an environment. Allowed: {', '.join(known_envs())}, or "
+        "your class by import path (`my_pkg.envs:MyEnv` or `path/to/env.py:MyEnv`, "
+        "docs/environments.md). Fix: choose one of those, or register yours first in the "
+        "process that trains (grouprl.register_env(name, factory), docs/python-api.md)."
     ]
 
 

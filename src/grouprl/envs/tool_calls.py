@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from grouprl.envs.tools import Tool, ToolSet
@@ -33,8 +33,12 @@ from grouprl.envs.tools import Tool, ToolSet
 
 @dataclass(frozen=True)
 class ToolCall:
+    """One call the model made: the tool's name, its arguments (JSON values), and an id
+    (``call_0``, ``call_1``, ... in the order of the turn) that its tool message carries."""
+
     name: str
     arguments: dict[str, Any]
+    id: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -195,7 +199,11 @@ def parse_tool_calls(text: str, *, tools: ToolSet, fmt: str) -> list[ParsedCall]
     if fmt not in CALL_FORMATS:
         choices = ", ".join(CALL_FORMATS)
         raise ValueError(f"unknown tool-call format {fmt!r}; choose one of: {choices}")
-    return CALL_FORMATS[fmt](text, tools)
+    found = CALL_FORMATS[fmt](text, tools)
+    return [
+        p if p.call is None else replace(p, call=replace(p.call, id=f"call_{i}"))
+        for i, p in enumerate(found)
+    ]
 
 
 # --- checking arguments ---------------------------------------------------------------------

@@ -15,6 +15,7 @@ from grouprl.config.checks import Derived, per_token_advantages
 from grouprl.config.errors import show
 from grouprl.config.schema import DataSource, RunConfig
 from grouprl.plan.batch_rows import batch_rows, token_rows
+from grouprl.plan.env_rows import env_rows
 from grouprl.plan.rollout_rows import rollout_rows
 from grouprl.plan.rows import Row, memory_rows, model_rows
 from grouprl.plan.target import Target, plan_target
@@ -37,6 +38,7 @@ def render_plan(cfg: RunConfig, derived: Derived, *, here: bool = False) -> Grou
         ("length", _length_rows(cfg, derived)),
         ("tokens", token_rows(cfg, derived)),
         ("algorithm", _algo_rows(cfg, derived)),
+        ("environment", env_rows(cfg)),
         ("rollout", rollout_rows(cfg, target)),
         ("models", model_rows(cfg, derived)),
         ("memory per GPU", memory_rows(cfg, derived)),
@@ -136,7 +138,13 @@ RATIO_LEVEL = {"ppo_clip": "per token", "gspo": "per sequence", "gspo_token": "p
 def _algo_rows(cfg: RunConfig, d: Derived) -> list[Row]:
     algo, train = cfg.algo, cfg.train
     preset = ALGORITHMS[algo.name]
-    rewards = ", ".join(f"{f.name} x {show(f.weight)}" for f in cfg.reward.functions)
+    rewards = ", ".join(
+        f"{f.name} x {show(f.weight)}" + (" (per group)" if f.scope == "group" else "")
+        for f in cfg.reward.functions
+    )
+    r = cfg.reward
+    memory = "no memory limit" if r.memory_mb is None else f"{r.memory_mb} MB each"
+    contained = f"in {r.workers} worker processes ({memory}), {show(r.timeout_s)} s per call"
     warmup = f", {train.warmup_steps} warmup steps" if train.warmup_steps else ""
     iters = "pass" if algo.num_iterations == 1 else "passes"
     return [
@@ -153,8 +161,8 @@ def _algo_rows(cfg: RunConfig, d: Derived) -> list[Row]:
             f"algo.num_iterations: {algo.num_iterations} {iters} over each step's samples, "
             "ratios taken to the policy that sampled them",
         ),
-        _env_row(cfg),
-        ("reward", str(len(cfg.reward.functions)), f"weighted sum: {rewards}"),
+        _gateway_row(cfg),
+        ("reward", str(len(cfg.reward.functions)), f"weighted sum: {rewards}; {contained}"),
         (
             "sampling",
             f"T={show(cfg.rollout.temperature)}",
@@ -164,20 +172,18 @@ def _algo_rows(cfg: RunConfig, d: Derived) -> list[Row]:
     ]
 
 
-def _env_row(cfg: RunConfig) -> Row:
+def _gateway_row(cfg: RunConfig) -> Row:
     env = cfg.env
-    if env.name == "single_turn":
-        return ("environment", "single_turn", "one completion per prompt, scored as it ends")
-    if env.name != "search_qa":
-        why = f"registered from Python; up to {env.max_turns} model turns (env.max_turns)"
-        return ("environment", env.name, why)
+    if env.agent is None:
+        return ("agent gateway", "off", "set env.agent to train your own agent (docs/gateway.md)")
     return (
-        "environment",
-        env.name,
-        f"up to {env.max_turns} model turns (env.max_turns); the model searches {env.corpus} "
-        f"(env.corpus, {env.search_k} passage(s) per search) with {env.tool_format} tool calls, "
-        f"each limited to {show(env.tool_timeout_s)} s; turn reward {env.turn_reward}; the "
-        "episode ends at an <answer> turn, which the reward functions score",
+        "agent gateway",
+        "on",
+        f"env.agent={env.agent} runs once per episode ({cfg.rollout.n} per row), "
+        f"{env.agent_concurrency} at a time in each of env.workers={env.workers} processes, each "
+        f"within env.agent_timeout_s={show(env.agent_timeout_s)} s, against an OpenAI-compatible "
+        f"endpoint on 127.0.0.1 (run's sampling settings; up to {env.max_turns} model calls, "
+        "env.max_turns); a returned or reported reward replaces the reward functions'",
     )
 
 

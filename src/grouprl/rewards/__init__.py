@@ -1,27 +1,38 @@
-"""Reward functions (pure Python) and safe scoring of completions with them."""
+"""Reward functions (pure Python) and contained scoring of completions with them (in
+worker processes with a deadline and a memory limit per call: ``scoring``).
 
-from grouprl.rewards.format import format_reward
-from grouprl.rewards.math import extract_answer, math_answer, normalize_number
-from grouprl.rewards.registry import (
-    REWARD_FUNCTIONS,
-    RewardError,
-    register_reward,
-    resolve_reward,
-    resolve_rewards,
-)
-from grouprl.rewards.scoring import (
-    RewardFailure,
-    RewardRunner,
-    RewardScores,
-    metrics,
-    score_completions,
-)
+The names load on first use (PEP 562): a reward worker process imports only the
+modules its functions need, so a replaced worker starts in a fraction of a second.
+"""
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_NAMES = {
+    "format_reward": "format",
+    "extract_answer": "math",
+    "math_answer": "math",
+    "normalize_number": "math",
+    "REWARD_FUNCTIONS": "registry",
+    "Reward": "registry",
+    "RewardError": "registry",
+    "register_reward": "registry",
+    "resolve_reward": "registry",
+    "resolve_rewards": "registry",
+    "RewardFailure": "scoring",
+    "RewardScorer": "scoring",
+    "RewardScores": "scoring",
+    "metrics": "scoring",
+    "score_completions": "scoring",
+}
 __all__ = [
     "REWARD_FUNCTIONS",
+    "Reward",
     "RewardError",
     "RewardFailure",
-    "RewardRunner",
+    "RewardScorer",
     "RewardScores",
     "extract_answer",
     "format_reward",
@@ -33,3 +44,30 @@ __all__ = [
     "resolve_rewards",
     "score_completions",
 ]
+
+if TYPE_CHECKING:
+    from grouprl.rewards.format import format_reward
+    from grouprl.rewards.math import extract_answer, math_answer, normalize_number
+    from grouprl.rewards.registry import (
+        REWARD_FUNCTIONS,
+        Reward,
+        RewardError,
+        register_reward,
+        resolve_reward,
+        resolve_rewards,
+    )
+    from grouprl.rewards.scoring import (
+        RewardFailure,
+        RewardScorer,
+        RewardScores,
+        metrics,
+        score_completions,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _NAMES:
+        raise AttributeError(f"module 'grouprl.rewards' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"grouprl.rewards.{_NAMES[name]}"), name)
+    globals()[name] = value
+    return value

@@ -23,19 +23,25 @@ used from a recipe as ``reward.functions: [{name: my_rewards.py:short_and_right}
 from __future__ import annotations
 
 import difflib
-import hashlib
-import importlib
-import importlib.util
-import sys
+import pickle
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
+from grouprl.config.imports import absent_here, is_import_path, load_attr
 from grouprl.rewards.format import format_reward
 from grouprl.rewards.math import math_answer
 from grouprl.rewards.qa import exact_match, token_f1
 
 RewardFn = Callable[..., Any]
+
+
+class Reward(NamedTuple):
+    """One ``reward.functions`` entry, resolved."""
+
+    name: str
+    fn: RewardFn
+    weight: float
+    scope: Literal["sample", "group"] = "sample"
 
 
 class RewardError(ValueError):
@@ -90,27 +96,23 @@ def resolve_reward(name: str, *, index: int | None = None) -> RewardFn:
             f"{sorted(REWARD_FUNCTIONS)}, or give your own as `package.module:function` "
             "or `path/to/file.py:function`"
         )
-    target, _, attr = name.rpartition(":")
-    if target.endswith(".py"):
-        module = _load_file(target, key=key, name=name)
-    else:
-        module = _import_module(target, key=key, name=name)
-    fn = getattr(module, attr, None)
-    if fn is None:
-        public = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
-        raise RewardError(f"{key}={name!r}: {target} has no {attr!r}; its functions are {public}")
+    _, fn = load_attr(name, key=key, error=RewardError, kind="reward")
     if not callable(fn):
+        attr = name.rpartition(":")[2]
         raise RewardError(f"{key}={name!r}: {attr!r} is a {type(fn).__name__}, not a function")
     return fn
 
 
-def resolve_rewards(functions: list[Any]) -> list[tuple[str, RewardFn, float]]:
-    """``(name, fn, weight)`` for each ``reward.functions`` entry (``RewardFunction`` records)."""
+def resolve_rewards(functions: list[Any]) -> list[Reward]:
+    """A ``Reward`` for each ``reward.functions`` entry (``RewardFunction`` records)."""
     names = [f.name for f in functions]
     for i, name in enumerate(names):
         if name in names[:i]:
             raise RewardError(_listed_twice(i, name))
-    return [(f.name, resolve_reward(f.name, index=i), f.weight) for i, f in enumerate(functions)]
+    return [
+        Reward(f.name, resolve_reward(f.name, index=i), f.weight, f.scope)
+        for i, f in enumerate(functions)
+    ]
 
 
 def reward_problems(functions: list[Any], *, missing_ok: bool = False) -> list[str]:
@@ -127,10 +129,31 @@ def reward_problems(functions: list[Any], *, missing_ok: bool = False) -> list[s
         if missing_ok and _absent_here(name):
             continue
         try:
-            resolve_reward(name, index=i)
+            fn = resolve_reward(name, index=i)
         except RewardError as err:
             problems.append(str(err))
+            continue
+        if (problem := unsendable(name, fn, index=i)) is not None:
+            problems.append(problem)
     return problems
+
+
+def unsendable(name: str, fn: RewardFn, *, index: int) -> str | None:
+    """Why the reward workers could not be sent ``fn`` (a registered lambda or nested
+    function: functions go by reference), or None. Import paths are sent by name."""
+    if is_import_path(name):
+        return None
+    try:
+        pickle.dumps(fn)
+    except Exception as err:
+        return (
+            f"reward.functions.{index}.name={name!r}: the function registered under this name "
+            f"cannot be sent to the reward worker processes ({type(err).__name__}: {err}). "
+            "Register a module-level function (not a lambda or a nested function) of a "
+            "module they can import, or name it `package.module:function` or "
+            "`path/to/file.py:function`"
+        )
+    return None
 
 
 def _listed_twice(index: int, name: str) -> str:
@@ -141,42 +164,4 @@ def _listed_twice(index: int, name: str) -> str:
 
 def _absent_here(name: str) -> bool:
     """Whether ``name`` points at a file or a top-level module this machine does not have."""
-    if name in REWARD_FUNCTIONS or ":" not in name:
-        return False
-    target = name.rpartition(":")[0]
-    if target.endswith(".py"):
-        return not Path(target).expanduser().is_file()
-    return importlib.util.find_spec(target.split(".")[0]) is None
-
-
-def _import_module(target: str, *, key: str, name: str) -> Any:
-    try:
-        return importlib.import_module(target)
-    except Exception as err:  # ImportError or an error while running the module
-        raise RewardError(
-            f"{key}={name!r}: cannot import module {target!r} ({type(err).__name__}: {err}). "
-            "Install it or add its directory to PYTHONPATH, or use `path/to/file.py:function`"
-        ) from err
-
-
-def _load_file(target: str, *, key: str, name: str) -> Any:
-    path = Path(target).expanduser().resolve()
-    if not path.is_file():
-        raise RewardError(f"{key}={name!r}: file {str(path)!r} does not exist")
-    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
-    module_name = f"grouprl_user_reward_{path.stem}_{digest}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise RewardError(f"{key}={name!r}: {str(path)!r} cannot be loaded as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # so pickling and dataclasses in the file work
-    try:
-        spec.loader.exec_module(module)
-    except Exception as err:
-        del sys.modules[module_name]
-        raise RewardError(
-            f"{key}={name!r}: running {str(path)!r} failed ({type(err).__name__}: {err})"
-        ) from err
-    return module
+    return name not in REWARD_FUNCTIONS and is_import_path(name) and absent_here(name)

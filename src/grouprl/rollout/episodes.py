@@ -1,23 +1,41 @@
-"""Drives multi-turn episodes: every episode of a batch advances one turn at a time,
-and each turn's generation is one engine call over all episodes still running.
+"""Drives episodes, single- and multi-turn: every episode of a batch advances one turn at
+a time, and each turn's generation is one engine call over all episodes still running.
 
-    rows ─► env.episode(row).start() ─► prompt ids ─► engine (n per prompt)
+    rows ─► env.episode(row) ─► prompt ids ─► engine (n per prompt)
         ─► step(text) ─► observation ids ─► engine (the running episodes' contexts) ─► ...
 
 A context is the prompt, then every turn's engine tokens and rendered
 observation: exactly the tokens the trainer will see (``Trajectory.sequence_ids``).
+Single-turn prompting is the environment whose every step ends the episode
+(``envs/single_turn.py``): one engine call, no observation rendered.
+
+An environment that fails (``EnvFailure``: a contained step that raised, passed
+``env.step_timeout_s`` or lost its worker) ends only that episode, as ``env_error``.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
 from grouprl.data.prompts import chat_prompt_ids
-from grouprl.envs.base import STOP_REASONS, Environment, Step, render_observation
+from grouprl.envs.base import (
+    STOP_REASONS,
+    Environment,
+    Step,
+    first_messages,
+    render_observation,
+    template_kwargs_of,
+)
+from grouprl.envs.contained import EnvFailure
 from grouprl.rollout.base import RolloutEngine, SamplingSettings
+from grouprl.rollout.gateway_record import gateway_metrics
 from grouprl.types import Trajectory, Turn
+
+logger = logging.getLogger(__name__)
 
 ENV_WORKERS = 16  # episodes whose environment steps (tool calls) run at the same time
 
@@ -31,74 +49,140 @@ def run_episodes(
     settings: SamplingSettings,
     max_turns: int,
     max_model_len: int,
+    prompts: list[list[int]] | None = None,
 ) -> list[Trajectory]:
-    """``settings.n`` episodes per row, prompt-major, each ending with a stop reason."""
+    """``settings.n`` episodes per row, prompt-major, each ending with a stop reason.
+
+    ``prompts``: the rows' prompt ids as rendered at load (``PromptSet``); None renders
+    each row's opening through the chat template here."""
     episodes = [env.episode(row) for row in rows for _ in range(settings.n)]
-    first_messages = [episode.start() for episode in episodes][:: settings.n]
-    template = env.template_kwargs
-    prompts = [chat_prompt_ids(tokenizer, m, **template) for m in first_messages]
+    template = template_kwargs_of(env)
+    if prompts is None:
+        prompts = [chat_prompt_ids(tokenizer, m, **template) for m in first_messages(env, rows)]
+    started = [False] * len(episodes)
+
+    def answer(i: int) -> Step | None:
+        first, started[i] = not started[i], True
+        return _step(trajectories[i], episodes[i], sample=i, first=first)
+
     trajectories: list[Trajectory] = []
-    for turn in range(max_turns):
-        if turn == 0:
-            groups = engine.generate(prompts, settings)
-            for row, prompt, group in zip(rows, prompts, groups, strict=True):
-                for completion in group:
-                    trajectories.append(
-                        Trajectory(
-                            prompt_index=row["_index"],
-                            prompt_ids=prompt,
-                            turns=[Turn(completion)],
-                            weight_version=engine.weight_version,
-                            row=row,
-                        )
-                    )
-        else:
-            running = [i for i, t in enumerate(trajectories) if not t.stop_reason]
-            if not running:
+    try:
+        for turn in range(max_turns):
+            if turn == 0:
+                trajectories = _first_turn(engine, rows=rows, prompts=prompts, settings=settings)
+            elif not _next_turn(engine, trajectories, settings=settings, turn=turn):
                 break
-            contexts = [trajectories[i].sequence_ids() for i in running]
-            turn_settings = replace(
-                settings, n=1, seed=None if settings.seed is None else settings.seed + turn * 7919
-            )
-            for i, (completion,) in zip(
-                running, engine.generate(contexts, turn_settings), strict=True
-            ):
-                trajectories[i].turns.append(Turn(completion))
-        waiting = [
-            i for i, t in enumerate(trajectories) if not t.stop_reason and len(t.turns) == turn + 1
-        ]
-        # the environments answer side by side: a slow tool call holds up only its episode
-        with ThreadPoolExecutor(max_workers=ENV_WORKERS) as pool:
-            steps = list(pool.map(lambda i: _step(trajectories[i], episodes[i]), waiting))
-        for i, step in zip(waiting, steps, strict=True):
-            traj = trajectories[i]
-            if step is None or step.done:
-                traj.stop_reason = "max_tokens" if step is None else step.stop_reason or "answered"
-            elif turn + 1 == max_turns:
-                traj.stop_reason = "max_turns"
-            else:
-                observation = render_observation(tokenizer, step.messages, **template)
-                room = max_model_len - len(traj.sequence_ids()) - len(observation)
-                if room < settings.max_tokens:
-                    traj.stop_reason = "context_overflow"
-                else:
-                    traj.turns[-1].observation_ids = observation
+            waiting = [
+                i
+                for i, t in enumerate(trajectories)
+                if not t.stop_reason and len(t.turns) == turn + 1
+            ]
+            # the environments answer side by side: a slow tool call holds up only its episode
+            with ThreadPoolExecutor(max_workers=ENV_WORKERS) as pool:
+                steps = list(pool.map(answer, waiting))
+            for i, step in zip(waiting, steps, strict=True):
+                _settle(
+                    trajectories[i],
+                    step,
+                    last_turn=turn + 1 == max_turns,
+                    render=lambda messages: render_observation(tokenizer, messages, **template),
+                    room=max_model_len - settings.max_tokens,
+                )
+    finally:
+        for episode in episodes:
+            close = getattr(episode, "close", None)
+            if close is not None:
+                close()
     return trajectories
 
 
-def _step(traj: Trajectory, episode) -> Step | None:
+def _first_turn(
+    engine: RolloutEngine,
+    *,
+    rows: list[dict[str, Any]],
+    prompts: list[list[int]],
+    settings: SamplingSettings,
+) -> list[Trajectory]:
+    """One engine call for ``settings.n`` first turns per prompt, prompt-major."""
+    groups = engine.generate(prompts, settings)
+    return [
+        Trajectory(
+            prompt_index=row["_index"],
+            prompt_ids=prompt,
+            turns=[Turn(completion)],
+            weight_version=engine.weight_version,
+            row=row,
+        )
+        for row, prompt, group in zip(rows, prompts, groups, strict=True)
+        for completion in group
+    ]
+
+
+def _next_turn(
+    engine: RolloutEngine, trajectories: list[Trajectory], *, settings: SamplingSettings, turn: int
+) -> bool:
+    """One engine call continuing every running episode; False when none runs."""
+    running = [i for i, t in enumerate(trajectories) if not t.stop_reason]
+    if not running:
+        return False
+    contexts = [trajectories[i].sequence_ids() for i in running]
+    seed = None if settings.seed is None else settings.seed + turn * 7919
+    turn_settings = replace(settings, n=1, seed=seed)
+    for i, (completion,) in zip(running, engine.generate(contexts, turn_settings), strict=True):
+        trajectories[i].turns.append(Turn(completion))
+    return True
+
+
+def _settle(
+    traj: Trajectory,
+    step: Step | None,
+    *,
+    last_turn: bool,
+    render: Callable[[list[dict[str, Any]]], list[int]],
+    room: int,
+) -> None:
+    """Ends the episode (a stop reason) or renders the environment's reply after the turn;
+    ``room``: the context a next turn may start at, at most (its tokens must fit after)."""
+    if step is None or step.done:
+        traj.stop_reason = "max_tokens" if step is None else step.stop_reason or "answered"
+    elif last_turn:
+        traj.stop_reason = "max_turns"
+    else:
+        observation = render(step.messages)
+        if len(traj.sequence_ids()) + len(observation) > room:
+            traj.stop_reason = "context_overflow"
+        else:
+            traj.turns[-1].observation_ids = observation
+
+
+def _step(traj: Trajectory, episode, *, sample: int, first: bool) -> Step | None:
     """The environment's answer to the model's latest turn (recorded on the turn); None
-    when the turn was cut off at the length limit, which ends the episode."""
+    when the turn was cut off at the length limit, which ends the episode. ``first``: the
+    episode starts (``start()``) before its first step."""
     last = traj.turns[-1]
     if last.completion.finish_reason == "length":
         return None
-    step = episode.step(last.completion.text)
+    try:
+        if first:
+            episode.start()
+        step = episode.step(last.completion.text)
+    except EnvFailure as err:
+        logger.warning(
+            "environment error in sample %d (prompt index %s), turn %d: %s; the episode "
+            "ends (env_error) with reward 0",
+            sample,
+            traj.prompt_index,
+            len(traj.turns) - 1,
+            err,
+        )
+        step = Step(done=True, stop_reason="env_error", info={"env_error": str(err)})
     last.reward, last.info = step.reward, step.info
     return step
 
 
 def episode_metrics(trajectories: list[Trajectory], *, prefix: str = "") -> dict[str, float]:
-    """Turns, tool calls and tool errors per episode, and the share of each stop reason."""
+    """Turns, tool calls and tool errors per episode, the share of each stop reason, and
+    the number of episodes the environment failed (``episode/env_errors``)."""
     n = max(len(trajectories), 1)
     calls = sum(turn.info.get("tool_calls", 0) for t in trajectories for turn in t.turns)
     errors = sum(turn.info.get("tool_errors", 0) for t in trajectories for turn in t.turns)
@@ -107,7 +191,11 @@ def episode_metrics(trajectories: list[Trajectory], *, prefix: str = "") -> dict
         f"{prefix}episode/tool_calls": calls / n,
         f"{prefix}episode/tool_error_rate": errors / calls if calls else 0.0,
     }
+    metrics[f"{prefix}episode/env_errors"] = float(
+        sum(t.stop_reason == "env_error" for t in trajectories)
+    )
     for reason in STOP_REASONS:
         count = sum(t.stop_reason == reason for t in trajectories)
         metrics[f"{prefix}episode/stop/{reason}"] = count / n
+    metrics.update(gateway_metrics(trajectories, prefix=prefix))  # env.agent's episodes
     return metrics

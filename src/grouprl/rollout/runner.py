@@ -17,11 +17,14 @@ from grouprl.rewards.scoring import RewardScores
 from grouprl.rollout.base import RolloutEngine, SamplingSettings
 from grouprl.types import Trajectory, Turn
 
-ScoreFn = Callable[[list[str], list[dict[str, Any]]], RewardScores]
+ScoreFn = Callable[..., RewardScores]
+"""``score(completions=..., rows=..., group_size=G) -> RewardScores`` (``RewardScorer``):
+samples prompt-major, ``G`` per prompt (group rewards score each prompt's group)."""
 
 
 class TimedScore:
-    """A score function that adds up the seconds spent in it (``seconds``, resettable)."""
+    """A score function that adds up the seconds spent in it (``seconds``, resettable);
+    ``close()`` closes the function's workers."""
 
     def __init__(self, fn: ScoreFn) -> None:
         self.fn, self.seconds = fn, 0.0
@@ -32,6 +35,11 @@ class TimedScore:
             return self.fn(*args, **kwargs)
         finally:
             self.seconds += time.perf_counter() - t0
+
+    def close(self) -> None:
+        close = getattr(self.fn, "close", None)
+        if close is not None:
+            close()
 
 
 def collect(
@@ -61,16 +69,26 @@ def collect(
         for prompt, row, group in zip(prompts, rows, groups, strict=True)
         for completion in group
     ]
-    scores = score_trajectories(trajectories, score=score, correct_function=correct_function)
+    scores = score_trajectories(
+        trajectories, score=score, correct_function=correct_function, group_size=settings.n
+    )
     return trajectories, scores
 
 
 def score_trajectories(
-    trajectories: list[Trajectory], *, score: ScoreFn, correct_function: str | None
+    trajectories: list[Trajectory],
+    *,
+    score: ScoreFn,
+    correct_function: str | None,
+    group_size: int | None = None,
 ) -> RewardScores:
-    """Runs the reward functions on each trajectory's last turn and records the results."""
+    """Runs the reward functions on each trajectory's last turn and records the results.
+    ``group_size``: trajectories per prompt (prompt-major), for group rewards; None: runs
+    of trajectories with the same row ``_index``."""
     scores = score(
-        completions=[t.completion.text for t in trajectories], rows=[t.row for t in trajectories]
+        completions=[t.completion.text for t in trajectories],
+        rows=[t.row for t in trajectories],
+        group_size=group_size,
     )
     for i, traj in enumerate(trajectories):
         traj.reward = scores.total[i]

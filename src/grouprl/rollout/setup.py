@@ -3,7 +3,6 @@ and the function that turns a prompt set into scored episodes."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,15 +10,16 @@ from typing import Any
 
 from grouprl.assets import resolve_model_path
 from grouprl.config.schema import DataConfig, DataSource, RewardConfig, RunConfig
-from grouprl.data.prompts import chat_prompt_ids, render_prompts
+from grouprl.data.prompts import render_conversations, render_prompts
 from grouprl.data.sources import load_rows
-from grouprl.envs.base import Environment
+from grouprl.envs.base import Environment, first_messages, template_kwargs_of
+from grouprl.envs.single_turn import SingleTurnEnv
 from grouprl.rewards.registry import resolve_rewards
-from grouprl.rewards.scoring import RewardRunner, RewardScores, score_completions
+from grouprl.rewards.scoring import RewardScorer, RewardScores
 from grouprl.rollout.base import RolloutEngine, SamplingSettings
 from grouprl.rollout.episodes import run_episodes
 from grouprl.rollout.replicas import ReplicaSet, in_driver, start_replicas
-from grouprl.rollout.runner import ScoreFn, collect, score_trajectories
+from grouprl.rollout.runner import ScoreFn, score_trajectories
 from grouprl.types import Trajectory
 
 
@@ -45,30 +45,32 @@ def load_prompt_set(
     config_key: str,
     env: Environment | None = None,
 ) -> PromptSet:
-    """The rows of ``source`` and their prompt ids: the question through the data keys, or
-    an environment's first observation (so ``data.max_prompt_tokens`` measures what the
-    engine receives)."""
+    """The rows of ``source`` and their prompt ids: each row's opening in ``env`` (by
+    default single-turn prompting: the question through the data keys), so
+    ``data.max_prompt_tokens`` measures what the engine receives."""
     rows = load_rows(
         source, prompt_key=data.prompt_key, answer_key=data.answer_key, config_key=config_key
     )
-    render = None
-    if env is not None:
+    env = env if env is not None else SingleTurnEnv.from_data(data)
 
-        def render(row: dict[str, Any]) -> list[int]:
-            return chat_prompt_ids(tokenizer, env.episode(row).start(), **env.template_kwargs)
+    def render(rows: list[dict[str, Any]]) -> list[list[int]]:
+        openings = first_messages(env, rows)
+        return render_conversations(tokenizer, openings, **template_kwargs_of(env))
 
     prompts, kept = render_prompts(tokenizer, rows, data_cfg=data, render=render)
     return PromptSet(prompts, kept)
 
 
-def make_score_fn(reward: RewardConfig, *, answer_key: str) -> ScoreFn:
-    return functools.partial(
-        score_completions,
+def make_score_fn(reward: RewardConfig, *, answer_key: str) -> RewardScorer:
+    """The reward functions in ``reward.workers`` contained processes, for the whole run:
+    ``close()`` it when the run ends."""
+    return RewardScorer(
         functions=resolve_rewards(reward.functions),
-        runner=RewardRunner(),
         answer_key=answer_key,
         on_error=reward.on_error,
         timeout_s=reward.timeout_s,
+        workers=reward.workers,
+        memory_mb=reward.memory_mb,
     )
 
 
@@ -81,34 +83,44 @@ def make_rollout(
     engine: RolloutEngine,
     tokenizer,
     score: ScoreFn,
-    env: Environment | None,
+    env: Environment,
 ) -> RolloutFn:
-    """Episodes for a prompt set, scored: single completions, or multi-turn episodes in
-    ``env`` (the configured environment, ``make_env``)."""
+    """Episodes for a prompt set in ``env`` (the configured environment, ``make_env``),
+    scored: the reward functions score each episode's last turn; an episode the
+    environment failed (``env_error``) scores 0."""
+    if cfg.env.agent is not None:  # your own agent, through the gateway (docs/gateway.md)
+        from grouprl.rollout.agents import AgentRollout
+
+        return AgentRollout(cfg, engine=engine, tokenizer=tokenizer, score=score)
     correct = cfg.reward.correct_function
 
     def run(prompt_set: PromptSet, settings: SamplingSettings):
-        if env is None:
-            return collect(
-                engine=engine,
-                prompts=prompt_set.prompts,
-                rows=prompt_set.rows,
-                settings=settings,
-                score=score,
-                correct_function=correct,
-            )
         trajectories = run_episodes(
             engine=engine,
             env=env,
             tokenizer=tokenizer,
             rows=prompt_set.rows,
+            prompts=prompt_set.prompts,
             settings=settings,
             max_turns=cfg.env.max_turns,
             max_model_len=cfg.rollout.max_model_len,
         )
-        return trajectories, score_trajectories(trajectories, score=score, correct_function=correct)
+        scores = score_trajectories(
+            trajectories, score=score, correct_function=correct, group_size=settings.n
+        )
+        zero_failed_episodes(trajectories)
+        return trajectories, scores
 
     return run
+
+
+def zero_failed_episodes(trajectories: list[Trajectory]) -> None:
+    """Episodes the environment failed (``env_error``) score 0, whatever their last turn
+    would have scored: the failure is the environment's, not the policy's to learn from."""
+    for traj in trajectories:
+        if traj.stop_reason == "env_error":
+            traj.reward, traj.correct = 0.0, False
+            traj.reward_parts = dict.fromkeys(traj.reward_parts, 0.0)
 
 
 def start_engine(

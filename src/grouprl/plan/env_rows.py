@@ -1,0 +1,73 @@
+"""The environment section of ``grouprl plan``: which environment, its settings, its
+turn limit and how its code runs (one row each; add a row for a new setting here).
+
+Torch-free and import-free: the class named by ``env.name`` is imported by the checks
+before the plan prints (``driver/preflight.py``), not here.
+"""
+
+from __future__ import annotations
+
+from grouprl.config.errors import show
+from grouprl.config.schema import EnvConfig, RunConfig
+from grouprl.plan.rows import Row
+
+BUILT_IN = {
+    "single_turn": "one completion per prompt, scored as it ends",
+    "search_qa": "the search agent: answers with <answer>, looks things up with a search tool",
+}
+
+
+def env_rows(cfg: RunConfig) -> list[Row]:
+    env = cfg.env
+    if env.name == "single_turn":
+        return [("environment", "single_turn", BUILT_IN["single_turn"])]
+    return [
+        _which(env),
+        *_args(env),
+        ("max turns", str(env.max_turns), f"up to {env.max_turns} model turns (env.max_turns)"),
+        _tools(env),
+        _containment(env),
+    ]
+
+
+def _which(env: EnvConfig) -> Row:
+    if env.name in BUILT_IN:
+        return ("environment", env.name, BUILT_IN[env.name])
+    if ":" in env.name:
+        module, _, cls = env.name.rpartition(":")
+        return ("environment", cls, f"class {cls} from {module} (env.name)")
+    return ("environment", env.name, "registered from Python (grouprl.register_env)")
+
+
+def _args(env: EnvConfig) -> list[Row]:
+    if env.name in BUILT_IN:
+        return []
+    if not env.args:
+        return [("env args", "none", "env.args: the class's defaults")]
+    shown = ", ".join(f"{k}={show(v)}" for k, v in env.args.items())
+    return [("env args", str(len(env.args)), f"env.args, passed as keyword arguments: {shown}")]
+
+
+def _tools(env: EnvConfig) -> Row:
+    if env.name == "search_qa":
+        how = (
+            f"search over {env.corpus} (env.corpus, {env.search_k} passage(s) per search), "
+            f"{env.tool_format} tool calls, each limited to {show(env.tool_timeout_s)} s; turn "
+            f"reward {env.turn_reward}; the <answer> turn is scored by the reward functions"
+        )
+        return ("tools", "search", how)
+    return ("tools", "the class's", f"its own (a Toolbox: env.tool_format={env.tool_format})")
+
+
+def _containment(env: EnvConfig) -> Row:
+    if env.name in BUILT_IN:
+        return ("runs", "in-process", "built in: package code, in the driver")
+    if env.workers == 0:
+        return ("runs", "in-process", "env.workers=0: in the driver, uncontained, no deadline")
+    return (
+        "runs",
+        f"{env.workers} workers",
+        f"env.workers processes, each episode on one; start/step calls killed after "
+        f"{show(env.step_timeout_s)} s (env.step_timeout_s): the episode ends env_error, "
+        "reward 0",
+    )

@@ -1,0 +1,172 @@
+"""Rollouts by your own agent (``env.agent``): each episode is one call of the agent's
+``solve(base_url, task, **kwargs)`` in a worker process, against the gateway in front of
+the rollout engine (docs/gateway.md).
+
+::
+
+    rows ─► rollout.n episodes per row ─► gateway.open ─► pool.submit(run_agent, deadline)
+        agent ⇄ HTTP ⇄ gateway ⇄ engine (requests of all live episodes batched)
+        agent returns a reward | None | fails (raises, crashes, past env.agent_timeout_s)
+    ─► one Trajectory per episode (gateway_record: token-exact, the last segment)
+    ─► reward functions score every episode's last assistant message
+    ─► the agent's reward (returned, else reported with POST /reward) replaces their total
+    ─► a failed agent scores 0: a RewardFailure("env.agent", sample, row), logged, counted
+
+Episodes stay prompt-major (sample g of row p at ``p * n + g``), as the group estimators
+need. The pool (``env.workers`` processes, ``env.agent_concurrency`` agents at once in
+each) lives as long as this object; ``env.workers=0`` runs agents on threads here,
+uncontained (for debugging: a crash ends the run, a hang is only refused by the gateway).
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any
+
+from grouprl.agents.worker import portable, run_agent
+from grouprl.config.schema import RunConfig
+from grouprl.rewards.scoring import RewardFailure, RewardScores
+from grouprl.rollout.base import RolloutEngine, SamplingSettings
+from grouprl.rollout.gateway import Gateway
+from grouprl.rollout.runner import ScoreFn, score_trajectories
+from grouprl.sandbox import CallFailed, WorkerPool
+from grouprl.types import Trajectory
+
+logger = logging.getLogger(__name__)
+
+_FAILURE_TYPES = {"timeout": "TimeoutError", "crash": "WorkerCrash", "memory": "MemoryError"}
+
+
+@dataclass
+class AgentOutcome:
+    reward: float | None = None
+    failure: RewardFailure | None = None
+
+
+class AgentRollout:
+    """A ``RolloutFn`` (``rollout/setup.py``) that runs ``env.agent`` per episode."""
+
+    def __init__(self, cfg: RunConfig, *, engine: RolloutEngine, tokenizer, score: ScoreFn) -> None:
+        assert cfg.env.agent is not None
+        self.cfg, self.engine, self.tokenizer, self.score = cfg, engine, tokenizer, score
+        self.spec = portable(cfg.env.agent)
+        self.timeout_s = cfg.env.agent_timeout_s
+        self._pool: WorkerPool | ThreadPoolExecutor | None = None
+
+    def __call__(
+        self, prompt_set, settings: SamplingSettings
+    ) -> tuple[list[Trajectory], RewardScores]:
+        n = settings.n
+        gateway = Gateway(
+            engine=self.engine,
+            tokenizer=self.tokenizer,
+            settings=settings,
+            max_model_len=self.cfg.rollout.max_model_len,
+            max_turns=self.cfg.env.max_turns,
+        )
+        with gateway.serving():
+            keys, futures = [], []
+            for p, row in enumerate(prompt_set.rows):
+                for g in range(n):
+                    key = gateway.open(index=p * n + g, row=row)
+                    future = self._submit(gateway.base_url(key), dict(row), key)
+                    future.add_done_callback(lambda _, key=key: gateway.finish(key))
+                    keys.append(key)
+                    futures.append(future)
+            outcomes = [
+                self._outcome(f, i, key, gateway)
+                for i, (f, key) in enumerate(zip(futures, keys, strict=True))
+            ]
+        if gateway.engine_error is not None:
+            raise gateway.engine_error
+        records = [gateway.episodes[key] for key in keys]
+        trajectories = [
+            r.trajectory(fallback_prompt=prompt_set.prompts[i // n]) for i, r in enumerate(records)
+        ]
+        scores = score_trajectories(
+            trajectories,
+            score=self.score,
+            correct_function=self.cfg.reward.correct_function,
+            group_size=n,
+        )
+        agent_rewards = []
+        for i, (traj, record, outcome) in enumerate(
+            zip(trajectories, records, outcomes, strict=True)
+        ):
+            reward = outcome.reward if outcome.reward is not None else record.reported_reward
+            traj.turns[0].info["gateway"] = record.summary(
+                failure=None if outcome.failure is None else outcome.failure.error_type
+            )
+            if outcome.failure is not None:
+                reward, traj.stop_reason = 0.0, "env_error"
+                scores.errors.append(outcome.failure)
+            if reward is None:
+                continue
+            traj.reward = scores.total[i] = reward
+            traj.reward_parts = {"agent": reward}
+            traj.correct = reward >= 1.0
+            agent_rewards.append(reward)
+        if agent_rewards:
+            scores.parts["agent"] = agent_rewards
+        failures = [o.failure for o in outcomes if o.failure is not None]
+        if failures:
+            logger.warning(
+                "%d of %d agent episodes failed and scored 0: %s",
+                len(failures),
+                len(outcomes),
+                "; ".join(f.describe() for f in failures[:5]),
+            )
+        stats = gateway.stats
+        logger.debug(
+            "gateway: %d calls in %d engine calls, %d refused",
+            stats.batched,
+            stats.engine_calls,
+            stats.refused,
+        )
+        return trajectories, scores
+
+    def _submit(self, base_url: str, task: dict[str, Any], key: str) -> Future:
+        kwargs = {"model": "grouprl-policy", "api_key": key}
+        if self._pool is None:
+            env = self.cfg.env
+            if env.workers == 0:
+                self._pool = ThreadPoolExecutor(max_workers=env.agent_concurrency)
+            else:
+                self._pool = WorkerPool(
+                    size=env.workers,
+                    memory_mb=None,
+                    concurrency=env.agent_concurrency,
+                    name="agent",
+                )
+        if isinstance(self._pool, ThreadPoolExecutor):
+            return self._pool.submit(run_agent, self.spec, base_url, task, kwargs)
+        return self._pool.submit(
+            run_agent, self.spec, base_url, task, kwargs, deadline_s=self.timeout_s
+        )
+
+    def _outcome(self, future: Future, index: int, key: str, gateway: Gateway) -> AgentOutcome:
+        row = gateway.episodes[key].row
+        try:
+            # the pool enforces the deadline from the call's start; threads only here
+            wait = None if isinstance(self._pool, WorkerPool) else self.timeout_s
+            return AgentOutcome(reward=future.result(timeout=wait))
+        except FutureTimeout:
+            gateway.finish(key)
+            error_type, message = "TimeoutError", f"past env.agent_timeout_s={self.timeout_s:g}"
+        except CallFailed as err:
+            error_type = _FAILURE_TYPES.get(err.kind, err.error_type or "Exception")
+            message = err.message.removeprefix(f"{err.error_type}: ")
+        except Exception as err:  # workers=0: the agent's own exception
+            error_type, message = type(err).__name__, str(err)
+        failure = RewardFailure("env.agent", index, row.get("_index"), error_type, message)
+        return AgentOutcome(failure=failure)
+
+    def close(self) -> None:
+        if isinstance(self._pool, WorkerPool):
+            self._pool.close()
+        elif self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = None
