@@ -31,6 +31,7 @@ from grouprl.config.schema import RunConfig
 from grouprl.rewards.scoring import RewardFailure, RewardScores
 from grouprl.rollout.base import RolloutEngine, SamplingSettings
 from grouprl.rollout.gateway import Gateway
+from grouprl.rollout.gateway_record import EpisodeRecord
 from grouprl.rollout.runner import ScoreFn, score_trajectories
 from grouprl.sandbox import CallFailed, WorkerPool
 from grouprl.types import Trajectory
@@ -68,18 +69,7 @@ class AgentRollout:
             max_turns=self.cfg.env.max_turns,
         )
         with gateway.serving():
-            keys, futures = [], []
-            for p, row in enumerate(prompt_set.rows):
-                for g in range(n):
-                    key = gateway.open(index=p * n + g, row=row)
-                    future = self._submit(gateway.base_url(key), dict(row), key)
-                    future.add_done_callback(lambda _, key=key: gateway.finish(key))
-                    keys.append(key)
-                    futures.append(future)
-            outcomes = [
-                self._outcome(f, i, key, gateway)
-                for i, (f, key) in enumerate(zip(futures, keys, strict=True))
-            ]
+            keys, outcomes = self._run_agents(gateway, prompt_set.rows, n)
         if gateway.engine_error is not None:
             raise gateway.engine_error
         records = [gateway.episodes[key] for key in keys]
@@ -92,33 +82,7 @@ class AgentRollout:
             correct_function=self.cfg.reward.correct_function,
             group_size=n,
         )
-        agent_rewards = []
-        for i, (traj, record, outcome) in enumerate(
-            zip(trajectories, records, outcomes, strict=True)
-        ):
-            reward = outcome.reward if outcome.reward is not None else record.reported_reward
-            traj.turns[0].info["gateway"] = record.summary(
-                failure=None if outcome.failure is None else outcome.failure.error_type
-            )
-            if outcome.failure is not None:
-                reward, traj.stop_reason = 0.0, "env_error"
-                scores.errors.append(outcome.failure)
-            if reward is None:
-                continue
-            traj.reward = scores.total[i] = reward
-            traj.reward_parts = {"agent": reward}
-            traj.correct = reward >= 1.0
-            agent_rewards.append(reward)
-        if agent_rewards:
-            scores.parts["agent"] = agent_rewards
-        failures = [o.failure for o in outcomes if o.failure is not None]
-        if failures:
-            logger.warning(
-                "%d of %d agent episodes failed and scored 0: %s",
-                len(failures),
-                len(outcomes),
-                "; ".join(f.describe() for f in failures[:5]),
-            )
+        _apply_outcomes(trajectories, records, outcomes, scores)
         stats = gateway.stats
         logger.debug(
             "gateway: %d calls in %d engine calls, %d refused",
@@ -127,6 +91,24 @@ class AgentRollout:
             stats.refused,
         )
         return trajectories, scores
+
+    def _run_agents(
+        self, gateway: Gateway, rows: list[dict[str, Any]], n: int
+    ) -> tuple[list[str], list[AgentOutcome]]:
+        """Starts ``n`` episodes per row (prompt-major) and waits for each agent."""
+        keys, futures = [], []
+        for p, row in enumerate(rows):
+            for g in range(n):
+                key = gateway.open(index=p * n + g, row=row)
+                future = self._submit(gateway.base_url(key), dict(row), key)
+                future.add_done_callback(lambda _, key=key: gateway.finish(key))
+                keys.append(key)
+                futures.append(future)
+        outcomes = [
+            self._outcome(f, i, key, gateway)
+            for i, (f, key) in enumerate(zip(futures, keys, strict=True))
+        ]
+        return keys, outcomes
 
     def _submit(self, base_url: str, task: dict[str, Any], key: str) -> Future:
         kwargs = {"model": "grouprl-policy", "api_key": key}
@@ -170,3 +152,38 @@ class AgentRollout:
         elif self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         self._pool = None
+
+
+def _apply_outcomes(
+    trajectories: list[Trajectory],
+    records: list[EpisodeRecord],
+    outcomes: list[AgentOutcome],
+    scores: RewardScores,
+) -> None:
+    """The agent's reward (returned, else reported) replaces the reward functions' total;
+    a failed agent scores 0 (``env_error``), counted and logged with its index."""
+    agent_rewards = []
+    for i, (traj, record, outcome) in enumerate(zip(trajectories, records, outcomes, strict=True)):
+        reward = outcome.reward if outcome.reward is not None else record.reported_reward
+        traj.turns[0].info["gateway"] = record.summary(
+            failure=None if outcome.failure is None else outcome.failure.error_type
+        )
+        if outcome.failure is not None:
+            reward, traj.stop_reason = 0.0, "env_error"
+            scores.errors.append(outcome.failure)
+        if reward is None:
+            continue
+        traj.reward = scores.total[i] = reward
+        traj.reward_parts = {"agent": reward}
+        traj.correct = reward >= 1.0
+        agent_rewards.append(reward)
+    if agent_rewards:
+        scores.parts["agent"] = agent_rewards
+    failures = [o.failure for o in outcomes if o.failure is not None]
+    if failures:
+        logger.warning(
+            "%d of %d agent episodes failed and scored 0: %s",
+            len(failures),
+            len(outcomes),
+            "; ".join(f.describe() for f in failures[:5]),
+        )

@@ -29,7 +29,6 @@ and ``tool_choice`` is not ``none``; no decoding is constrained.
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import threading
@@ -37,10 +36,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from grouprl.rollout.base import RolloutEngine, SamplingSettings
+from grouprl.rollout.gateway_http import GatewayError, GatewayHandler
 from grouprl.rollout.gateway_record import EpisodeRecord, Plan
 from grouprl.rollout.gateway_tools import assistant_reply, request_tools
 from grouprl.types import Completion
@@ -49,21 +49,6 @@ logger = logging.getLogger(__name__)
 
 BATCH_WAIT_S = 0.02
 """How long the first waiting request waits for other live episodes' requests."""
-
-
-class GatewayError(Exception):
-    """An OpenAI-shaped error answer."""
-
-    def __init__(
-        self, status: int, message: str, *, code: str, kind: str = "invalid_request_error"
-    ):
-        super().__init__(message)
-        self.status, self.code, self.kind = status, code, kind
-
-    def body(self) -> dict[str, Any]:
-        return {
-            "error": {"message": str(self), "type": self.kind, "param": None, "code": self.code}
-        }
 
 
 @dataclass
@@ -152,7 +137,7 @@ class Gateway:
     @contextmanager
     def serving(self) -> Iterator[Gateway]:
         """Listens on a free 127.0.0.1 port and batches requests until the block ends."""
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), GatewayHandler)
         self._server.daemon_threads = True
         self._server.gateway = self  # type: ignore[attr-defined]
         self._threads = [
@@ -373,102 +358,3 @@ def _check_n(body: dict[str, Any]) -> None:
         raise GatewayError(
             400, f"n={body.get('n')!r}: the gateway answers n=1 only", code="invalid_n"
         )
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: Any
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
-        pass
-
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        self._answer("GET")
-
-    def do_POST(self) -> None:  # noqa: N802
-        self._answer("POST")
-
-    def _answer(self, method: str) -> None:
-        gateway: Gateway = self.server.gateway
-        stream = False
-        try:
-            key, route, by_path = self._route()
-            body: dict[str, Any] = {}
-            if method == "POST":
-                length = int(self.headers.get("Content-Length") or 0)
-                try:
-                    body = json.loads(self.rfile.read(length) or b"{}")
-                except ValueError as err:
-                    raise GatewayError(
-                        400, f"the body is not JSON: {err}", code="invalid_json"
-                    ) from err
-                if not isinstance(body, dict):
-                    raise GatewayError(400, "the body must be a JSON object", code="invalid_json")
-            if (method, route) == ("GET", "/v1/models") or route.startswith("/v1/models/"):
-                self._send(
-                    200, gateway.models() if route == "/v1/models" else gateway.models()["data"][0]
-                )
-                return
-            handlers = {
-                "/v1/chat/completions": gateway.chat,
-                "/v1/completions": gateway.complete,
-                "/reward": gateway.report_reward,
-                "/v1/reward": gateway.report_reward,
-            }
-            if method != "POST" or route not in handlers:
-                raise GatewayError(404, f"no route {method} {self.path}", code="not_found")
-            stream = bool(body.get("stream"))
-            record = gateway.episode_for(key, by_path=by_path)
-            answer = handlers[route](record, body)
-        except GatewayError as err:
-            self._send(err.status, err.body())
-            return
-        except Exception as err:  # a bug here must not hang the agent
-            logger.exception("gateway error on %s", self.path)
-            self._send(500, GatewayError(500, repr(err), code="internal_error").body())
-            return
-        if stream and route != "/reward":
-            self._send_stream(answer)
-        else:
-            self._send(200, answer)
-
-    def _route(self) -> tuple[str | None, str, bool]:
-        path = self.path.split("?", 1)[0]
-        if path.startswith("/e/"):
-            _, _, key, *rest = path.split("/")
-            return key, "/" + "/".join(rest), True
-        auth = self.headers.get("Authorization") or ""
-        key = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else None
-        return key, path, False
-
-    def _send(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _send_stream(self, answer: dict[str, Any]) -> None:
-        """The whole answer as one SSE chunk, then ``[DONE]``."""
-        chunk = dict(answer)
-        if answer["object"] == "chat.completion":
-            chunk["object"] = "chat.completion.chunk"
-            choice = answer["choices"][0]
-            delta = dict(choice["message"])
-            if "tool_calls" in delta:
-                delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(delta["tool_calls"])]
-            chunk["choices"] = [
-                {
-                    "index": 0,
-                    "delta": delta,
-                    "finish_reason": choice["finish_reason"],
-                    "logprobs": choice["logprobs"],
-                }
-            ]
-        data = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
