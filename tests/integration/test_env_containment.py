@@ -16,6 +16,8 @@ from grouprl.rollout.episodes import episode_metrics, run_episodes
 from grouprl.rollout.setup import zero_failed_episodes
 from grouprl.types import Completion, Trajectory, Turn
 
+MEMORY_MB = 512
+
 ENV = textwrap.dedent(
     """
     import os, time
@@ -44,6 +46,10 @@ ENV = textwrap.dedent(
                 raise ValueError("bad step")
             if text == "wrong":
                 return "not a Step"
+            if text == "allocate":
+                held = []
+                while True:
+                    held.append(bytearray(50 * 1024 * 1024))
             return Step(reward=self.env.ok_reward, done=True)
     """
 )
@@ -65,7 +71,9 @@ class Scripted:
 def contained(tmp_path_factory, tiny_model_dir):
     tmp = tmp_path_factory.mktemp("env")
     (tmp / "modes.py").write_text(ENV)
-    cfg = EnvConfig(name=f"{tmp / 'modes.py'}:Modes", step_timeout_s=1.0, workers=2)
+    cfg = EnvConfig(
+        name=f"{tmp / 'modes.py'}:Modes", step_timeout_s=2.0, workers=2, memory_mb=MEMORY_MB
+    )
     env = make_env(cfg, DataConfig(), cache_dir=tmp)
     yield env, AutoTokenizer.from_pretrained(tiny_model_dir)
     env.close()
@@ -99,7 +107,7 @@ def test_a_hanging_or_raising_step_ends_only_its_episode(contained, caplog):
     stops = [t.stop_reason for t in trajectories]
     assert stops == ["answered"] + ["env_error"] * 5 + ["answered"]
     info = [t.turns[0].info.get("env_error", "") for t in trajectories]
-    assert "timed out" in info[1] and "1s deadline" in info[1]
+    assert "timed out" in info[1] and "2s deadline" in info[1]
     assert "ValueError: bad step" in info[2]
     assert "not a grouprl.envs.Step" in info[4]
     assert "lost the episode's state" in info[3] and "lost the episode's state" in info[5]
@@ -110,11 +118,13 @@ def test_a_hanging_or_raising_step_ends_only_its_episode(contained, caplog):
     )
 
 
-def test_a_step_that_exits_the_process_ends_its_episode_and_the_next_batch_runs(contained):
+def test_a_step_that_exits_or_runs_out_of_memory_ends_its_episode_and_the_next_runs(contained):
     env, tokenizer = contained
-    trajectories = _run(env, tokenizer, ["exit", "exit"])
+    trajectories = _run(env, tokenizer, ["exit", "allocate"])
     assert [t.stop_reason for t in trajectories] == ["env_error", "env_error"]
-    assert any("code 7" in t.turns[0].info["env_error"] for t in trajectories)
+    errors = [t.turns[0].info["env_error"] for t in trajectories]
+    assert "code 7" in errors[0]
+    assert f"MemoryError: address space limit {MEMORY_MB} MB" in errors[1], errors[1]
     again = _run(env, tokenizer, ["ok", "ok"])  # the workers were replaced
     assert [t.stop_reason for t in again] == ["answered", "answered"]
 

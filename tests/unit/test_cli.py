@@ -10,9 +10,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from cli_probe import HEAVY, run_cli
 from grouprl.cli import app
 
-HEAVY = ("torch", "vllm", "ray", "transformers", "datasets")  # datasets alone takes ~1 s
 SCRIPT = Path(sys.executable).parent / "grouprl"
 runner = CliRunner()
 
@@ -163,28 +163,12 @@ def test_bad_reward_name_data_file_or_column_fail_in_plan_and_train_before_any_m
         for command in ("plan", "train")
         for overrides, _ in cases
     ]
-    probe = (
-        "import sys\n"
-        "from grouprl.cli import main\n"
-        f"for argv in {argvs!r}:\n"
-        "    sys.argv = argv\n"
-        "    print('CASE', flush=True, file=sys.stderr)\n"
-        "    try:\n"
-        "        main()\n"
-        "    except SystemExit as exit:\n"
-        "        print('EXIT', exit.code, flush=True, file=sys.stderr)\n"
-        f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60
-    )
-    assert "HEAVY []" in result.stdout, result.stdout + result.stderr
-    outputs = result.stderr.split("CASE\n")[1:]
-    assert len(outputs) == 6, result.stderr
-    for output, (_, message) in zip(outputs, cases * 2, strict=True):
-        assert message in output and output.rstrip().endswith("EXIT 2"), output
-        assert "Traceback" not in output
-    assert "Did you mean 'math_answer'?" in outputs[0]
+    outcomes, heavy = run_cli(argvs)
+    assert heavy == []
+    for outcome, (_, message) in zip(outcomes, cases * 2, strict=True):
+        assert message in outcome.stderr and outcome.code == "2", outcome
+        assert "Traceback" not in outcome.stderr
+    assert "Did you mean 'math_answer'?" in outcomes[0].stderr
 
 
 def test_version_is_the_installed_package_version():

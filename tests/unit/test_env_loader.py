@@ -3,19 +3,16 @@ loads, each problem naming its key."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 import time
 
 import pytest
 
+from cli_probe import run_cli
 from grouprl.config.errors import ConfigError
 from grouprl.config.schema import DataConfig, EnvConfig
 from grouprl.envs.loader import env_config_problems, resolve_env
 from grouprl.envs.tool_env import make_env
-
-HEAVY = ("torch", "vllm", "ray", "transformers", "datasets")
 
 ENVS = textwrap.dedent(
     """
@@ -103,30 +100,11 @@ def test_bad_env_names_fail_in_plan_and_train_fast_before_anything_heavy_loads(e
         for command in ("plan", "train")
         for override, _ in cases
     ]
-    probe = (
-        "import sys, time\n"
-        "from grouprl.cli import main\n"
-        f"for argv in {argvs!r}:\n"
-        "    sys.argv = argv\n"
-        "    print('CASE', flush=True, file=sys.stderr)\n"
-        "    started = time.perf_counter()\n"
-        "    try:\n"
-        "        main()\n"
-        "    except SystemExit as exit:\n"
-        "        took = time.perf_counter() - started\n"
-        "        print('EXIT', exit.code, f'{took:.2f}', flush=True, file=sys.stderr)\n"
-        f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
-    )
     started = time.perf_counter()
-    result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60
-    )
-    assert "HEAVY []" in result.stdout, result.stdout + result.stderr
-    outputs = result.stderr.split("CASE\n")[1:]
-    assert len(outputs) == 6, result.stderr
-    for output, (_, message) in zip(outputs, cases * 2, strict=True):
-        assert message in " ".join(output.split()), output
-        assert "Traceback" not in output
-        code, took = output.split("EXIT ")[1].split()
-        assert code == "2" and float(took) < 2.0, output
+    outcomes, heavy = run_cli(argvs)
+    assert heavy == []
+    for outcome, (_, message) in zip(outcomes, cases * 2, strict=True):
+        assert message in " ".join(outcome.stderr.split()), outcome.stderr
+        assert "Traceback" not in outcome.stderr
+        assert outcome.code == "2" and outcome.seconds < 2.0, outcome
     assert time.perf_counter() - started < 2.0 + 6 * 2.0  # the interpreter, then each case

@@ -308,3 +308,22 @@ def test_the_step_line_shows_mfu_and_the_memory_peak() -> None:
     assert hardware_fields(gpu) == ["mfu 31%", "gpu 27.6G"]
     assert hardware_fields({"memory/host_rss_gib": 0.71}) == ["rss 0.7G"]
     assert hardware_fields({"perf/mfu": float("nan")}) == []
+
+
+def test_the_eval_line_leaves_off_episode_counts_that_are_zero() -> None:
+    from grouprl.metrics.console import format_eval_line
+
+    metrics = {
+        "eval/accuracy": 0.5,
+        "eval/reward_errors": 0.0,
+        "eval/episode/turns": 1.0,
+        "eval/episode/tool_calls": 0.0,
+        "eval/episode/stop/answered": 0.75,
+        "eval/episode/stop/max_tokens": 0.25,
+        "eval/episode/stop/env_error": 0.0,
+    }
+    line = format_eval_line(4, metrics)
+    assert line == (
+        "eval step 4 acc 0.500 reward_errors 0.000 episode/turns 1.000 "
+        "episode/stop/answered 0.750 episode/stop/max_tokens 0.250"
+    )

@@ -271,6 +271,10 @@ class EnvConfig(Section):
     workers: int = Field(default=2, ge=0)
     """Worker processes that run your environment's episodes (each episode stays on one);
     0 runs them in this process, uncontained (for debugging). Built-ins run in-process."""
+    memory_mb: int | None = Field(default=8192, ge=256)
+    """Address-space limit of each environment or agent worker in MB (`RLIMIT_AS`): an
+    allocation past it ends that worker's episodes with `env_error` instead of taking the
+    machine's memory. null: none."""
     agent: str | None = None
     """Your own agent, `my_pkg.agent:solve` or `path/to/agent.py:solve`: `solve(base_url,
     task, **kwargs) -> float | None` runs once per episode in the `env.workers` processes

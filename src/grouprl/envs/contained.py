@@ -138,7 +138,7 @@ class ContainedEnv:
 
         cfg = recipe.env_cfg
         self.recipe, self.timeout_s, self.workers = recipe, cfg.step_timeout_s, cfg.workers
-        self.pool = WorkerPool(size=cfg.workers, memory_mb=None, concurrency=1, name="env")
+        self.pool = WorkerPool(size=cfg.workers, memory_mb=cfg.memory_mb, concurrency=1, name="env")
         self._ids = itertools.count()
         self._template: dict[str, Any] | None = None
 

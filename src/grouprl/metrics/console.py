@@ -148,6 +148,11 @@ def format_step_line(tracker: StepTracker) -> str:
     return line if eta is None else f"{line} eta {format_duration(eta)}"
 
 
+_COUNTS = ("eval/episode/", "eval/gateway/")
+"""Episode counts and shares left off the eval line when zero (stop reasons that did not
+happen, no tool calls): metrics.jsonl has them all."""
+
+
 def format_eval_line(
     step: int, metrics: Mapping[str, float], *, total_steps: int | None = None
 ) -> str | None:
@@ -164,7 +169,7 @@ def format_eval_line(
     parts += [
         f"{name.removeprefix('eval/')} {format_number(metrics[name], 3)}"
         for name in names
-        if name not in known
+        if name not in known and not (metrics[name] == 0 and name.startswith(_COUNTS))
     ]
     total = "" if total_steps is None else f"/{total_steps}"
     return f"eval step {step}{total} " + " ".join(parts)

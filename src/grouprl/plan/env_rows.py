@@ -19,14 +19,17 @@ BUILT_IN = {
 
 def env_rows(cfg: RunConfig) -> list[Row]:
     env = cfg.env
+    if env.agent is not None:
+        return [_gateway_row(cfg)]
     if env.name == "single_turn":
-        return [("environment", "single_turn", BUILT_IN["single_turn"])]
+        return [("environment", "single_turn", BUILT_IN["single_turn"]), _gateway_row(cfg)]
     return [
         _which(env),
         *_args(env),
         ("max turns", str(env.max_turns), f"up to {env.max_turns} model turns (env.max_turns)"),
         _tools(env),
         _containment(env),
+        _gateway_row(cfg),
     ]
 
 
@@ -64,10 +67,28 @@ def _containment(env: EnvConfig) -> Row:
         return ("runs", "in-process", "built in: package code, in the driver")
     if env.workers == 0:
         return ("runs", "in-process", "env.workers=0: in the driver, uncontained, no deadline")
+    memory = "no memory limit" if env.memory_mb is None else f"{env.memory_mb} MB each"
     return (
         "runs",
         f"{env.workers} workers",
-        f"env.workers processes, each episode on one; start/step calls killed after "
-        f"{show(env.step_timeout_s)} s (env.step_timeout_s): the episode ends env_error, "
-        "reward 0",
+        f"env.workers processes ({memory}), each episode on one; start/step calls killed "
+        f"after {show(env.step_timeout_s)} s (env.step_timeout_s): the episode ends "
+        "env_error, reward 0",
+    )
+
+
+def _gateway_row(cfg: RunConfig) -> Row:
+    env = cfg.env
+    if env.agent is None:
+        return ("agent gateway", "off", "set env.agent to train your own agent (docs/gateway.md)")
+    memory = "no memory limit" if env.memory_mb is None else f"{env.memory_mb} MB each"
+    return (
+        "agent gateway",
+        "on",
+        f"env.agent={env.agent} drives each episode ({cfg.rollout.n} per row), "
+        f"{env.agent_concurrency} at a time in each of env.workers={env.workers} processes "
+        f"({memory}), each within env.agent_timeout_s={show(env.agent_timeout_s)} s, against "
+        "an OpenAI-compatible endpoint on 127.0.0.1 that records its tokens (the run's "
+        f"sampling settings; up to {env.max_turns} model calls, env.max_turns); a returned or "
+        "reported reward replaces the reward functions'",
     )

@@ -161,7 +161,6 @@ def _algo_rows(cfg: RunConfig, d: Derived) -> list[Row]:
             f"algo.num_iterations: {algo.num_iterations} {iters} over each step's samples, "
             "ratios taken to the policy that sampled them",
         ),
-        _gateway_row(cfg),
         ("reward", str(len(cfg.reward.functions)), f"weighted sum: {rewards}; {contained}"),
         (
             "sampling",
@@ -170,21 +169,6 @@ def _algo_rows(cfg: RunConfig, d: Derived) -> list[Row]:
         ),
         ("learning rate", f"{train.lr:g}", f"{train.lr_schedule}{warmup}"),
     ]
-
-
-def _gateway_row(cfg: RunConfig) -> Row:
-    env = cfg.env
-    if env.agent is None:
-        return ("agent gateway", "off", "set env.agent to train your own agent (docs/gateway.md)")
-    return (
-        "agent gateway",
-        "on",
-        f"env.agent={env.agent} runs once per episode ({cfg.rollout.n} per row), "
-        f"{env.agent_concurrency} at a time in each of env.workers={env.workers} processes, each "
-        f"within env.agent_timeout_s={show(env.agent_timeout_s)} s, against an OpenAI-compatible "
-        f"endpoint on 127.0.0.1 (run's sampling settings; up to {env.max_turns} model calls, "
-        "env.max_turns); a returned or reported reward replaces the reward functions'",
-    )
 
 
 def _advantage_text(cfg: RunConfig) -> str:

@@ -119,7 +119,7 @@ class AgentRollout:
             else:
                 self._pool = WorkerPool(
                     size=env.workers,
-                    memory_mb=None,
+                    memory_mb=env.memory_mb,
                     concurrency=env.agent_concurrency,
                     name="agent",
                 )
