@@ -317,6 +317,15 @@ def test_raising_function_scores_zero_and_is_recorded(pool, caplog):
     assert "'flaky' failed on sample 1 (row 3): KeyError: 'no such thing'; scored 0" in caplog.text
 
 
+def test_a_function_failing_on_most_samples_raises_an_alarm(pool, caplog):
+    scores = score(pool, [("flaky", failing_on_b, 1.0)], ["b", "b", "a"], ROWS + ROWS[:1])
+    assert len(scores.errors) == 2
+    assert "'flaky' failed on 2 of the 3 samples scored together" in caplog.text
+    caplog.clear()
+    score(pool, [("flaky", failing_on_b, 1.0)], ["b", "a"], ROWS)  # half: no alarm
+    assert "samples scored together" not in caplog.text
+
+
 def test_abort_raises_with_sample_and_row_index(pool):
     with pytest.raises(RewardError) as err:
         score(pool, [("flaky", failing_on_b, 1.0)], ["a", "b"], ROWS, on_error="abort")

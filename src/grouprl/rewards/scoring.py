@@ -41,6 +41,10 @@ logger = logging.getLogger(__name__)
 LOGGED_FAILURES = 20
 """Failures of one scoring call logged one by one; the rest are summed up in one line."""
 
+ALARM_SHARE = 0.5
+"""A function failing on more than this share of a call's samples gets a warning of its
+own: the policy would be learning from zeros (a broken grader looks like a bad model)."""
+
 
 @dataclass
 class RewardFailure:
@@ -190,6 +194,7 @@ def score_completions(
             parts[name][start : start + size] = values
         restarts = workers.stats()["restarts"] - restarts_before
     _log(errors)
+    _alarm(errors, samples=len(completions))
     total = [sum(f.weight * parts[f.name][i] for f in functions) for i in range(len(completions))]
     return RewardScores(total=total, parts=parts, errors=errors, worker_restarts=restarts)
 
@@ -319,3 +324,25 @@ def _log(errors: list[RewardFailure]) -> None:
             len(errors) - LOGGED_FAILURES,
             len(errors),
         )
+
+
+def _alarm(errors: list[RewardFailure], *, samples: int) -> None:
+    """One warning per function that failed on more than ``ALARM_SHARE`` of the samples."""
+    failed: dict[str, int] = {}
+    first: dict[str, RewardFailure] = {}
+    for failure in errors:
+        failed[failure.function] = failed.get(failure.function, 0) + failure.samples
+        first.setdefault(failure.function, failure)
+    for name, count in failed.items():
+        if samples > 1 and count > ALARM_SHARE * samples:
+            share = "every one" if count == samples else f"{count}"
+            logger.warning(
+                "reward function %r failed on %s of the %d samples scored together and "
+                "scored them 0: the policy learns nothing from them. First failure: %s: %s. "
+                "Fix the function, or set reward.on_error=abort to stop at the first failure",
+                name,
+                share,
+                samples,
+                first[name].error_type,
+                first[name].message,
+            )
