@@ -6,7 +6,7 @@ requests.
           ┌─────────────────────────────────┴─────────────────────────────────┐
           ▼ (one side at a time: build, warm up, time, close)                 ▼
     grouprl: make_engine (as train.run builds it)     raw vLLM: vllm.LLM with the same
-    runner.collect ─► VLLMEngine.generate             engine arguments; llm.generate(
+    make_rollout ─► VLLMEngine.generate               engine arguments; llm.generate(
       (TokensPrompt, per-sample seeds, processed lps,   TokensPrompt list, one
        n per prompt, Completion objects)                SamplingParams(n, logprobs=0))
           └──────────────────────────► report ◄───────────────────────────────┘
@@ -26,8 +26,9 @@ completion's text, the raw call through vLLM's token-by-token detokenizer (its d
 ours by one ``batch_decode`` after the call (``detokenize=False``). ``--raw-params
 ours`` gives the raw side those same SamplingParams, isolating the Python around the
 call. The grouprl figure is the ``VLLMEngine.generate`` call; the rollout step minus
-rewards (``runner.collect`` with a reward function that returns zeros: generate plus
-building the Trajectory records) is shown beside it. Warmup rounds are run and not
+rewards (the run's rollout function, ``rollout/setup.make_rollout``, over the single-turn
+environment with a reward function that returns zeros: generate plus building the
+Trajectory records) is shown beside it. Warmup rounds are run and not
 counted. Both engines in one process would double memory and threads, so the sides run
 one after the other (``--order``). Two engines built one after the other differ by up to
 ~15% on a busy machine, so ``--interleave`` runs both calls on grouprl's engine instead
@@ -89,7 +90,7 @@ class SideResult:
     wall_s: list[float] = field(default_factory=list)
     cpu_s: list[float] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
-    collect_s: list[float] = field(default_factory=list)  # grouprl: runner.collect
+    collect_s: list[float] = field(default_factory=list)  # grouprl: the rollout function
     engine: dict[str, object] = field(default_factory=dict)
     processes: int = 1
 
@@ -264,7 +265,7 @@ class TimedEngine:
         return groups
 
 
-def no_rewards(completions: list[str], rows: list[dict]):
+def no_rewards(*, completions: list[str], rows: list[dict], **kwargs):
     from grouprl.rewards.scoring import RewardScores
 
     return RewardScores(total=[0.0] * len(completions), parts={})
@@ -288,14 +289,19 @@ def grouprl_engine(s: Settings, work: Path):
 
 
 def grouprl_round(s: Settings, engine, side: SideResult):
-    """``(round index, prompt set) -> Measured``: one ``runner.collect`` (rewards zero),
-    its ``generate`` call measured; collect's own seconds go to ``side.collect_s``."""
+    """``(round index, prompt set) -> Measured``: one rollout as the run makes it
+    (``make_rollout`` over the single-turn environment, rewards zero), its ``generate``
+    call measured; the rollout's own seconds go to ``side.collect_s``."""
     from grouprl.driver.loop import sampling_seed
+    from grouprl.envs.single_turn import SingleTurnEnv
     from grouprl.rollout.base import SamplingSettings
-    from grouprl.rollout.runner import collect
+    from grouprl.rollout.setup import make_rollout
 
     timed = TimedEngine(engine)
-    seed = run_config(s).train.seed
+    cfg = run_config(s)
+    seed = cfg.train.seed
+    env = SingleTurnEnv.from_data(cfg.data)
+    rollout = make_rollout(cfg, engine=timed, tokenizer=None, score=no_rewards, env=env)
 
     def one_round(i: int, prompt_set) -> Measured:
         settings = SamplingSettings(
@@ -306,14 +312,7 @@ def grouprl_round(s: Settings, engine, side: SideResult):
             ignore_eos=True,
         )
         t0 = time.perf_counter()
-        trajectories, _ = collect(
-            engine=timed,
-            prompts=prompt_set.prompts,
-            rows=prompt_set.rows,
-            settings=settings,
-            score=no_rewards,
-            correct_function=None,
-        )
+        trajectories, _ = rollout(prompt_set, settings)
         side.collect_s.append(time.perf_counter() - t0)
         assert sum(t.generated_tokens for t in trajectories) == timed.last.tokens
         return timed.last
@@ -526,7 +525,7 @@ def main() -> None:
     raw = next(side for side in sides if side.name != "grouprl")
     med = statistics.median
     print(
-        f"grouprl rollout step minus rewards (runner.collect): {med(ours.collect_s):.3f} s/round,"
+        f"grouprl rollout step minus rewards (make_rollout): {med(ours.collect_s):.3f} s/round,"
         f" {med(ours.tokens) / med(ours.collect_s):.0f} tokens/s"
     )
     print(f"grouprl / raw vLLM tokens/s: {ours.tokens_per_s() / raw.tokens_per_s():.2f}")

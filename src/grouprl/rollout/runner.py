@@ -1,21 +1,19 @@
-"""Drives single-turn episodes: prompts -> engine groups -> scored trajectories.
+"""Scoring episodes and timing the reward functions.
 
-prompt ids (P) ─► engine.generate(n=G) ─► P x G completions
-                                  └─► reward functions ─► Trajectory (P*G, prompt-major)
+    trajectories (P*G, prompt-major) ─► reward functions on each last turn ─► RewardScores
+                                        └─► Trajectory.reward, reward_parts, correct
 
-Multi-turn episodes run in ``rollout.episodes``; both are scored by
-``score_trajectories`` (the outcome reward functions read the last turn).
+Episodes, single- and multi-turn, run in ``rollout.episodes``; ``score_trajectories``
+scores them all (the outcome reward functions read the last turn).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from grouprl.rewards.scoring import RewardScores
-from grouprl.rollout.base import RolloutEngine, SamplingSettings
-from grouprl.types import Trajectory, Turn
+from grouprl.types import Trajectory
 
 ScoreFn = Callable[..., RewardScores]
 """``score(completions=..., rows=..., group_size=G) -> RewardScores`` (``RewardScorer``):
@@ -40,39 +38,6 @@ class TimedScore:
         close = getattr(self.fn, "close", None)
         if close is not None:
             close()
-
-
-def collect(
-    *,
-    engine: RolloutEngine,
-    prompts: list[list[int]],
-    rows: list[dict[str, Any]],
-    settings: SamplingSettings,
-    score: ScoreFn,
-    correct_function: str | None,
-) -> tuple[list[Trajectory], RewardScores]:
-    """Generates ``settings.n`` samples per prompt and scores them.
-
-    Trajectories are prompt-major: sample g of prompt p is at ``p * n + g``.
-    """
-    groups = engine.generate(prompts, settings)
-    version = engine.weight_version
-    trajectories = [
-        Trajectory(
-            prompt_index=row["_index"],
-            prompt_ids=prompt,
-            turns=[Turn(completion)],
-            weight_version=version,
-            row=row,
-            stop_reason="answered" if completion.finish_reason == "stop" else "max_tokens",
-        )
-        for prompt, row, group in zip(prompts, rows, groups, strict=True)
-        for completion in group
-    ]
-    scores = score_trajectories(
-        trajectories, score=score, correct_function=correct_function, group_size=settings.n
-    )
-    return trajectories, scores
 
 
 def score_trajectories(
