@@ -10,7 +10,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from grouprl.config.schema import DataConfig, EnvConfig
-from grouprl.envs.tool_env import make_env
+from grouprl.envs.factory import make_env
 from grouprl.rollout.base import SamplingSettings
 from grouprl.rollout.episodes import episode_metrics, run_episodes
 from grouprl.rollout.setup import zero_failed_episodes

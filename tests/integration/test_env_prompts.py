@@ -6,7 +6,8 @@ from transformers import AutoTokenizer
 
 from grouprl.config.schema import DataConfig, DataSource, EnvConfig
 from grouprl.data.prompts import chat_prompt_ids, render_prompt
-from grouprl.envs.tool_env import SYSTEM_PROMPTS, make_env
+from grouprl.envs.factory import make_env
+from grouprl.envs.tool_env import SYSTEM_PROMPTS
 from grouprl.rollout.setup import load_prompt_set
 
 FICTIONAL = DataSource(source="builtin:fictional", split="test", limit=20)

@@ -14,7 +14,7 @@ import grouprl
 from grouprl.config.errors import ConfigError
 from grouprl.config.schema import MlflowConfig
 from grouprl.envs import registry as envs_registry
-from grouprl.envs.tool_env import make_env
+from grouprl.envs.factory import make_env
 from grouprl.metrics.mlflow_sink import MlflowNotInstalledError, MlflowSink, flat_params
 from grouprl.rewards import registry as rewards_registry
 from grouprl.rewards.registry import RewardError

@@ -11,8 +11,8 @@ import pytest
 from cli_probe import run_cli
 from grouprl.config.errors import ConfigError
 from grouprl.config.schema import DataConfig, EnvConfig
+from grouprl.envs.factory import make_env
 from grouprl.envs.loader import env_config_problems, resolve_env
-from grouprl.envs.tool_env import make_env
 
 ENVS = textwrap.dedent(
     """

@@ -46,7 +46,7 @@ def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
 
     from grouprl.ckpt.export import export_checkpoint, find_checkpoint
     from grouprl.device import resolve_device
-    from grouprl.envs.tool_env import make_env
+    from grouprl.envs.factory import make_env
     from grouprl.rollout.setup import (
         load_prompt_set,
         make_rollout,

@@ -33,7 +33,7 @@ from grouprl.driver.checkpointing import (
 from grouprl.driver.loop import Components, RunState, one_step, rollout_step, run_validation
 from grouprl.driver.overlap import RolloutAhead
 from grouprl.driver.preflight import check_before_loading
-from grouprl.envs.tool_env import make_env
+from grouprl.envs.factory import make_env
 from grouprl.metrics.progress import TrainProgress
 from grouprl.metrics.report import write_report
 from grouprl.metrics.samples import SamplesWriter

@@ -21,10 +21,7 @@ from typing import Any
 
 from grouprl.config.schema import DataConfig, EnvConfig
 from grouprl.data.prompts import PLACEHOLDER, prompt_messages
-from grouprl.envs.base import Environment, Step
-from grouprl.envs.contained import contain
-from grouprl.envs.loader import build_user_env, resolve_env
-from grouprl.envs.single_turn import SingleTurnEnv
+from grouprl.envs.base import Step
 from grouprl.envs.tool_calls import parse_tool_calls
 from grouprl.envs.tool_runner import ToolResult, ToolRunner, tool_message
 from grouprl.envs.tools import ToolSet
@@ -107,20 +104,10 @@ class ToolEpisode:
         return float(any(alias and alias in text for alias in aliases for text in found))
 
 
-def make_env(cfg: EnvConfig, data: DataConfig, *, cache_dir) -> Environment:
-    """The configured environment: single-turn prompting, the search agent, or the user's
-    (a registered factory or a class by import path, ``envs/loader.py``) in ``env.workers``
-    worker processes (``envs/contained.py``; in this process with ``env.workers=0``).
-    Built-in episodes open with ``data.system_prompt`` (or the environment's own, which
-    explains the tool format) and the question through ``data.prompt_template`` (or the
-    row's own chat messages)."""
-    if cfg.name == "single_turn":
-        return SingleTurnEnv.from_data(data)
-    if cfg.name != "search_qa":
-        target = resolve_env(cfg)
-        if cfg.workers == 0:
-            return build_user_env(target, cfg, data, cache_dir=cache_dir)
-        return contain(target, cfg, data, cache_dir=str(cache_dir))
+def search_env(cfg: EnvConfig, data: DataConfig, *, cache_dir) -> ToolEnv:
+    """``env.name=search_qa``: the search agent over ``env.corpus``. Its episodes open with
+    ``data.system_prompt`` (or its own, which explains the tool format) and the question
+    through ``data.prompt_template`` (or the row's own chat messages)."""
     from grouprl.envs.search import SearchIndex, make_search_tool, resolve_corpus
 
     index = SearchIndex.load(resolve_corpus(cfg.corpus, cache_dir=cache_dir))
