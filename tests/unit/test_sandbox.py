@@ -129,9 +129,10 @@ def test_hang_and_c_spin_time_out_and_are_replaced(pool):
 def test_crash_and_memory_fail_the_call_and_replace_the_worker(pool, fn, kind, exit_code, says):
     before = pool.generation(1)
     old_pid = pool.submit(pid, worker=1).result()
-    failure, seconds = _fails(pool.submit(fn, deadline_s=DEADLINE_S, worker=1), kind=kind)
+    # a deadline far off: touching 512 MB can take over a second on two busy cores
+    failure, seconds = _fails(pool.submit(fn, deadline_s=30.0, worker=1), kind=kind)
     assert (failure.message, failure.exit_code) == (says, exit_code)
-    assert seconds < DEADLINE_S + 1
+    assert seconds < 5
     assert pool.submit(add, 1, 2, worker=1).result() == 3
     assert pool.generation(1) == before + 1
     assert pool.submit(pid, worker=1).result() != old_pid
