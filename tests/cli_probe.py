@@ -32,9 +32,11 @@ def run_cli(argvs: list[list[str]]) -> tuple[list[Outcome], list[str]]:
         "    started = time.perf_counter()\n"
         "    try:\n"
         "        main()\n"
+        "        code = 0\n"
         "    except SystemExit as exit:\n"
-        "        took = time.perf_counter() - started\n"
-        "        print('EXIT', exit.code, f'{took:.2f}', flush=True, file=sys.stderr)\n"
+        "        code = exit.code or 0\n"
+        "    took = time.perf_counter() - started\n"
+        "    print('EXIT', code, f'{took:.2f}', flush=True, file=sys.stderr)\n"
         f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
     )
     result = subprocess.run(

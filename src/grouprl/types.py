@@ -52,6 +52,14 @@ class Turn:
     info: dict[str, Any] = field(default_factory=dict)  # e.g. tool calls and errors
 
 
+def sequence_ids(prompt_ids: list[int], turns: list[Turn]) -> list[int]:
+    """The prompt, then each turn's completion and the observation rendered after it."""
+    ids = list(prompt_ids)
+    for turn in turns:
+        ids += turn.completion.token_ids + turn.observation_ids
+    return ids
+
+
 @dataclass
 class Trajectory:
     """One episode: a prompt, the model's turns (one for single-turn tasks), its score.
@@ -83,12 +91,8 @@ class Trajectory:
         return sum(len(turn.completion.token_ids) for turn in self.turns)
 
     def sequence_ids(self) -> list[int]:
-        """The sample's tokens exactly as the engine saw and produced them: the prompt,
-        then each turn's completion and the observation rendered after it."""
-        ids = list(self.prompt_ids)
-        for turn in self.turns:
-            ids += turn.completion.token_ids + turn.observation_ids
-        return ids
+        """The sample's tokens exactly as the engine saw and produced them."""
+        return sequence_ids(self.prompt_ids, self.turns)
 
 
 @dataclass

@@ -76,20 +76,8 @@ def test_bad_batch_arithmetic_fails_before_any_model_loads():
     assert "Traceback" not in output
     for key in ("data.batch_size=16", "rollout.n=3", "train.mini_batch_size=64"):
         assert key in result.stderr
-    probe = (
-        "import sys\n"
-        "from grouprl.cli import main\n"
-        "sys.argv = ['grouprl', 'train', 'tiny-arith', 'rollout.n=3']\n"
-        "try:\n"
-        "    main()\n"
-        "except SystemExit as exit:\n"
-        "    print('EXIT', exit.code)\n"
-        f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
-    )
-    probed = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60
-    )
-    assert "EXIT 2" in probed.stdout and "HEAVY []" in probed.stdout, probed.stdout + probed.stderr
+    [outcome], heavy = run_cli([["grouprl", "train", "tiny-arith", "rollout.n=3"]])
+    assert outcome.code == "2" and heavy == [], outcome
 
 
 def test_plan_and_help_import_no_heavy_modules():

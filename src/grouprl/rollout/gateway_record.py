@@ -29,7 +29,7 @@ from typing import Any
 
 from grouprl.data.prompts import chat_prompt_ids
 from grouprl.envs.base import render_observation
-from grouprl.types import Completion, Trajectory, Turn
+from grouprl.types import Completion, Trajectory, Turn, sequence_ids
 
 
 @dataclass
@@ -53,10 +53,7 @@ class Segment:
     """``/v1/completions``: the prompt text and completions so far."""
 
     def sequence_ids(self) -> list[int]:
-        ids = list(self.prompt_ids)
-        for turn in self.turns:
-            ids += turn.completion.token_ids + turn.observation_ids
-        return ids
+        return sequence_ids(self.prompt_ids, self.turns)
 
 
 @dataclass
