@@ -4,9 +4,9 @@ a second fresh run into the same directory refused. Tiny model, transformers eng
 
 from __future__ import annotations
 
-import itertools
 import json
 import shutil
+import time
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -18,14 +18,13 @@ from grouprl.config.schema import MlflowConfig
 from grouprl.metrics.mlflow_sink import MlflowSink
 from grouprl.rewards import registry
 
-_calls = itertools.count()
-
 
 def fading(completion: str, **_) -> float:
-    """Each call scores less than the one before: the first validation after training
-    (step 1) ranks best by eval/reward_mean, and the one before training would if it
-    counted."""
-    return -float(next(_calls))
+    """Each call scores less than the ones before, in whichever reward worker process it
+    runs (the monotonic clock is the machine's; a counter would be each process's own),
+    by far more than math_answer's 0 or 1: the first validation after training (step 1)
+    ranks best by eval/reward_mean, and the one before training would if it counted."""
+    return -1000.0 * time.monotonic()
 
 
 def _overrides(run_dir, tiny_model_dir, *extra):
