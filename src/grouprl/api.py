@@ -26,6 +26,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any, TypeVar
 
+from grouprl.cluster.connection import check_local_ray
 from grouprl.config import loader
 from grouprl.config.checks import Derived
 from grouprl.config.errors import ConfigError
@@ -33,6 +34,7 @@ from grouprl.config.redact import RESOLVED_CONFIG_FILE
 from grouprl.config.schema import RunConfig
 from grouprl.driver.preflight import check_before_loading
 from grouprl.runtime import check_new_run
+from grouprl.sandbox.main_guard import refuse_unguarded_main
 
 DEFAULT_EVAL_RECIPE = "tiny-arith"
 """The recipe `evaluate` takes the held-out data, rewards and sampling from when its
@@ -78,10 +80,14 @@ def train(config: RunConfig | Recipe, overrides: Sequence[str] = ()) -> dict[str
     checked first, and a run that does not resume must have a run directory of its own
     (``trainer.run_dir``; ``trainer.resume=auto`` continues one). A preempted run
     (SIGTERM) raises ``grouprl.ckpt.preempt.Preempted`` after its checkpoint is saved.
+    A script calls it under ``if __name__ == "__main__":`` (the workers re-import the
+    script); from its top level it raises ``UnguardedMainError``.
     """
+    refuse_unguarded_main("grouprl.train")
     cfg = _config(config, overrides)
     check_config(cfg)
     check_new_run(cfg)
+    check_local_ray(cfg.cluster, world_size=cfg.world_size)  # cluster.nodes > 1 needs one
     from grouprl.driver.run import train as run_training
 
     return run_training(cfg)
@@ -99,13 +105,20 @@ def evaluate(
 
     ``config`` gives the data, rewards and sampling: by default the run directory's
     ``config.yaml``, else the ``tiny-arith`` recipe; ``overrides`` apply to it. The
-    given ``RunConfig`` is not changed.
+    given ``RunConfig`` is not changed. Like ``train``, not from a script's top level.
     """
+    refuse_unguarded_main("grouprl.evaluate")
+    from grouprl.driver.eval_inputs import check_saved_rewards, check_target
+
     target = str(target)
+    check_target(target)  # a mistyped path fails here, not as a hub lookup
+    saved = Path(target) / RESOLVED_CONFIG_FILE
+    from_run = config is None and saved.is_file()
     if config is None:
-        saved = Path(target) / RESOLVED_CONFIG_FILE
-        config = str(saved) if saved.is_file() else DEFAULT_EVAL_RECIPE
+        config = str(saved) if from_run else DEFAULT_EVAL_RECIPE
     cfg = _config(config, overrides)
+    if from_run:  # rewards the training script registered from Python
+        check_saved_rewards(cfg, saved=saved)
     check_config(cfg)
     from grouprl.driver.evaluate import evaluate_cli
 

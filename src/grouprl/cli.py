@@ -9,6 +9,7 @@ True``) print in red on stderr and exit 2, without a traceback. ``--help``,
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -149,14 +150,39 @@ def plan(
             "machines the recipe asks for (train.device, cluster.gpus_per_node, cluster.gpu).",
         ),
     ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print one JSON object instead of the tables: the derived quantities, the "
+            "memory plan's terms in bytes and the failing checks (exit code 2 if any).",
+        ),
+    ] = False,
 ) -> None:
     """Validate a run and print every derived quantity (batches, per-rank passes, steps,
-    tokens, rollout replicas, memory) without loading anything, for the recipe's target."""
+    tokens, rollout replicas, memory) without loading anything, for the recipe's target.
+    A failing check is printed after the tables (exit code 2)."""
+    from grouprl.config.checks import raise_problems
+    from grouprl.driver.preflight import input_problems
+    from grouprl.plan.check import checked_run
     from grouprl.plan.render import render_plan
+    from grouprl.plan.report import plan_json
 
     with _user_errors():
-        cfg = load_config(recipe, overrides or [])
-        Console().print(render_plan(cfg, check_before_loading(cfg), here=here))
+        try:
+            cfg = load_config(recipe, overrides or [])
+        except Exception as err:
+            if not (as_json and getattr(err, "user_error", False)):
+                raise
+            typer.echo(json.dumps({"recipe": recipe, "ok": False, "problems": [str(err)]}))
+            raise typer.Exit(USER_ERROR_EXIT) from None
+        checked = checked_run(cfg, inputs=input_problems(cfg))
+        if as_json:
+            typer.echo(json.dumps({"recipe": recipe, **plan_json(cfg, checked, here=here)}))
+            raise typer.Exit(USER_ERROR_EXIT if checked.problems else 0)
+        if checked.derived is not None:
+            Console().print(render_plan(cfg, checked.derived, here=here))
+        raise_problems(checked.problems)
 
 
 @app.command()
@@ -273,6 +299,8 @@ def ckpt_ls(target: Target, endpoint_url: EndpointUrl = None) -> None:
     console = Console()
     console.print(Text(_tier_line(rows)), soft_wrap=True)
     console.print(_checkpoint_table(rows))
+    for best in (row.best for row in rows if row.best is not None):
+        console.print(Text(f"* {best.describe()}: `grouprl ckpt prune` keeps it"), soft_wrap=True)
     for row in rows:
         if row.problem is not None:
             console.print(
@@ -295,9 +323,19 @@ def _checkpoint_table(rows: list[Row]) -> Table:
     from grouprl.plan.memory import human_bytes
 
     table = Table(box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
+    # on a narrow terminal the text folds (the date from its time, the config hash);
+    # the step, the other numbers and the checkpoint's name stay whole
+    whole = {"step": max(len(str(row.found.step)) for row in rows)}
+    whole["location"] = max(len(row.found.where.rstrip("/").rpartition("/")[2]) for row in rows)
     for column in ("step", "location", "size", "files", "created", "world", "config hash"):
-        right = column in ("step", "size", "files", "world")
-        table.add_column(column, justify="right" if right else "left", no_wrap=True)
+        number = column in ("step", "size", "files", "world")
+        table.add_column(
+            column,
+            justify="right" if number else "left",
+            no_wrap=number,
+            overflow="fold",
+            min_width=whole.get(column),
+        )
     for row in rows:
         m, name = row.manifest, row.found.where.rstrip("/").rpartition("/")[2]
         if m is None:  # its problem is printed below the table
@@ -305,8 +343,8 @@ def _checkpoint_table(rows: list[Row]) -> Table:
             continue
         created = datetime.fromtimestamp(m.created).strftime("%Y-%m-%d %H:%M")
         cells = (human_bytes(m.bytes), str(len(m.files)), created, str(m.world_size))
-        if row.best is not None:  # checkpoint.keep_best: pruning keeps it
-            name += f"  ({row.best.describe()})"
+        if row.best is not None:  # checkpoint.keep_best: explained below the table
+            name += " *"
         table.add_row(str(row.found.step), name, *cells, m.config_hash)
     return table
 

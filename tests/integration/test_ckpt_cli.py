@@ -150,6 +150,19 @@ def test_export_writes_a_loadable_model_with_the_checkpoint_weights(pristine, tm
     _assert_same_weights(tmp_path / "newest", weights[3])
 
 
+def test_exported_files_get_the_mode_of_a_new_file(pristine, tmp_path):
+    # save_pretrained writes model.safetensors 0600; the export gives it what the umask
+    # gives any new file (0644 under 022), like the config and tokenizer files
+    run_dir, _ = pristine
+    (tmp_path / "probe").touch()
+    expected = (tmp_path / "probe").stat().st_mode & 0o777
+    result = _cli("export", run_dir, tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "out").iterdir()}
+    assert "model.safetensors" in modes and "config.json" in modes
+    assert modes == dict.fromkeys(modes, expected), modes
+
+
 def test_user_errors_name_the_argument_and_exit_2(pristine, tmp_path):
     run_dir, _ = pristine
     missing = _cli("ckpt", "ls", tmp_path / "nope")

@@ -1,6 +1,8 @@
 """Preemption: `grouprl train` stopped by SIGTERM saves, exits with code 75, and the
 resumed run ends with the same parameters and the same data order as an uninterrupted
-one. A second signal exits at once."""
+one. Ctrl-C or SIGTERM to the whole process group (a terminal, `timeout`) does the same
+with every engine: the engine and worker processes it starts ignore it. A second signal
+exits at once."""
 
 from __future__ import annotations
 
@@ -44,7 +46,11 @@ def _overrides(run_dir: Path, tiny_model_dir: str) -> list[str]:
     ]
 
 
-def _start(run_dir: Path, tiny_model_dir: str, *extra: str) -> subprocess.Popen:
+def _start(
+    run_dir: Path, tiny_model_dir: str, *extra: str, own_group: bool = False
+) -> subprocess.Popen:
+    """``own_group``: the run leads a process group of its own (as a shell's foreground
+    job does), which a test can signal whole without signalling itself."""
     cmd = [sys.executable, "-m", "grouprl", "train", "tiny-arith"]
     return subprocess.Popen(
         [*cmd, *_overrides(run_dir, tiny_model_dir), *extra],
@@ -52,6 +58,7 @@ def _start(run_dir: Path, tiny_model_dir: str, *extra: str) -> subprocess.Popen:
         stderr=subprocess.STDOUT,
         text=True,
         env=os.environ | {"PYTHONUNBUFFERED": "1"},
+        start_new_session=own_group,
     )
 
 
@@ -116,3 +123,59 @@ def test_a_second_signal_exits_at_once(tmp_path, tiny_model_dir):
     output = proc.communicate(timeout=60)[0]
     assert proc.returncode == 128 + signal.SIGTERM, output
     assert "exiting at once" in output
+
+
+def _group_members(pgid: int) -> list[str]:
+    """Live processes (not zombies) in process group ``pgid``: 'pid name' each."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # it just ended
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        state, _ppid, pgrp = text[text.rindex(")") + 2 :].split()[:3]
+        if int(pgrp) == pgid and state != "Z":
+            found.append(f"{stat.parent.name} {name}")
+    return found
+
+
+def _wait_for_no_members(pgid: int, timeout: float = 20) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while (left := _group_members(pgid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc")
+@pytest.mark.parametrize(
+    ("engine", "sig"),
+    [
+        pytest.param("vllm", signal.SIGTERM, marks=pytest.mark.slow, id="vllm-SIGTERM"),
+        pytest.param("hf", signal.SIGINT, id="hf-SIGINT"),
+    ],
+)
+def test_a_signal_to_the_process_group_saves_and_exits_75(tmp_path, tiny_model_dir, engine, sig):
+    """Ctrl-C in a terminal (SIGINT) and `timeout` (SIGTERM) signal every process of the
+    foreground group: the engine's processes and the reward workers must ride it out,
+    the run saves and exits 75, and nothing of the group is left behind."""
+    run_dir = tmp_path / "run"
+    proc = _start(
+        run_dir, tiny_model_dir, f"rollout.engine={engine}", "train.steps=50", own_group=True
+    )
+    try:
+        _wait_for_step(run_dir, 1, proc)
+        os.killpg(proc.pid, sig)
+        output = proc.communicate(timeout=120)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    left = _wait_for_no_members(proc.pid)
+    if left:
+        os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == EXIT_PREEMPTED, output
+    assert signal.Signals(sig).name in output and "checkpoint saved" in output, output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    assert find_checkpoint(run_dir).name < "step_000050"  # complete: find_checkpoint lists those
+    assert left == [], left

@@ -240,6 +240,7 @@ def test_dynamic_sampling_warns_and_fills_when_no_group_has_signal(
     lines = [json.loads(x) for x in (tmp_path / "dapo/metrics.jsonl").read_text().splitlines()]
     (line,) = [x for x in lines if x["step"] == 1]
     assert line["sampling/rounds"] == 2 and line["sampling/filled_groups"] == 4
+    assert "accuracy" not in line  # reward.correct_function=null: nothing judges, no 0.000
     assert "found 0 of 4 groups" in caplog.text and "algo.max_sampling_rounds=2" in caplog.text
 
 

@@ -4,10 +4,12 @@ newest, `ckpt ls`/`prune` and the trainer state carrying the best across a resum
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict
 
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from grouprl.algo.kl import KLController
 from grouprl.ckpt.best import Best, improved, read_best
@@ -15,6 +17,7 @@ from grouprl.ckpt.checkpointer import Checkpointer
 from grouprl.ckpt.inspect import list_checkpoints, prune
 from grouprl.ckpt.resume import training_state
 from grouprl.ckpt.state import TrainerState, rng_state
+from grouprl.cli import app
 from grouprl.config.checks import check_config
 from grouprl.config.errors import ConfigError
 from grouprl.config.loader import load_config
@@ -91,6 +94,13 @@ def test_the_disk_tier_keeps_the_best_beside_the_newest_and_prune_spares_it(tmp_
     assert read_best(disk) == Best(step=2, metric=ACC, value=0.8, mode="max")
     rows = list_checkpoints(str(tmp_path / "run"))
     assert [(r.found.step, r.best is not None) for r in rows] == [(2, True), (4, False)]
+    # `ckpt ls` on an 80-column terminal keeps the step column; the best is marked
+    listed = CliRunner().invoke(app, ["ckpt", "ls", str(disk)], env={"COLUMNS": "80"})
+    assert listed.exit_code == 0, listed.output
+    assert re.search(r"^ *step +location +size +files", listed.output, re.M), listed.output
+    assert re.search(r"^ +2 +step_000002 \*", listed.output, re.M), listed.output
+    assert re.search(r"^ +4 +step_000004 ", listed.output, re.M), listed.output
+    assert "* best eval/accuracy=0.8: `grouprl ckpt prune` keeps it" in listed.output
     assert prune(str(tmp_path / "run"), keep=1) == []  # the best is not one to remove
     assert sorted(p.name for p in disk.glob("step_*")) == ["step_000002", "step_000004"]
 

@@ -326,6 +326,33 @@ def test_a_function_failing_on_most_samples_raises_an_alarm(pool, caplog):
     assert "samples scored together" not in caplog.text
 
 
+def always_fails(completion, **_):
+    raise ValueError(f"cannot grade {completion!r}")
+
+
+def scores_zero(completion, **_):
+    return 0.0
+
+
+@pytest.mark.parametrize("on_error", ["zero", "abort"])
+def test_a_function_failing_on_every_sample_stops_whatever_on_error(pool, on_error):
+    functions = [("format", format_reward, 1.0), ("broken", always_fails, 1.0)]
+    with pytest.raises(RewardError) as err:
+        score(pool, functions, ["a", "b", "c"], ROWS + ROWS[:1], on_error=on_error)
+    message = str(err.value)
+    assert "'broken'" in message and "sample 0 (row 7)" in message
+    assert "ValueError: cannot grade 'a'" in message
+    if on_error == "zero":  # abort stops at the first failure; zero counts them all
+        assert "on all 3 samples" in message and "train on zeros" in message
+
+
+def test_a_score_of_zero_on_every_sample_is_no_failure(pool):
+    scores = score(pool, [("zero", scores_zero, 1.0)], ["a", "b"], ROWS)
+    assert scores.total == [0.0, 0.0] and scores.errors == []
+    lone = score(pool, [("broken", always_fails, 1.0)], ["a"], ROWS[:1])  # one sample: on_error
+    assert lone.total == [0.0] and len(lone.errors) == 1
+
+
 def test_abort_raises_with_sample_and_row_index(pool):
     with pytest.raises(RewardError) as err:
         score(pool, [("flaky", failing_on_b, 1.0)], ["a", "b"], ROWS, on_error="abort")
@@ -393,8 +420,8 @@ def rank_by_length(completions, *, references, rows):
     return [order.index(i) / (len(completions) - 1) for i in range(len(completions))]
 
 
-def one_score_too_few(completions, **_):
-    return [1.0] * (len(completions) - 1)
+def one_score_too_few_for_row_7(completions, *, rows, **_):
+    return [1.0] * (len(completions) - (rows[0]["_index"] == 7))
 
 
 def test_group_reward_scores_each_prompt_group_at_once(pool):
@@ -405,11 +432,14 @@ def test_group_reward_scores_each_prompt_group_at_once(pool):
     assert scores.parts["rank"] == [1.0, 0.0, 0.5, 0.0, 1.0, 0.5]
     # without group_size: groups are the runs of rows with the same _index
     assert score(pool, [group], completions, rows).parts == scores.parts
-    bad = score(pool, [("short", one_score_too_few, 1.0, "group")], completions, rows, group_size=3)
-    assert bad.total == [0.0] * 6
-    assert [(e.sample_index, e.samples, e.row_index) for e in bad.errors] == [(0, 3, 7), (3, 3, 3)]
+    short = ("short", one_score_too_few_for_row_7, 1.0, "group")
+    bad = score(pool, [short], completions, rows, group_size=3)
+    assert bad.total == [0.0] * 3 + [1.0] * 3
+    assert [(e.sample_index, e.samples, e.row_index) for e in bad.errors] == [(0, 3, 7)]
     assert "returned 2 scores for a group of 3 completions" in bad.errors[0].message
     assert "failed on samples 0-2 (row 7)" in bad.errors[0].describe()
+    with pytest.raises(RewardError, match="'short' failed .* on all 3 samples"):  # every group
+        score(pool, [short], completions[:3], rows[:3], group_size=3)
 
 
 def test_file_reward_is_resolved_in_the_worker_by_name(pool, tmp_path):

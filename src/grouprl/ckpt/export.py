@@ -73,11 +73,24 @@ def export_checkpoint(ckpt_dir: Path, out: Path) -> Path:
         staging = Path(tmp) / "model"
         shutil.copytree(hf, staging)
         model.save_pretrained(staging, safe_serialization=True)
+        _default_modes(staging)
         out.parent.mkdir(parents=True, exist_ok=True)
         if out.exists():
             out.rmdir()
         shutil.move(staging, out)
     return out
+
+
+def _default_modes(directory: Path) -> None:
+    """Gives every file the mode a new file gets here (0644 under umask 022):
+    save_pretrained leaves model.safetensors 0600, its other files as the umask says."""
+    probe = directory / ".mode-probe"
+    probe.touch()
+    mode = probe.stat().st_mode & 0o777
+    probe.unlink()
+    for path in directory.rglob("*"):
+        if path.is_file():
+            path.chmod(mode)
 
 
 def _lora_scaling(ckpt_dir: Path) -> float:

@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from grouprl.assets import path_not_found
 from grouprl.ckpt.best import BEST_FILE, Best, read_best
-from grouprl.ckpt.export import export_checkpoint
 from grouprl.ckpt.manifest import MANIFEST, Manifest, parse_manifest, read_manifest, verify
 from grouprl.ckpt.s3 import S3Error, S3Store
 from grouprl.ckpt.state import CheckpointError
@@ -182,6 +182,8 @@ def export(
             f"--step={step} and --best (step {found.step}) name different checkpoints. "
             "Fix: pass one of them."
         )
+    from grouprl.ckpt.export import export_checkpoint  # torch: only when exporting
+
     with _local_copy(source, found) as path:
         export_checkpoint(path, out)
     return found, out
@@ -204,9 +206,12 @@ def _resolve_s3(target: str, endpoint_url: str | None) -> Source:
 
 def _resolve_local(target: str) -> Source:
     path = Path(target).expanduser()
+    if not path.exists():
+        fix = "Fix: check the path; list a run's checkpoints with `grouprl ckpt ls RUN`."
+        raise CheckpointError(path_not_found(target, key="TARGET", tail=f"{_TARGETS} {fix}"))
     if not path.is_dir():
         raise CheckpointError(
-            f"TARGET={target!r} is not a directory. {_TARGETS} Fix: check the path; "
+            f"TARGET={target!r} is a file, not a directory. {_TARGETS} Fix: check the path; "
             "list a run's checkpoints with `grouprl ckpt ls RUN`."
         )
     if (path / MANIFEST).is_file():

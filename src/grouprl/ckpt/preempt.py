@@ -4,7 +4,12 @@ The first signal sets ``requested``; the training loop sees it when the current 
 ends, saves to disk (and S3, if configured) and exits with ``EXIT_PREEMPTED`` (75,
 "temporary failure: run it again"). If that takes longer than
 ``checkpoint.grace_period_s``, or a second signal arrives, the process exits at once
-with 128 + the signal number, keeping whatever checkpoints were already complete.
+with 128 + the signal number, keeping whatever checkpoints were already complete, and
+SIGKILLs the sessions its engine processes run in.
+
+Ctrl-C in a terminal (or `timeout`) signals the whole process group: the processes the
+run starts ignore it or run in a session of their own (``grouprl.sandbox.signals``), so
+they keep working until the driver closes them after the save.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import signal
 import sys
 import threading
 import time
+
+from grouprl.sandbox.signals import kill_sessions
 
 logger = logging.getLogger(__name__)
 
@@ -80,4 +87,5 @@ class Preemption:
 def _exit_now(signum: int, why: str) -> None:
     sys.stderr.write(f"{why}; exit code {128 + signum}\n")
     sys.stderr.flush()
+    kill_sessions()  # the engine processes the signal did not reach: no orphans
     os._exit(128 + signum)

@@ -15,9 +15,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
 TRAINER_FILE = "trainer.json"
 
 
@@ -49,6 +46,9 @@ class TrainerState:
 
 def rng_state() -> dict[str, Any]:
     """Python, NumPy and torch (CPU, CUDA) generator states as JSON values."""
+    import numpy as np  # late: `grouprl ckpt ls` reads manifests without torch
+    import torch
+
     version, keys, gauss = random.getstate()
     kind, np_keys, pos, has_gauss, cached = np.random.get_state()
     state = {
@@ -62,6 +62,9 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
+    import numpy as np
+    import torch
+
     version, keys, gauss = state["python"]
     random.setstate((version, tuple(keys), gauss))
     kind, keys, pos, has_gauss, cached = state["numpy"]

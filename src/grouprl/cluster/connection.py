@@ -6,11 +6,18 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 
 from grouprl.config.schema import ClusterConfig
 
 PLACEMENT_TIMEOUT_S = 120.0  # the cluster should have the resources by then
+
+
+class ClusterError(RuntimeError):
+    """A placement no Ray cluster here can give; the message says how to get one."""
+
+    user_error = True
 
 
 class WorkerFailed(RuntimeError):
@@ -41,9 +48,32 @@ def connect(c: ClusterConfig, *, world_size: int, temp_dir: Path | None) -> None
     if address:
         ray.init(address=address, log_to_driver=True, logging_level=logging.WARNING)
         return
+    check_local_ray(c, world_size=world_size)
     ray.init(
         num_cpus=max(2, int(c.cpus_per_worker * world_size)),
         include_dashboard=False,
         logging_level=logging.WARNING,
         _temp_dir=None if temp_dir is None else str(temp_dir),
+    )
+
+
+def check_local_ray(c: ClusterConfig, *, world_size: int) -> None:
+    """Raises ``ClusterError`` when ``cluster.nodes`` > 1 but no Ray cluster is given
+    (``cluster.address``, RAY_ADDRESS, or Ray already running in this process): the
+    Ray that ``connect`` starts here has one node, and placing ranks on more would
+    wait for nodes that never join. Needs no Ray, so ``train`` checks it first."""
+    if c.nodes == 1 or c.address or os.environ.get("RAY_ADDRESS"):
+        return
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return
+    per_node = "cluster.gpus_per_node" if c.gpus_per_node else "cluster.workers_per_node"
+    raise ClusterError(
+        f"cluster.nodes={c.nodes} places the {world_size} training ranks on {c.nodes} "
+        "machines, but no Ray cluster is given (cluster.address and RAY_ADDRESS are "
+        "unset), so grouprl would start a one-node Ray on this machine and wait for nodes "
+        f"that never join. Fix: for {world_size} ranks on this machine set cluster.nodes=1 "
+        f"{per_node}={world_size}; or start a Ray cluster (`ray start --head` on one "
+        "machine, `ray start --address=HEAD:6379` on the others) and set "
+        "cluster.address=HEAD:6379 (or RAY_ADDRESS), or run it there with `grouprl submit`."
     )

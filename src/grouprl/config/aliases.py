@@ -50,9 +50,9 @@ VERL: tuple[Alias, ...] = (
     # data
     _v("data.train_batch_size", "data.batch_size", "prompts per step in both"),
     _v("data.train_files", "data.train",
-       "one source: data.train={source: FILE}; a verl parquet loads as-is; a list of files: join "
-       "them into one first"),
-    _v("data.val_files", "data.eval", "data.eval={source: FILE}"),
+       "data.train=FILE (the same as {source: FILE}); a verl parquet loads as-is; a list of "
+       "files, data.train=[a.parquet,b.parquet], is read in order as one table"),
+    _v("data.val_files", "data.eval", "data.eval=FILE, or a list of files"),
     _v("data.max_prompt_length", "data.max_prompt_tokens",
        "tokens in both; a longer prompt is skipped and reported, never truncated"),
     _v("data.max_response_length", "rollout.max_tokens",
@@ -302,13 +302,17 @@ TRL: tuple[Alias, ...] = (
        "dapo (TRL's default) -> token_mean (over the whole mini-batch), bnpo -> token_mean, grpo "
        "-> seq_mean_token_mean, dr_grpo -> seq_mean_token_sum_norm (algo.norm_tokens, default "
        "rollout.max_tokens); cispo, sapo and luspo have none"),
-    _t("scale_rewards", "algo.scale_by_std",
+    _t("scale_rewards", ("algo.scale_by_std", "algo.adv_std", "algo.adv_eps"),
        "group/true -> true, none/false -> false; batch has none (nearest: "
-       "algo.advantage=reinforce_pp_baseline, whitened over the batch's tokens)"),
+       "algo.advantage=reinforce_pp_baseline, whitened over the batch's tokens); the std "
+       "itself: TRL divides by the sample std (n - 1) + 1e-4, grouprl by default by the "
+       "population std + 1e-6: algo.adv_std=sample algo.adv_eps=1e-4 gives TRL's"),
     _t("importance_sampling_level", "algo.policy_loss",
        "token -> ppo_clip, sequence -> gspo (or algo.name=gspo)"),
     _t("mask_truncated_completions", "algo.mask_truncated"),
-    _t("use_bias_correction_kl", "algo.kl_bias_correction"),
+    _t("use_bias_correction_kl", "algo.kl_bias_correction",
+       "TRL 1.16 defaults it to on, grouprl's algo.kl_bias_correction to off: set "
+       "algo.kl_bias_correction=true for TRL's KL gradient"),
     _t("top_entropy_quantile", (), "every generated token is in the loss"),
     _t("sync_ref_model", (), "the reference model stays frozen"),
     _t("disable_dropout", (), "the model's own dropout settings are kept (0 in Qwen2.5)"),

@@ -173,7 +173,7 @@ def steps_for_epochs(*, epochs: float, rows: int, batch_size: int) -> int:
 
 def split_rows(source: DataSource) -> int | None:
     """Rows in a split when known without loading it (built-in datasets), else None."""
-    if source.source not in BUILTIN_DATASETS:
+    if not isinstance(source.source, str) or source.source not in BUILTIN_DATASETS:
         return None
     rows = split_sizes(source.source).get(source.split)
     if rows is None:
@@ -315,7 +315,9 @@ def _check_data(cfg: RunConfig) -> list[str]:
     problems = []
     sources = [("data.train", cfg.data.train), ("data.eval", cfg.data.eval)]
     for key, source in sources:
-        if source is None or not source.source.startswith("builtin:"):
+        if source is None or not isinstance(source.source, str):
+            continue
+        if not source.source.startswith("builtin:"):
             continue
         if source.source not in BUILTIN_DATASETS:
             problems.append(
@@ -334,7 +336,7 @@ def _check_data(cfg: RunConfig) -> list[str]:
         train.subset,
     ):
         problems.append(
-            f"data.eval reads the same rows as data.train ({train.source}, split "
+            f"data.eval reads the same rows as data.train ({train.label}, split "
             f"{show(train.split)}), so validation would measure memorisation; set "
             "data.eval.split (e.g. test), another data.eval.source, or data.eval=null."
         )
@@ -352,7 +354,12 @@ def _check_reward(cfg: RunConfig) -> list[str]:
     if correct is not None and correct not in names:
         return [
             f"reward.correct_function={show(correct)} is not one of the reward.functions "
-            f"names ({', '.join(names)}); set it to one of them or to null."
+            f"({', '.join(names)}). It names the function whose score of 1.0 counts as a "
+            "correct answer, for the `accuracy` metrics (the reward is unaffected). Fix: "
+            "set reward.correct_function to the one of your functions that scores 1.0 for "
+            "a correct answer and less otherwise (e.g. "
+            f"reward.correct_function={names[0]}), or reward.correct_function=null (no "
+            "accuracy is logged; docs/rewards.md)."
         ]
     return []
 

@@ -23,7 +23,7 @@ import yaml
 
 from grouprl.config.aliases import AR, VERL
 from grouprl.config.errors import ConfigError, show
-from grouprl.config.schema import RunConfig
+from grouprl.config.schema import DATA_FILE_SUFFIXES, RunConfig
 
 Rule = Callable[[Any, dict[str, Any]], dict[str, Any] | None]
 """(value, every verl key) -> grouprl keys to set ({}: nothing, handled elsewhere) or None
@@ -188,10 +188,10 @@ def _estimator(value: Any, flat: dict[str, Any]) -> dict[str, Any] | None:
 
 def _source(target: str) -> Rule:
     def rule(value: Any, flat: dict[str, Any]) -> dict[str, Any] | None:
-        files = value if isinstance(value, list) else [value]
-        if len(files) != 1:
+        files = [str(f) for f in value] if isinstance(value, list) else [str(value)]
+        if not files or (len(files) > 1 and not all(f.endswith(DATA_FILE_SUFFIXES) for f in files)):
             return None
-        found = {target: {"source": str(files[0])}}
+        found = {target: {"source": files[0] if len(files) == 1 else files}}
         if "data.prompt_key" not in flat:  # verl's row format: chat messages, answer nested
             found |= {"data.prompt_key": "prompt", "data.answer_key": "reward_model.ground_truth"}
         return found

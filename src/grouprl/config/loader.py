@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import typing
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -24,15 +25,17 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from grouprl.config.errors import ConfigError, show
+from grouprl.config.field_text import reason_text, yaml_text
 from grouprl.config.key_hints import (
     is_list,
     model_in,
     unknown_in_recipe,
     unknown_override,
 )
-from grouprl.config.schema import RunConfig
+from grouprl.config.schema import RunConfig, source_shorthand
 
 RECIPE_SUFFIXES = (".yaml", ".yml")
 
@@ -176,15 +179,17 @@ def _read_recipe(recipe: str) -> tuple[str, str, str]:
 def _parse_override(override: str) -> tuple[list[str], Any]:
     key, sep, raw = override.partition("=")
     key = key.strip()
+    if key.startswith("~"):
+        raise ConfigError(_delete_hint(override, key=key.lstrip("~")))
     if not sep or not key:
         raise ConfigError(
             f"override {override!r} is not of the form key.sub=value "
             "(e.g. rollout.n=8, algo.beta=0.04, data.eval=null)"
         )
-    if key[0] in "+~":
+    if key[0] == "+":
         raise ConfigError(
-            f"override {override!r}: grouprl does not use Hydra's '+'/'~' prefixes; every key "
-            f"already exists in the schema, so write {key.lstrip('+~')}=value "
+            f"override {override!r}: grouprl does not use Hydra's '+' prefix (add a key); every "
+            f"key already exists in the schema, so write {key.lstrip('+')}=value "
             "(use =null to unset a value)"
         )
     parts = key.split(".")
@@ -200,6 +205,49 @@ def _parse_override(override: str) -> tuple[list[str], Any]:
             f"override {override!r}: the value is not valid YAML ({problem}); "
             f"quote text that contains YAML syntax, e.g. '{key}=\"...\"'"
         ) from None
+
+
+def _delete_hint(override: str, *, key: str) -> str:
+    """The message for Hydra's delete syntax (``~data.eval``), which grouprl has no use for:
+    every key exists in the schema with a default."""
+    head = (
+        f"override {override!r}: Hydra's '~' deletes a key from the config, but grouprl's "
+        "keys all exist in the schema (each with a default) and are not deleted."
+    )
+    field = _field_at(key.split("."))
+    default = None if field is None else yaml_text(field.get_default(call_default_factory=True))
+    if field is None:
+        return (
+            f"{head} Write KEY=null to turn off an optional section or value (e.g. "
+            "data.eval=null, critic=null); docs/config.md lists every key and its default."
+        )
+    if field.is_required() or not _allows_null(field.annotation):
+        return (
+            f"{head} {key} cannot be turned off; set it to a value ({key}=VALUE), or leave "
+            f"it out of the recipe for its default ({default})."
+        )
+    return (
+        f"{head} To turn {key} off, write {key}=null (optional sections and values are "
+        f"null when off); to get its default back, leave it out of the recipe ({default})."
+    )
+
+
+def _field_at(parts: list[str]) -> FieldInfo | None:
+    """The schema's field at a dotted key (list indices skipped); None if there is none."""
+    model: type[BaseModel] | None = RunConfig
+    field = None
+    for part in parts:
+        if part.isdigit() and field is not None and is_list(field.annotation):
+            continue
+        if model is None or part not in model.model_fields:
+            return None
+        field = model.model_fields[part]
+        model = model_in(field.annotation)
+    return field
+
+
+def _allows_null(annotation: Any) -> bool:
+    return type(None) in typing.get_args(annotation)
 
 
 def _set_path(data: dict, *, parts: list[str], value: Any, override: str) -> None:
@@ -222,7 +270,11 @@ def _set_path(data: dict, *, parts: list[str], value: Any, override: str) -> Non
             continue
         if last:
             node[part] = value
-        elif isinstance(node.get(part), dict | list):
+            continue
+        if ".".join(parts[: depth + 1]) in REPLACED_WHOLE and node.get(part) is not None:
+            # a data source written short (`data.train=a.parquet`, or a list of files)
+            node[part] = source_shorthand(node[part], key=".".join(parts[: depth + 1]))
+        if isinstance(node.get(part), dict | list):
             node = node[part]
         elif parts[depth + 1].isdigit():
             raise ConfigError(
@@ -295,7 +347,7 @@ def _explain(err: ValidationError, *, origin: str, set_by: dict[str, str]) -> Co
     lines = []
     for problem in err.errors():
         path = ".".join(str(part) for part in problem["loc"])
-        reason = problem["msg"].replace("Input should be", "should be")
+        reason = reason_text(problem)
         source = next(
             (
                 f"override {o!r}"

@@ -9,7 +9,8 @@ from grouprl.config.errors import show
 from grouprl.config.schema import RunConfig
 
 VALIDATION_METRICS = ("eval/accuracy", "eval/reward_mean", "eval/response_len")
-"""What every validation logs (``driver/evaluate.validate``); multi-turn runs add
+"""What every validation logs (``driver/evaluate.validate``; ``eval/accuracy`` only when
+something judges correctness, ``RunConfig.judges_correctness``); multi-turn runs add
 ``eval/episode/...``."""
 
 
@@ -18,15 +19,27 @@ def run_problems(cfg: RunConfig) -> list[str]:
 
 
 def _sink_problems(cfg: RunConfig) -> list[str]:
+    """The configured sinks whose package is missing: found with ``find_spec`` before any
+    model loads (a converted verl recipe with `trainer.logger: [console, wandb]` sets
+    ``metrics.wandb.project``), never imported here."""
+    problems = []
     if cfg.metrics.mlflow.enabled and importlib.util.find_spec("mlflow") is None:
-        return [MLFLOW_MISSING]
-    return []
+        problems.append(MLFLOW_MISSING)
+    project = cfg.metrics.wandb.project
+    if project is not None and importlib.util.find_spec("wandb") is None:
+        problems.append(WANDB_MISSING.format(project=show(project)))
+    return problems
 
 
 MLFLOW_MISSING = (
     "metrics.mlflow.enabled=true logs to MLflow, but its package (mlflow-skinny) is not "
     "installed. Fix: pip install 'grouprl[mlflow]' (make install EXTRAS=cpu,dev,mlflow), "
     "or metrics.mlflow.enabled=false."
+)
+WANDB_MISSING = (
+    "metrics.wandb.project={project} logs to Weights & Biases, but the wandb package is not "
+    "installed. Fix: pip install 'grouprl[wandb]' (make install EXTRAS=cpu,dev,mlflow,wandb), "
+    "or metrics.wandb.project=null."
 )
 
 
@@ -40,6 +53,13 @@ def _keep_best_problems(cfg: RunConfig) -> list[str]:
             f"checkpoint.best_metric={show(ckpt.best_metric)} is not a validation metric. "
             f"Allowed: {', '.join(VALIDATION_METRICS)} (or another eval/ metric the "
             "validation logs). Fix: e.g. checkpoint.best_metric=eval/reward_mean."
+        )
+    if ckpt.best_metric == "eval/accuracy" and not cfg.judges_correctness:
+        problems.append(
+            "checkpoint.best_metric=eval/accuracy, but reward.correct_function=null: nothing "
+            "says an answer is correct, so validation logs no accuracy. Fix: set "
+            "reward.correct_function to your function that scores 1.0 for a correct answer, "
+            "or checkpoint.best_metric=eval/reward_mean."
         )
     if cfg.data.eval is None:
         problems.append(

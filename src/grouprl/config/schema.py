@@ -9,16 +9,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from grouprl.algo.traits import ESTIMATORS
 from grouprl.config.algorithms import with_preset
+from grouprl.config.section import Section, name_sections
 
-
-class Section(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid", use_attribute_docstrings=True, validate_assignment=True
-    )
+DATA_FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
+"""The local files a data source reads (and the only entries a list of sources holds)."""
 
 
 class ModelConfig(Section):
@@ -35,8 +33,9 @@ class ModelConfig(Section):
 
 
 class DataSource(Section):
-    source: str = "builtin:arith"
-    """`builtin:arith`, a `.jsonl`/`.json`/`.parquet` file, or a Hugging Face dataset name."""
+    source: str | list[str] = "builtin:arith"
+    """`builtin:arith`, a `.jsonl`/`.json`/`.parquet` file, a Hugging Face dataset name, or
+    a list of local files: read in order as one table (each must have the same columns)."""
     split: str = "train"
     """Split: for builtin and hub datasets the split name; ignored for files."""
     subset: str | None = None
@@ -44,12 +43,71 @@ class DataSource(Section):
     limit: int | None = Field(default=None, ge=1)
     """Use only the first `limit` rows."""
 
+    @field_validator("source")
+    @classmethod
+    def _files_in_a_list(cls, value: str | list[str]) -> str | list[str]:
+        if isinstance(value, str):
+            return value
+        if not value:
+            raise ValueError("an empty list names no rows; give a source or a list of files")
+        others = [name for name in value if not name.endswith(DATA_FILE_SUFFIXES)]
+        if others:
+            raise ValueError(
+                f"a list of sources holds local .jsonl/.json/.parquet files only, not "
+                f"{others}; a built-in or hub dataset is a source of its own"
+            )
+        return value[0] if len(value) == 1 else value
+
+    @property
+    def files(self) -> list[str]:
+        """The sources in order: ``[source]``, or the list of files."""
+        return [self.source] if isinstance(self.source, str) else list(self.source)
+
+    @property
+    def label(self) -> str:
+        """The source as messages show it: its name, or the files joined by `` + ``."""
+        return " + ".join(self.files)
+
+
+SOURCE_FORMS = (
+    "a path or dataset name ({key}=data/train.parquet), a list of files "
+    "({key}=[a.parquet,b.parquet]), or a mapping ({key}={{source: openai/gsm8k, "
+    "subset: main}})"
+)
+
+
+def source_shorthand(value: Any, *, key: str) -> Any:
+    """``data.train`` / ``data.eval`` as written: a path or name means ``{source: it}``, a
+    list of files ``{source: [...]}`` (the held-out one's split is `test`); a mapping or a
+    ``DataSource`` is itself."""
+    split = {"split": "test"} if key == "data.eval" else {}
+    if isinstance(value, str):
+        return {"source": value, **split}
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return {"source": list(value), **split}
+    if value is None and key == "data.train":
+        raise ValueError(
+            "the training prompts cannot be null; give " + SOURCE_FORMS.format(key=key)
+        )
+    if value is None or isinstance(value, dict | DataSource):
+        return value
+    raise ValueError("give " + SOURCE_FORMS.format(key=key))
+
 
 class DataConfig(Section):
     train: DataSource = DataSource(split="train")
-    """Training prompts."""
+    """Training prompts: a path (`data.train=data/train.parquet`, the same as
+    `{source: data/train.parquet}`), a list of files read in order as one table, or a
+    mapping of the keys below."""
     eval: DataSource | None = DataSource(split="test", limit=200)
-    """Held-out prompts for validation and `grouprl eval`; null disables validation."""
+    """Held-out prompts for validation and `grouprl eval`, written like `data.train` (a
+    path or name alone reads its `test` split); null disables validation."""
+
+    @field_validator("train", "eval", mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any, info: ValidationInfo) -> Any:
+        return source_shorthand(value, key=f"data.{info.field_name}")
+
     prompt_key: str = "question"
     """Column holding the question text."""
     answer_key: str = "answer"
@@ -83,7 +141,10 @@ class RewardConfig(Section):
     functions: list[RewardFunction] = [RewardFunction(name="math_answer")]
     """Reward functions; the reward is their weighted sum."""
     correct_function: str | None = "math_answer"
-    """The function whose score of 1.0 counts as a correct answer in `accuracy`."""
+    """The one of `reward.functions` that says whether an answer is correct: a score of 1.0
+    counts as correct in the `accuracy` and `eval/accuracy` metrics (the reward is the same
+    either way). Replacing `math_answer` with your own functions, set it to the one that
+    scores 1.0 for a correct answer, or to null: no accuracy is logged."""
     on_error: Literal["zero", "abort"] = "zero"
     """What a raising reward function does: score 0 and count it, or stop the run."""
     timeout_s: float = Field(default=10.0, gt=0)
@@ -310,8 +371,11 @@ class CriticConfig(Section):
     lr: float = Field(default=1e-5, gt=0)
     """The critic's own AdamW learning rate (constant)."""
     weight_decay: float = Field(default=0.0, ge=0)
+    """The critic's AdamW weight decay."""
     betas: tuple[float, float] = (0.9, 0.999)
+    """The critic's AdamW betas."""
     max_grad_norm: float | None = Field(default=1.0, gt=0)
+    """Clip the critic's gradient norm; null disables clipping."""
     value_clip: float | None = Field(default=0.2, gt=0)
     """PPO's value clipping: a new value may move at most this far from the old one
     before its loss stops counting; null: plain squared error."""
@@ -337,12 +401,17 @@ class LoraConfig(Section):
 
 class TrainConfig(Section):
     lr: float = Field(default=1e-6, gt=0)
+    """The policy's AdamW learning rate (the peak, after warmup)."""
     weight_decay: float = Field(default=0.0, ge=0)
+    """AdamW weight decay; biases and norm weights are exempt (`workers/optim.py`)."""
     betas: tuple[float, float] = (0.9, 0.99)
+    """AdamW betas."""
     lr_schedule: Literal["constant", "cosine"] = "constant"
     """Shape after warmup; cosine decays to `min_lr_ratio` x lr at the last step."""
     warmup_steps: int = Field(default=0, ge=0)
+    """Optimizer steps over which the learning rate rises linearly to `lr`."""
     min_lr_ratio: float = Field(default=0.0, ge=0, le=1)
+    """`cosine`: the last step's learning rate as a fraction of `lr`."""
     max_grad_norm: float | None = Field(default=1.0, gt=0)
     """Clip the global gradient norm; null disables clipping."""
     mini_batch_size: int | None = Field(default=None, ge=1)
@@ -362,7 +431,9 @@ class TrainConfig(Section):
     epochs: float | None = Field(default=None, gt=0)
     """Passes over the training prompts (converted to steps)."""
     seed: int = 0
+    """Seeds the prompt order, the rollouts' sampling and torch, numpy and random."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where training runs: `auto` is cuda when torch sees a GPU, else cpu."""
     activation_checkpointing: bool = False
     """Keep only each decoder layer's input for the backward pass and recompute the rest:
     far less activation memory for about a third more compute."""
@@ -371,6 +442,7 @@ class TrainConfig(Section):
     num_threads: int | None = Field(default=None, ge=1)
     """CPU threads for torch; null keeps torch's default."""
     lora: LoraConfig = LoraConfig()
+    """LoRA adapters on the policy (`rank: 0`, the default: full fine-tuning)."""
 
 
 class TrainerConfig(Section):
@@ -382,6 +454,7 @@ class TrainerConfig(Section):
     eval_every: int | None = Field(default=None, ge=1)
     """Validate every N steps; null validates only before and after training."""
     eval_before_train: bool = True
+    """Validate before the first step (the baseline of the held-out accuracy's change)."""
     stop_after: int | None = Field(default=None, ge=1)
     """Stop (with a checkpoint) after this many steps in this session, as a preemption
     would; a later `trainer.resume=auto` run continues to `train.steps`."""
@@ -398,6 +471,7 @@ class MemoryTierConfig(Section):
     outlives the trainer process (not the node). With ranks on several nodes, each node
     keeps its ranks' part and a copy of a peer node's part, so one lost node loses none."""
     keep: int = Field(default=2, ge=1)
+    """Memory checkpoints kept; older ones are dropped."""
     dir: str = "/dev/shm/grouprl"
     """A RAM-backed directory; checkpoints go to DIR/NAMESPACE/step_N (with several
     ranks: DIR/NAMESPACE/HOST/part_K/step_N on each node)."""
@@ -410,6 +484,7 @@ class DiskTierConfig(Section):
     every: int | None = Field(default=None, ge=1)
     """Save to local disk every N steps; null: only at the end and on preemption."""
     keep: int = Field(default=2, ge=1)
+    """Disk checkpoints kept (with `checkpoint.keep_best`, the best one besides)."""
     dir: str | None = None
     """Null: RUN_DIR/checkpoints."""
 
@@ -422,9 +497,11 @@ class S3TierConfig(Section):
     every: int | None = Field(default=None, ge=1)
     """Upload every N steps; null: only at the end and on preemption."""
     keep: int = Field(default=3, ge=1)
+    """S3 checkpoints kept; older ones are deleted."""
     endpoint_url: str | None = None
     """An S3-compatible server (MinIO, Ceph, R2...); null: AWS."""
     region: str | None = None
+    """The bucket's region; null: the standard AWS chain's."""
     max_backoff_s: float = Field(default=60.0, gt=0)
     """A failed upload is retried until it succeeds (training goes on meanwhile), waiting
     1 s, 2 s, 4 s... up to this long between tries."""
@@ -435,8 +512,11 @@ class CheckpointConfig(Section):
     """Names this run's checkpoints in the shared tiers (memory, S3); `{name}` is the
     recipe name. Two runs must not share one."""
     memory: MemoryTierConfig = MemoryTierConfig()
+    """The node-memory tier (off unless `every` is set)."""
     disk: DiskTierConfig = DiskTierConfig()
+    """The local-disk tier."""
     s3: S3TierConfig = S3TierConfig()
+    """The S3 tier (off unless `uri` is set)."""
     on_busy: Literal["wait", "skip"] = "wait"
     """When a save is due while the previous one is still being written: `wait` for it
     (the loop blocks, and the wait is logged) or `skip` this save (logged)."""
@@ -460,6 +540,7 @@ class WandbConfig(Section):
     project: str | None = None
     """Set to log to Weights & Biases."""
     entity: str | None = None
+    """The W&B team or user the run belongs to; null: your default entity."""
     api_key: str | None = None
     """Prefer the WANDB_API_KEY environment variable; never saved unredacted."""
 
@@ -513,14 +594,19 @@ class MlflowConfig(Section):
 
 class MetricsConfig(Section):
     tensorboard: bool = True
+    """Write TensorBoard scalars to RUN_DIR/tensorboard."""
     wandb: WandbConfig = WandbConfig()
+    """Weights & Biases (`pip install 'grouprl[wandb]'`): on when `project` is set."""
     mlflow: MlflowConfig = MlflowConfig()
+    """MLflow: on when `enabled` is true."""
     progress: bool = True
     """Show a rich progress bar with live metrics."""
 
 
 class RunConfig(Section):
     name: str = "run"
+    """The run's name, `{name}` in `trainer.run_dir` and `checkpoint.namespace`; a recipe
+    without one takes its file name."""
     description: str = ""
     """One line shown by `grouprl recipes`."""
     model: ModelConfig = ModelConfig()
@@ -577,8 +663,17 @@ class RunConfig(Section):
             r.placement == "actor" or r.gpus > 0 or self.world_size > 1 or self.rollout_replicas > 1
         )
 
+    @property
+    def judges_correctness(self) -> bool:
+        """Whether something says an answer is correct (`reward.correct_function`, or the
+        reward `env.agent` reports: 1.0 is correct); without it no accuracy is logged."""
+        return self.reward.correct_function is not None or self.env.agent is not None
+
     @model_validator(mode="after")
     def _fill_norm_tokens(self) -> RunConfig:
         if self.algo.norm_tokens is None:
             self.algo.norm_tokens = self.rollout.max_tokens
         return self
+
+    def model_post_init(self, context: Any) -> None:
+        name_sections(self, path="")  # errors of a value set from Python name the whole key

@@ -11,6 +11,7 @@ columns (dotted keys through nested objects and parquet struct columns)::
     rows.json         the whole file (JSON cannot be read in part)
     a directory       that it exists; columns from `datasets`' dataset_info.json if any
     owner/name        nothing: a hub dataset cannot be checked offline
+    [a, b, ...]       each file as above, and that they have the same columns
 
 It imports neither ``datasets`` nor torch, and pyarrow only for a parquet file. Each
 problem names the config key, the value, what the source has, and the fix.
@@ -26,7 +27,7 @@ from typing import Any
 from grouprl.assets.datasets import BUILTIN_DATASETS, builtin_rows, split_sizes
 from grouprl.config.schema import DataConfig, DataSource
 from grouprl.data.prompts import PLACEHOLDER
-from grouprl.data.sources import FILE_SUFFIXES, get_field
+from grouprl.data.sources import FILE_SUFFIXES, get_field, unlike_columns
 
 PEEK_ROWS = 100
 LIST = "list"
@@ -47,11 +48,16 @@ def source_problems(
     """Why ``source`` (at ``config_key``) would fail to load, as messages; [] when it looks
     loadable or cannot be checked here. ``missing_ok``: a path that does not exist here is
     not a problem (``grouprl submit``: it may exist on the cluster)."""
-    where = f"{config_key}.source={source.source!r}"
-    try:
-        columns = _peek(source, missing_ok=missing_ok)
-    except _Unreadable as err:
-        return [f"{where}{err}"]
+    where = f"{config_key}.source={source.label!r}"
+    if isinstance(source.source, str):
+        try:
+            columns = _peek(source, missing_ok=missing_ok)
+        except _Unreadable as err:
+            return [f"{where}{err}"]
+    else:
+        columns, problems = _peek_files(source, config_key=config_key, missing_ok=missing_ok)
+        if problems:
+            return problems
     if columns is None:
         return []
     keys = (("data.prompt_key", data.prompt_key), ("data.answer_key", data.answer_key))
@@ -68,6 +74,34 @@ def source_problems(
             f"data.system_prompt), or set data.prompt_template={PLACEHOLDER!r} (the default)."
         )
     return problems
+
+
+def _peek_files(
+    source: DataSource, *, config_key: str, missing_ok: bool
+) -> tuple[Columns | None, list[str]]:
+    """A list of files: the first file's columns (None if one cannot be checked here),
+    and what is wrong: a file that would not load, or files whose columns differ."""
+    found: list[tuple[str, Columns | None]] = []
+    problems = []
+    for i, name in enumerate(source.files):
+        try:
+            found.append(
+                (name, _peek(source.model_copy(update={"source": name}), missing_ok=missing_ok))
+            )
+        except _Unreadable as err:
+            problems.append(f"{config_key}.source file {i} ({name!r}){err}")
+    known = [(name, columns) for name, columns in found if columns is not None]
+    if problems or not known:
+        return None, problems
+    first, expected = known[0]
+    for name, columns in known[1:]:
+        if set(columns) != set(expected):
+            problems.append(
+                unlike_columns(
+                    config_key, name=name, columns=columns, first=first, expected=expected
+                )
+            )
+    return (expected if len(known) == len(found) else None), problems
 
 
 def _peek(source: DataSource, *, missing_ok: bool) -> Columns | None:

@@ -10,13 +10,16 @@ Sources (``DataSource.source``)::
     path/to/dir              a directory saved by `datasets` (save_to_disk), or
                              a dataset folder `datasets.load_dataset` can read
     owner/name               a Hugging Face hub dataset (needs the network)
+    [a.parquet, b.jsonl]     local files read in order as one table (same columns)
 
 Every returned row is the source's row as a dict plus ``row["_index"]``, its
-position in the source, so a skipped row or a failing reward can be traced
-back. A key with dots (``answer.value``) reads into nested dicts; see
-``get_field``. The prompt column holds text or chat messages (``data/messages.py``).
-A broken row (prompt missing, empty, or neither text nor a valid list of messages;
-answer missing; a line that is not a JSON object) is skipped and reported, never
+position in the source (for a list of files, counted across them in order), so a
+skipped row or a failing reward can be traced back; a skipped row of a list is
+reported with its file and its position in that file. A key with dots
+(``answer.value``) reads into nested dicts; see ``get_field``. The prompt column
+holds text or chat messages (``data/messages.py``). A broken row (prompt missing,
+empty, or neither text nor a valid list of messages; answer missing; a line that is
+not a JSON object) is skipped and reported, never
 silently dropped; if every row is broken the load fails.
 """
 
@@ -24,17 +27,18 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grouprl.assets.datasets import BUILTIN_DATASETS, builtin_rows, split_sizes
-from grouprl.config.schema import DataSource
+from grouprl.config.schema import DATA_FILE_SUFFIXES, DataSource
 from grouprl.data.messages import is_messages, message_problem
 
 logger = logging.getLogger(__name__)
 
-FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
+FILE_SUFFIXES = DATA_FILE_SUFFIXES
 MISSING = object()
 """Returned by ``get_field`` when a key does not resolve."""
 
@@ -48,7 +52,14 @@ class DataError(ValueError):
 @dataclass
 class SkippedRow:
     index: int
+    """The row's position in its file (in the source, for one source)."""
     reason: str
+    file: str | None = None
+    """The file it is in, when the source is a list of files."""
+
+    @property
+    def where(self) -> str:
+        return f"row {self.index}" if self.file is None else f"{self.file} row {self.index}"
 
 
 @dataclass
@@ -68,7 +79,7 @@ class LoadReport:
             head += f" (limit {self.limit})"
         if not self.skipped:
             return head
-        shown = "; ".join(f"row {s.index}: {s.reason}" for s in self.skipped[:show])
+        shown = "; ".join(f"{s.where}: {s.reason}" for s in self.skipped[:show])
         more = f"; ... {len(self.skipped) - show} more" if len(self.skipped) > show else ""
         return f"{head}, skipped {len(self.skipped)} broken rows ({shown}{more})"
 
@@ -122,25 +133,30 @@ def read_rows(
     ``limit`` keeps the first ``limit`` valid rows, so a few broken rows do not
     shrink an eval set below the size asked for.
     """
-    raw, columns = _read_source(source, config_key=config_key)
-    report = LoadReport(source=source.source, total=len(raw), limit=source.limit)
+    parts = _read_parts(source, config_key=config_key)
+    raw = [item for _, part, _ in parts for item in part]
+    columns = parts[0][2]
+    report = LoadReport(source=source.label, total=len(raw), limit=source.limit)
     if not raw:
-        raise DataError(f"{config_key}.source={source.source!r} has no rows")
+        raise DataError(f"{config_key}.source={source.label!r} has no rows")
     for key, name in ((prompt_key, "data.prompt_key"), (answer_key, "data.answer_key")):
-        _check_column(key, columns=columns, raw=raw, config_name=name, source=source.source)
+        _check_column(key, columns=columns, raw=raw, config_name=name, source=source.label)
     rows: list[dict[str, Any]] = []
-    for index, item in enumerate(raw):
-        if source.limit is not None and len(rows) >= source.limit:
-            break
-        reason = _row_problem(item, prompt_key=prompt_key, answer_key=answer_key)
-        if reason is not None:
-            report.skipped.append(SkippedRow(index=index, reason=reason))
-            continue
-        rows.append({**item, "_index": index})
+    offset = 0
+    for file, part, _ in parts:
+        for index, item in enumerate(part):
+            if source.limit is not None and len(rows) >= source.limit:
+                break
+            reason = _row_problem(item, prompt_key=prompt_key, answer_key=answer_key)
+            if reason is not None:
+                report.skipped.append(SkippedRow(index=index, reason=reason, file=file))
+                continue
+            rows.append({**item, "_index": offset + index})
+        offset += len(part)
     report.kept = len(rows)
     if not rows:
         raise DataError(
-            f"every row of {config_key}.source={source.source!r} is broken: {report.summary()}. "
+            f"every row of {config_key}.source={source.label!r} is broken: {report.summary()}. "
             f"Check data.prompt_key={prompt_key!r} and data.answer_key={answer_key!r}"
         )
     return rows, report
@@ -192,6 +208,43 @@ def _check_column(
         f"Set {config_name} to one of them (e.g. {config_name}={sorted(columns)[0]!r})"
         if columns
         else f"{source!r} has no column {key!r} (no rows parsed into objects)"
+    )
+
+
+def _read_parts(
+    source: DataSource, *, config_key: str
+) -> list[tuple[str | None, list[Any], list[str]]]:
+    """``(file, raw rows, columns)`` of each file of a list of files, in order (file None
+    for a single source); every file must have the first one's columns."""
+    if isinstance(source.source, str):
+        return [(None, *_read_source(source, config_key=config_key))]
+    parts = []
+    for name in source.files:
+        raw, columns = _read_source(
+            source.model_copy(update={"source": name}), config_key=config_key
+        )
+        parts.append((name, raw, columns))
+    first, _, expected = parts[0]
+    for name, _, columns in parts[1:]:
+        if set(columns) != set(expected):
+            raise DataError(
+                unlike_columns(
+                    config_key, name=name, columns=columns, first=first, expected=expected
+                )
+            )
+    return parts
+
+
+def unlike_columns(
+    config_key: str, *, name: str, columns: Iterable[str], first: str, expected: Iterable[str]
+) -> str:
+    """The message for a list of files whose file ``name`` lacks the first one's columns."""
+    columns, expected = set(columns), set(expected)
+    return (
+        f"{config_key}.source: {name!r} has the columns {sorted(columns)}, but {first!r} has "
+        f"{sorted(expected)} (missing: {sorted(expected - columns)}, extra: "
+        f"{sorted(columns - expected)}). The files of a list are read as one table and need "
+        "the same columns: make them alike, or train on them separately."
     )
 
 

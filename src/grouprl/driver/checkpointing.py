@@ -6,17 +6,19 @@ import hashlib
 import json
 import logging
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from grouprl.ckpt.best import Best, improved
 from grouprl.ckpt.checkpointer import Checkpointer
-from grouprl.ckpt.manifest import is_complete
+from grouprl.ckpt.manifest import is_complete, read_manifest
 from grouprl.ckpt.resume import find_resume
 from grouprl.ckpt.state import TRAINER_FILE, TrainerState, rng_state, set_rng_state
-from grouprl.ckpt.tiers import step_name
+from grouprl.ckpt.tiers import LocalTier, step_name
+from grouprl.config.checks import derived_numbers
 from grouprl.config.redact import redacted_dict
 from grouprl.config.schema import RunConfig
 from grouprl.driver.loop import Components, sync_weights
@@ -105,8 +107,9 @@ def resume(c: Components, ckpt: Checkpointer, run_dir: Path) -> dict[str, float]
         return None
     if found.manifest.config_hash != config_hash(c.cfg):
         logger.warning(
-            "the checkpoint was written by a run with another config (model, data, rollout, "
-            "algo or train sections differ); continuing with this run's config"
+            "the checkpoint was written by a run with another config (%s); continuing with "
+            "this run's config",
+            changed_keys(found.path / "config.yaml", c.cfg),
         )
     c.policy.call(PolicyWorker.load, found.load_from)
     if c.critic is not None:
@@ -119,6 +122,91 @@ def resume(c: Components, ckpt: Checkpointer, run_dir: Path) -> dict[str, float]
     set_rng_state(state.rng)
     sync_weights(c, version=state.weight_version)
     return state.eval_before
+
+
+def changed_keys(saved: Path, cfg: RunConfig, *, shown: int = 8) -> str:
+    """The keys outside ``RUN_ONLY_SECTIONS`` whose values differ between the config a
+    checkpoint carries (``saved``) and ``cfg``: ``train.steps: 20 -> 40, ...``."""
+    if not saved.is_file():  # a checkpoint without its config
+        return "model, data, rollout, algo or train sections differ"
+    old = _flat(yaml.safe_load(saved.read_text()) or {})
+    # through YAML as the checkpoint's copy went: tuples read back as lists
+    new = _flat(yaml.safe_load(yaml.safe_dump(redacted_dict(cfg))))
+    changes = [
+        f"{key}: {_show(old.get(key, _UNSET))} -> {_show(new.get(key, _UNSET))}"
+        for key in sorted(old.keys() | new.keys())
+        if old.get(key, _UNSET) != new.get(key, _UNSET)
+    ]
+    more = f", and {len(changes) - shown} more" if len(changes) > shown else ""
+    return ", ".join(changes[:shown]) + more if changes else "no key differs"
+
+
+_UNSET = object()
+
+
+def _flat(data: dict, prefix: str = "") -> dict[str, object]:
+    """Dotted keys of the nested sections (lists are values), run-only sections left out."""
+    flat: dict[str, object] = {}
+    for key, value in data.items():
+        if not prefix and key in RUN_ONLY_SECTIONS:
+            continue
+        if isinstance(value, dict) and value:
+            flat |= _flat(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _show(value: object) -> str:
+    """A value as a recipe writes it (``null``, ``true``, ``[a, b]``); unset: ``(unset)``."""
+    if value is _UNSET:
+        return "(unset)"
+    text = yaml.safe_dump(value, default_flow_style=True, width=1000)
+    return text.removesuffix("...\n").strip()  # a scalar's document-end marker
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A run that ``trainer.resume=auto`` would not advance: why, and its summary."""
+
+    message: str
+    summary: dict[str, Any]
+
+
+def finished_run(cfg: RunConfig, run_dir: Path) -> Finished | None:
+    """With ``trainer.resume=auto``: the run when its newest checkpoint on disk (where
+    the final one goes) is already at the last step, read from the manifests and
+    ``summary.json`` before anything loads or is written; None when there is a step
+    to train. The last step is ``train.steps``, or for ``train.epochs`` the one the
+    run's summary names if the checkpoint's config is this one."""
+    if cfg.trainer.resume != "auto":
+        return None
+    ckpt = cfg.checkpoint
+    disk = Path(ckpt.disk.dir) if ckpt.disk.dir else run_dir / "checkpoints"
+    found = LocalTier("disk", disk, every=None, keep=1).complete()
+    if not found:
+        return None
+    newest = found[-1]
+    summary_file = run_dir / "summary.json"
+    summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+    total = derived_numbers(cfg).total_steps
+    if total is None and read_manifest(Path(newest.where)).config_hash == config_hash(cfg):
+        total = summary.get("total_steps") if summary.get("step") == newest.step else None
+    if total is None or newest.step < total:
+        return None
+    steps = (
+        f"train.steps={total}"
+        if cfg.train.steps is not None
+        else f"{total} steps (train.epochs={cfg.train.epochs:g})"
+    )
+    message = (
+        f"run {run_dir} is already finished: its newest checkpoint ({newest.where}) is at "
+        f"step {newest.step} of {steps}, so trainer.resume=auto has nothing to train; its "
+        "files are left as they were. To train further, raise train.steps (e.g. "
+        f"train.steps={2 * total}) and resume with trainer.resume=auto."
+    )
+    summary = summary or {"run_dir": str(run_dir), "step": newest.step, "total_steps": total}
+    return Finished(message, summary | {"finished": True})
 
 
 def _best_on_disk(best: Best | None, ckpt: Checkpointer) -> Best | None:

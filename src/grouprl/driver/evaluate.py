@@ -16,8 +16,11 @@ def validate(
     prompt_set: PromptSet,
     rollout: RolloutConfig,
     seed: int,
+    accuracy: bool = True,
 ) -> dict[str, float]:
-    """One episode per held-out prompt (greedy unless ``rollout.eval_temperature``)."""
+    """One episode per held-out prompt (greedy unless ``rollout.eval_temperature``).
+    ``accuracy``: whether something judges correctness (``RunConfig.judges_correctness``);
+    without it ``eval/accuracy`` is left out rather than logged as 0."""
     settings = SamplingSettings(
         n=1,
         temperature=rollout.eval_temperature,
@@ -29,7 +32,7 @@ def validate(
     trajectories, scores = run(prompt_set, settings)
     n = max(len(trajectories), 1)
     metrics = {
-        "eval/accuracy": sum(t.correct for t in trajectories) / n,
+        **({"eval/accuracy": sum(t.correct for t in trajectories) / n} if accuracy else {}),
         "eval/reward_mean": sum(t.reward for t in trajectories) / n,
         "eval/response_len": sum(t.generated_tokens for t in trajectories) / n,
         "eval/reward_errors": float(len(scores.errors)),
@@ -46,6 +49,7 @@ def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
 
     from grouprl.ckpt.export import export_checkpoint, find_checkpoint
     from grouprl.device import resolve_device
+    from grouprl.driver.eval_inputs import run_dir_of_target
     from grouprl.envs.factory import make_env
     from grouprl.rollout.setup import (
         load_prompt_set,
@@ -58,7 +62,7 @@ def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
 
     if cfg.data.eval is None:
         raise EvalError("data.eval is null: set data.eval.source (and split) to evaluate on.")
-    run_dir = Path(target) if (Path(target) / "checkpoints").is_dir() else None
+    run_dir = run_dir_of_target(target)
     if run_dir is not None:
         ckpt = find_checkpoint(run_dir)
         exported = run_dir / "cache" / "export" / ckpt.name
@@ -86,6 +90,7 @@ def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
                 prompt_set=prompt_set,
                 rollout=cfg.rollout,
                 seed=cfg.train.seed,
+                accuracy=cfg.judges_correctness,
             )
     finally:
         if score is not None:
@@ -97,12 +102,18 @@ def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
             run.close()
     print(f"model: {cfg.model.path}")
     print(
-        f"held-out accuracy: {metrics['eval/accuracy']:.3f}  "
+        f"held-out accuracy: {_accuracy_text(metrics)}  "
         f"mean reward: {metrics['eval/reward_mean']:.3f}  ({len(prompt_set)} prompts)"
     )
     if run_dir is not None:
         (run_dir / "eval.json").write_text(json.dumps(metrics, indent=2))
     return metrics
+
+
+def _accuracy_text(metrics: dict[str, float]) -> str:
+    if "eval/accuracy" not in metrics:
+        return "n/a (reward.correct_function=null)"
+    return f"{metrics['eval/accuracy']:.3f}"
 
 
 class EvalError(ValueError):

@@ -189,7 +189,6 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
     metrics = {
         "reward/mean": float(rewards.mean()),
         "reward/std": float(rewards.std(unbiased=False)),
-        "accuracy": sum(t.correct for t in generated) / len(generated),
         "response_len/mean": sum(lengths) / len(lengths),
         "response_len/max": float(max(lengths)),
         "response/truncated_frac": sum(t.completion.finish_reason == "length" for t in generated)
@@ -202,6 +201,8 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
         **reward_metrics(RewardScores.concat(all_scores)),
         **c.engine.drain_metrics(),
     }
+    if cfg.judges_correctness:  # else nothing says an answer is correct: no accuracy
+        metrics["accuracy"] = sum(t.correct for t in generated) / len(generated)
     if algo.overlong_buffer is not None:
         metrics["reward/overlong"] = sum(t.reward_parts["overlong"] for t in generated) / len(
             generated
@@ -346,6 +347,7 @@ def run_validation(c: Components) -> dict[str, float]:
         prompt_set=c.eval_set,
         rollout=c.cfg.rollout,
         seed=c.cfg.train.seed,
+        accuracy=c.cfg.judges_correctness,
     )
 
 

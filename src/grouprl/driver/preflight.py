@@ -10,6 +10,7 @@ reward module and environment class are imported, as the run would.
 from __future__ import annotations
 
 from grouprl.agents.worker import agent_problems
+from grouprl.assets import model_path_problem
 from grouprl.config.checks import Derived
 from grouprl.config.schema import RunConfig
 from grouprl.data.peek import source_problems
@@ -32,9 +33,23 @@ def input_problems(cfg: RunConfig, *, missing_ok: bool = False) -> list[str]:
     problems = env_config_problems(cfg.env, missing_ok=missing_ok)  # env.name, env.args
     problems += agent_problems(agent=cfg.env.agent, env_name=cfg.env.name, missing_ok=missing_ok)
     problems += reward_problems(cfg.reward.functions, missing_ok=missing_ok)
+    problems += model_path_problems(cfg, missing_ok=missing_ok)
     for key, source in (("data.train", cfg.data.train), ("data.eval", cfg.data.eval)):
         if source is not None:
             problems += source_problems(
                 source, config_key=key, data=cfg.data, missing_ok=missing_ok
             )
     return problems
+
+
+def model_path_problems(cfg: RunConfig, *, missing_ok: bool = False) -> list[str]:
+    """``model.path`` and ``critic.path`` values that look like local paths but are no
+    model directory here (``assets.path_reason``): they would otherwise become hub
+    lookups. ``missing_ok``: the job's machine may have them."""
+    if missing_ok:
+        return []
+    paths = {"model.path": cfg.model.path}
+    if cfg.critic is not None:
+        paths["critic.path"] = cfg.critic.path
+    found = (model_path_problem(path, key=key) for key, path in paths.items())
+    return [problem for problem in found if problem is not None]

@@ -24,6 +24,7 @@ from grouprl.data.sampler import PromptSampler
 from grouprl.device import resolve_device
 from grouprl.driver.checkpointing import (
     checkpointed_roles,
+    finished_run,
     make_checkpointer,
     note_validation,
     resume,
@@ -227,6 +228,9 @@ def train(cfg: RunConfig) -> dict[str, Any]:
 def _train_session(cfg: RunConfig) -> dict[str, Any]:
     check_new_run(cfg)  # a fresh run never lands on another's metrics or checkpoints
     run_dir = run_dir_of(cfg)
+    if (done := finished_run(cfg, run_dir)) is not None:  # before any file or model
+        console.print(Text(done.message, style="yellow"), soft_wrap=True)
+        return done.summary
     run_dir.mkdir(parents=True, exist_ok=True)
     save_resolved(cfg, run_dir / "config.yaml")
     show_logs()

@@ -38,8 +38,9 @@ weights and AdamW states, sharded by FSDP2, and computes under bf16 autocast::
                        blocks: what torch.cuda.max_memory_reserved reports (no context)
       peak per GPU     the larger phase + fragmentation: what must fit cluster.gpu
 
-``problems`` (which ``plan.check_run`` raises): the peak per GPU over the GPU's size; the
-engine's weights over its claim; a KV cache smaller than one rollout.max_model_len sequence.
+``problems`` (which ``plan.check_run`` raises): the peak per GPU over the GPU's size, with
+the changes that bring it under (``plan/fixes.py``, each planned again); the engine's
+weights over its claim; a KV cache smaller than one rollout.max_model_len sequence.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 from grouprl.config.checks import derived_numbers
 from grouprl.config.errors import ConfigError, show
 from grouprl.config.schema import RunConfig
+from grouprl.plan import fixes
 from grouprl.plan.allocator import FRAGMENTATION
 from grouprl.plan.engine_memory import Engine, engine_plan, engine_problems
 from grouprl.plan.hf_memory import HfEngine, hf_plan
@@ -160,14 +162,15 @@ def gpu_memory_problems(cfg: RunConfig, derived: Derived) -> list[str]:
         return []
 
 
-def plan_for_run(cfg: RunConfig, derived: Derived) -> GpuPlan:
+def plan_for_run(cfg: RunConfig, derived: Derived, *, advise: bool = True) -> GpuPlan:
     """``plan_gpu_memory`` with the policy's (and critic's) config.json found on disk or in
-    ``plan/known_models.py``; ``SizeUnknown`` when one is not."""
+    ``plan/known_models.py``; ``SizeUnknown`` when one is not. ``advise=False``: the
+    terms alone (a peak over the GPU is no problem then, and no fix is searched for)."""
     config, _ = model_config(cfg.model.path, revision=cfg.model.revision)
     critic_config = None
     if cfg.critic is not None and cfg.critic.path != cfg.model.path:
         critic_config, _ = model_config(cfg.critic.path)
-    return plan_gpu_memory(cfg, derived, config=config, critic_config=critic_config)
+    return plan_gpu_memory(cfg, derived, config=config, critic_config=critic_config, advise=advise)
 
 
 def planned_reserved(cfg: RunConfig) -> int | None:
@@ -177,7 +180,7 @@ def planned_reserved(cfg: RunConfig) -> int | None:
     if cfg.cluster.gpu is None:
         cfg = cfg.model_copy(update={"cluster": cfg.cluster.model_copy(update={"gpu": "H100"})})
     try:
-        return plan_for_run(cfg, derived_numbers(cfg)).reserved
+        return plan_for_run(cfg, derived_numbers(cfg), advise=False).reserved
     except SizeUnknown:
         return None
 
@@ -201,11 +204,14 @@ def plan_gpu_memory(
     *,
     config: dict[str, Any],
     critic_config: dict[str, Any] | None = None,
+    advise: bool = True,
 ) -> GpuPlan:
     """The memory of one training GPU and one generation GPU, with ``problems``.
 
     ``config`` is the policy's config.json; ``critic_config`` the critic's (None: the
-    policy's). Needs ``cluster.gpu`` set."""
+    policy's). Needs ``cluster.gpu`` set. ``advise``: a peak over the GPU is a problem
+    that offers the changes which fit (``plan/fixes.py``, re-planned with ``advise``
+    false: then only the engine's problems are listed)."""
     assert cfg.cluster.gpu is not None, "plan_gpu_memory needs cluster.gpu"
     label, gpu_bytes = parse_gpu(cfg.cluster.gpu)
     trainer = trainer_memory(cfg, derived, config=config, critic_config=critic_config or config)
@@ -246,7 +252,16 @@ def plan_gpu_memory(
         problems=[],
     )
     plan.problems.extend(engine_problems(cfg, engine))
-    plan.problems.extend(_peak_problems(cfg, derived, plan=plan, trainer=trainer))
+    if advise and not plan.fits:
+
+        def replan(changed: RunConfig, changed_derived: Derived) -> tuple[int, list[str]]:
+            again = plan_gpu_memory(
+                changed, changed_derived, config=config, critic_config=critic_config, advise=False
+            )
+            return again.peak, again.problems
+
+        advice = fixes.advise(cfg, gpu_bytes=gpu_bytes, replan=replan, known=plan.problems)
+        plan.problems.append(_peak_problem(derived, plan=plan, trainer=trainer, advice=advice))
     return plan
 
 
@@ -262,56 +277,22 @@ def _engine_apart(engine: Engine | None, hf: HfEngine | None) -> list[MemoryRow]
     return [context, hf.weights, hf.kv_cache, hf.generation, hf.cached]
 
 
-def _peak_problems(
-    cfg: RunConfig, derived: Derived, *, plan: GpuPlan, trainer: Trainer
-) -> list[str]:
-    if plan.fits:
-        return []
-    training_over = plan.training_phase + plan.fragmentation > plan.gpu_bytes
+def _peak_problem(
+    derived: Derived, *, plan: GpuPlan, trainer: Trainer, advice: fixes.Advice
+) -> str:
     phase = "training" if plan.training_phase >= plan.generation_phase else "generation"
-    c, t = cfg.cluster, cfg.train
-    fixes = []
-    if not c.offload and trainer.moments:
-        fixes.append(
-            f"cluster.offload_optimizer=true (keeps {human_bytes(trainer.moments)} of AdamW "
-            "moments in CPU memory except during each optimizer step)"
-        )
-    if derived.world_size > 1 and not c.offload and trainer.states:
-        fixes.append(
-            f"cluster.offload=true (moves {human_bytes(trainer.states)} of weights, grads "
-            "and AdamW states to CPU memory)"
-        )
-    if training_over and not t.activation_checkpointing:
-        fixes.append(
-            f"train.activation_checkpointing=true (activations {human_bytes(trainer.activations)}"
-            f" -> {human_bytes(trainer.activations_checkpointed)})"
-        )
-    if training_over and t.micro_batch_tokens is not None:
-        fixes.append(f"a lower train.micro_batch_tokens (now {t.micro_batch_tokens})")
-    elif training_over and t.micro_batch_size > 1:
-        fixes.append(f"a lower train.micro_batch_size (now {t.micro_batch_size})")
-    if plan.generation_phase > plan.gpu_bytes and plan.colocated and plan.engine is not None:
-        fixes.append(
-            f"a lower rollout.gpu_memory_utilization (now "
-            f"{show(cfg.rollout.gpu_memory_utilization)}) or rollout.gpus=1 (the engine on a "
-            "GPU of its own)"
-        )
-    fixes.append(
-        f"more GPUs (cluster.nodes={c.nodes}, cluster.gpus_per_node={c.gpus_per_node}): "
-        "the states shrink with the training ranks"
-    )
-    listed = ", ".join(fixes[:-1]) + (", or " if len(fixes) > 1 else "") + fixes[-1]
     whole = ""
-    if derived.world_size > 1 and trainer.copies:
+    more_nodes = any(c.key == "cluster.nodes" for fix in advice.fixes for c in fix.changes)
+    if derived.world_size > 1 and trainer.copies and not more_nodes:
         whole = (
-            f" The {human_bytes(trainer.copies)} of bf16 autocast copies do not shrink with "
-            "more GPUs: autocast casts the weights FSDP2 gathers, whole on every rank."
+            f" More nodes do not help the {human_bytes(trainer.copies)} of bf16 autocast "
+            "copies: autocast casts the weights FSDP2 gathers, whole on every rank."
         )
-    return [
+    fits = fixes.advice_text(advice, gpu=plan.gpu, gpu_bytes=plan.gpu_bytes)
+    return (
         f"estimated peak memory per GPU is {human_bytes(plan.peak)} ({phase} phase; training "
         f"{human_bytes(plan.training_phase)}, generation {human_bytes(plan.generation_phase)}, "
         f"+ {human_bytes(plan.fragmentation)} allocator fragmentation), "
         f"{human_bytes(plan.peak - plan.gpu_bytes)} more than cluster.gpu={plan.gpu} has "
-        f"({human_bytes(plan.gpu_bytes)}); `grouprl plan` shows each term. Try, in this "
-        f"order: {listed}.{whole}"
-    ]
+        f"({human_bytes(plan.gpu_bytes)}); `grouprl plan` shows each term. {fits}{whole}"
+    )

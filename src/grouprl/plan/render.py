@@ -5,8 +5,6 @@ Only rich here: no torch, vllm, ray or transformers (the CLI test checks).
 
 from __future__ import annotations
 
-from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from grouprl.algo.traits import ESTIMATORS, keys_read
@@ -16,6 +14,7 @@ from grouprl.config.errors import show
 from grouprl.config.schema import DataSource, RunConfig
 from grouprl.plan.batch_rows import batch_rows, token_rows
 from grouprl.plan.env_rows import env_rows
+from grouprl.plan.layout import PlanView, Section
 from grouprl.plan.rollout_rows import rollout_rows
 from grouprl.plan.rows import Row, memory_rows, model_rows
 from grouprl.plan.target import Target, plan_target
@@ -23,16 +22,20 @@ from grouprl.plan.target import Target, plan_target
 LATER = "computed after the dataset loads"
 
 
-def render_plan(cfg: RunConfig, derived: Derived, *, here: bool = False) -> Group:
-    """A titled table: run, batch, length, tokens, algorithm, rollout, models, memory per
-    GPU and output sections, for the machines the recipe describes (``here``: this one,
-    ``plan/target.py``)."""
+def render_plan(cfg: RunConfig, derived: Derived, *, here: bool = False) -> PlanView:
+    """The title and ``plan_sections``, as a table or stacked rows for the width they are
+    printed at (``plan/layout.py``)."""
+    title = Text.assemble(("plan: ", "bold"), (cfg.name, "bold green"))
+    if cfg.description:
+        title.append(f"  {cfg.description}", style="dim")
+    return PlanView(title, plan_sections(cfg, derived, here=here))
+
+
+def plan_sections(cfg: RunConfig, derived: Derived, *, here: bool = False) -> list[Section]:
+    """Run, batch, length, tokens, algorithm, rollout, models, memory per GPU and output
+    rows, for the machines the recipe describes (``here``: this one, ``plan/target.py``)."""
     target = plan_target(cfg, here=here)
-    table = Table(show_header=True, header_style="bold", expand=False, show_lines=False)
-    table.add_column("quantity", style="cyan", no_wrap=True)
-    table.add_column("value", justify="right", style="bold", overflow="fold", max_width=24)
-    table.add_column("how", overflow="fold")
-    sections = [
+    return [
         ("run", _run_rows(cfg, derived, target)),
         ("batch", batch_rows(cfg, derived)),
         ("length", _length_rows(cfg, derived)),
@@ -44,20 +47,10 @@ def render_plan(cfg: RunConfig, derived: Derived, *, here: bool = False) -> Grou
         ("memory per GPU", memory_rows(cfg, derived)),
         ("output", _output_rows(cfg, derived)),
     ]
-    for title, rows in sections:
-        table.add_row(Text(title.upper(), style="bold magenta"), "", "")
-        for quantity, value, how in rows:
-            table.add_row(quantity, value, how)
-        if title != sections[-1][0]:
-            table.add_section()
-    title = Text.assemble(("plan: ", "bold"), (cfg.name, "bold green"))
-    if cfg.description:
-        title.append(f"  {cfg.description}", style="dim")
-    return Group(title, table)
 
 
 def _source_text(source: DataSource) -> str:
-    text = source.source
+    text = source.label
     if source.subset:
         text += f" ({source.subset})"
     return f"{text}, split {source.split}"

@@ -125,7 +125,7 @@ def memory_rows(cfg: RunConfig, d: Derived) -> list[Row]:
     if cfg.train.device == "cpu":
         return [("memory check", "off", "train.device=cpu: no GPU memory to check")]
     try:
-        plan = plan_for_run(cfg, d)
+        plan = plan_for_run(cfg, d, advise=False)  # the terms; the check says the rest
     except SizeUnknown as err:
         how = f"a model's size is {err}: no memory check until its config.json is on disk"
         return [("memory check", "skipped", how)]

@@ -67,10 +67,6 @@ class Trainer:
     resident: list[MemoryRow]  # held in both phases
     passes: list[MemoryRow]  # the training phase's working rows (the larger counts)
     working: int  # the larger of the policy's pass, the critic's pass, the optimizer step
-    states: int  # policy + critic optimizer states on the GPU
-    moments: int  # the AdamW moments among them (cluster.offload_optimizer moves them)
-    activations: int  # the policy's
-    activations_checkpointed: int  # the policy's with train.activation_checkpointing=true
     copies: int  # the policy's autocast copies (whole on every rank)
 
     @property
@@ -91,30 +87,20 @@ def trainer_memory(
     if cfg.algo.beta > 0 and not cfg.train.lora.rank:  # LoRA: the base, adapters off
         resident.append(_reference_row(cfg, count.causal_lm, world=world))
     policy_pass = _policy_pass(cfg, derived, shape=shape, count=count)
-    working, states, critic = sum(r.bytes for r in policy_pass), policy_states.bytes, []
+    working, critic = sum(r.bytes for r in policy_pass), []
     trained = [adapters or count.causal_lm]
     if cfg.critic is not None:
         critic_states, critic_pass = _critic_rows(cfg, derived, critic_config)
         resident.append(critic_states)
         critic = [critic_pass]
-        working, states = max(working, critic_pass.bytes), states + critic_states.bytes
+        working = max(working, critic_pass.bytes)
         trained.append(estimate_params(critic_config).value_model)
     step = _step_row(cfg, trained=max(trained), world=world)
-    moments = sum(p * MOMENT_BYTES // world for p in trained)
     return Trainer(
         resident=resident,
         passes=policy_pass + critic + [step],
         working=max(working, step.bytes),
-        states=states,
-        moments=0 if cfg.cluster.offload_optimizer else moments,
-        activations=policy_pass[2].bytes,
         copies=policy_pass[1].bytes,
-        activations_checkpointed=activation_bytes(
-            shape,
-            tokens=derived.max_tokens_per_pass,
-            seq_len=derived.max_tokens_per_sample,
-            checkpointing=True,
-        ),
     )
 
 

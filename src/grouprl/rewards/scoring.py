@@ -11,6 +11,8 @@
                                     ▼
                       on_error="zero": parts[name][i] = 0.0, RewardFailure recorded and logged
                       on_error="abort": RewardError (function, sample, row, message)
+                      either: a function that failed on every sample of the call (two
+                      or more) stops the run, RewardError: it would train on zeros
                                     ▼
                       total[i] = sum over functions of weight * parts[name][i]
 
@@ -165,7 +167,8 @@ def score_completions(
     ``functions`` as ``registry.resolve_rewards`` returns them. ``group_size``: samples per
     prompt (prompt-major order) for group rewards; None: runs of rows with the same
     ``_index``. Pass the run's long-lived ``pool``; without one, a pool of one worker is
-    started and closed within this call.
+    started and closed within this call. Raises ``RewardError`` at the first failure with
+    ``on_error="abort"``, and with either when a function failed on every sample.
     """
     if len(completions) != len(rows):
         raise ValueError(f"{len(completions)} completions but {len(rows)} rows; pair them 1:1")
@@ -193,8 +196,10 @@ def score_completions(
                 continue
             parts[name][start : start + size] = values
         restarts = workers.stats()["restarts"] - restarts_before
+    failed, first = _failed_samples(errors)
+    _stop_if_all_failed(failed, first, samples=len(completions))
     _log(errors)
-    _alarm(errors, samples=len(completions))
+    _alarm(failed, first, samples=len(completions))
     total = [sum(f.weight * parts[f.name][i] for f in functions) for i in range(len(completions))]
     return RewardScores(total=total, parts=parts, errors=errors, worker_restarts=restarts)
 
@@ -326,22 +331,47 @@ def _log(errors: list[RewardFailure]) -> None:
         )
 
 
-def _alarm(errors: list[RewardFailure], *, samples: int) -> None:
-    """One warning per function that failed on more than ``ALARM_SHARE`` of the samples."""
+def _failed_samples(
+    errors: list[RewardFailure],
+) -> tuple[dict[str, int], dict[str, RewardFailure]]:
+    """Per function: the samples its failed calls scored, and its first failure."""
     failed: dict[str, int] = {}
     first: dict[str, RewardFailure] = {}
     for failure in errors:
         failed[failure.function] = failed.get(failure.function, 0) + failure.samples
         first.setdefault(failure.function, failure)
+    return failed, first
+
+
+def _stop_if_all_failed(
+    failed: dict[str, int], first: dict[str, RewardFailure], *, samples: int
+) -> None:
+    """Raise ``RewardError`` for a function that failed on every one of two or more
+    samples, whatever ``reward.on_error``: a run that went on would train on zeros and
+    finish as if it had learned (a broken grader, or workers that cannot start). A score
+    of 0 is no failure: only calls that raised, timed out or crashed count."""
+    for name, count in failed.items():
+        if samples > 1 and count >= samples:
+            failure = first[name]
+            raise RewardError(
+                f"reward function {name!r} failed (raised, timed out or crashed) on all "
+                f"{samples} samples scored together: stopped rather than train on zeros. "
+                f"First failure: sample {failure.sample_index} (row {failure.row_index}): "
+                f"{failure.error_type}: {failure.message}. Fix the function; "
+                "reward.on_error=zero scores a failed sample 0, but not every sample of a step"
+            )
+
+
+def _alarm(failed: dict[str, int], first: dict[str, RewardFailure], *, samples: int) -> None:
+    """One warning per function that failed on more than ``ALARM_SHARE`` of the samples."""
     for name, count in failed.items():
         if samples > 1 and count > ALARM_SHARE * samples:
-            share = "every one" if count == samples else f"{count}"
             logger.warning(
-                "reward function %r failed on %s of the %d samples scored together and "
+                "reward function %r failed on %d of the %d samples scored together and "
                 "scored them 0: the policy learns nothing from them. First failure: %s: %s. "
                 "Fix the function, or set reward.on_error=abort to stop at the first failure",
                 name,
-                share,
+                count,
                 samples,
                 first[name].error_type,
                 first[name].message,

@@ -142,6 +142,8 @@ class AgentRollout:
             error_type = _FAILURE_TYPES.get(err.kind, err.error_type or "Exception")
             message = err.message.removeprefix(f"{err.error_type}: ")
         except Exception as err:  # workers=0: the agent's own exception
+            if isinstance(self._pool, WorkerPool):
+                raise  # not one call's failure: the pool cannot run any (main_guard)
             error_type, message = type(err).__name__, str(err)
         failure = RewardFailure("env.agent", index, row.get("_index"), error_type, message)
         return AgentOutcome(failure=failure)

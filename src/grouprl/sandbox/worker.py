@@ -10,6 +10,8 @@
 The process limits its own address space (``RLIMIT_AS``) before it says "ready", and
 asks the kernel to kill it when the thread that started it ends (``PR_SET_PDEATHSIG``),
 so a parent that is itself killed leaves no worker behind. It exits when the pipe closes.
+It ignores SIGINT and SIGTERM (started with them blocked: ``sandbox/signals.py``), which
+a terminal's Ctrl-C sends to the run's whole process group.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+from grouprl.sandbox.signals import ignore_group_signals
 
 MEMORY_EXIT_CODE = 86
 """Exit code of a worker that ran out of memory where it could not report it."""
@@ -48,6 +52,8 @@ def serve(
     """Entry point of a worker process (``multiprocessing`` spawn target). ``initializer``
     runs before the worker says "ready" (imports that should not count against a call's
     deadline); if it raises, the traceback goes to stderr and the worker serves anyway."""
+    ignore_group_signals()  # Ctrl-C and `timeout` signal the run's group: the driver
+    # saves, then closes this worker (it must not die, nor print a KeyboardInterrupt)
     _die_with_parent()
     if memory_mb is not None:
         limit = memory_mb * 1024 * 1024

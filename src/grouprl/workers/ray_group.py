@@ -234,5 +234,11 @@ def _wait_for_placement(group, cfg: RunConfig, bundle: dict[str, float]) -> None
         f"{c.nodes}, {cfg.ranks_per_node} ranks per node, cluster.cpus_per_worker="
         f"{c.cpus_per_worker}, cluster.gpus_per_node={c.gpus_per_node}) after "
         f"{time.monotonic() - start:.0f} s; it has {len(nodes)} node(s): {have}. Lower "
-        "those keys or add nodes."
+        "those keys or add nodes"
+        + (
+            f" (all {cfg.world_size} ranks on one node: cluster.nodes=1 "
+            f"cluster.{'gpus' if c.gpus_per_node else 'workers'}_per_node={cfg.world_size})."
+            if len(nodes) < c.nodes
+            else "."
+        )
     )
