@@ -24,10 +24,10 @@ from transformers import AutoTokenizer
 
 from grouprl.assets import resolve_model_path
 from grouprl.config.schema import DataConfig, EnvConfig
+from grouprl.engines.base import SamplingSettings
 from grouprl.envs.contained import contain
 from grouprl.envs.factory import make_env
 from grouprl.envs.loader import EnvTarget
-from grouprl.rollout.base import SamplingSettings
 from grouprl.rollout.episodes import run_episodes
 from grouprl.types import Completion
 

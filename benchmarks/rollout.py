@@ -274,7 +274,7 @@ def no_rewards(*, completions: list[str], rows: list[dict], **kwargs):
 def grouprl_engine(s: Settings, work: Path):
     import torch
 
-    from grouprl.rollout.engines import make_engine
+    from grouprl.engines.build import make_engine
 
     started = time.perf_counter()
     engine = make_engine(
@@ -293,8 +293,8 @@ def grouprl_round(s: Settings, engine, side: SideResult):
     (``make_rollout`` over the single-turn environment, rewards zero), its ``generate``
     call measured; the rollout's own seconds go to ``side.collect_s``."""
     from grouprl.driver.loop import sampling_seed
+    from grouprl.engines.base import SamplingSettings
     from grouprl.envs.single_turn import SingleTurnEnv
-    from grouprl.rollout.base import SamplingSettings
     from grouprl.rollout.setup import make_rollout
 
     timed = TimedEngine(engine)
@@ -339,7 +339,7 @@ def run_grouprl(s: Settings, rounds: list, work: Path) -> list[SideResult]:
 
 def raw_llm(s: Settings, work: Path):
     """A vllm.LLM with the engine arguments VLLMEngine passes on CPU for this config."""
-    from grouprl.rollout.vllm_engine import GiB, vllm_environment
+    from grouprl.engines.vllm_engine import GiB, vllm_environment
 
     vllm_environment(cache_dir=str(work))
     from vllm import LLM
@@ -480,7 +480,7 @@ def model_parameters(model: Path) -> int:
     """Parameters in the model directory's safetensors files (headers only)."""
     import math
 
-    from grouprl.rollout.weights import checkpoint_shapes
+    from grouprl.engines.weights import checkpoint_shapes
 
     return sum(math.prod(shape) for shape in checkpoint_shapes(str(model)).values())
 

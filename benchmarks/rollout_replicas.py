@@ -51,7 +51,7 @@ def parse_args() -> argparse.Namespace:
 def run_side(replicas: int, *, address: str, args, prompts, model: Path, work: Path):
     """Tokens per second and the completions' tokens of one side."""
     from grouprl.config.loader import load_config
-    from grouprl.rollout.base import SamplingSettings
+    from grouprl.engines.base import SamplingSettings
     from grouprl.rollout.setup import start_replicas
 
     cfg = load_config(

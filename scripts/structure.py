@@ -33,6 +33,8 @@ LAYERS: dict[str, int] = {
     "data": 3,
     "rewards": 3,
     "envs": 3,
+    "engines": 3,
+    "tools": 3,
     "rollout": 3,
     "sandbox": 3,
     "agents": 3,

@@ -14,8 +14,8 @@ from torch import Tensor
 
 from grouprl.config.schema import AlgoConfig, TrainConfig
 from grouprl.driver.batch import build_batch
-from grouprl.rollout import SamplingSettings
-from grouprl.rollout.hf_engine import HFEngine
+from grouprl.engines import SamplingSettings
+from grouprl.engines.hf_engine import HFEngine
 from grouprl.types import Completion, TrainingBatch, Trajectory, Turn
 from grouprl.workers.logprobs import TokenScorer
 from grouprl.workers.update import policy_update

@@ -21,8 +21,8 @@ from cuda_samples import CHUNK, trajectories
 
 from grouprl.device import autocast_for, resolve_dtype
 from grouprl.driver.batch import build_batch
-from grouprl.rollout import SamplingSettings
-from grouprl.rollout.hf_engine import HFEngine
+from grouprl.engines import SamplingSettings
+from grouprl.engines.hf_engine import HFEngine
 from grouprl.workers.logprobs import TokenScorer
 
 GAP_BOUNDS = {"float32": (1e-4, 1e-3), "bfloat16": (0.05, None)}  # (mean, largest)

@@ -25,9 +25,9 @@ from cuda_samples import CHUNK, relative_error, sampled_batch, update_delta
 
 from grouprl.config.schema import AlgoConfig, LoraConfig, TrainConfig
 from grouprl.device import autocast_for, resolve_dtype
+from grouprl.engines import SamplingSettings
+from grouprl.engines.hf_engine import HFEngine
 from grouprl.lora_weights import merged_weights
-from grouprl.rollout import SamplingSettings
-from grouprl.rollout.hf_engine import HFEngine
 from grouprl.workers.logprobs import TokenScorer
 from grouprl.workers.lora import adapters_off, add_lora
 from grouprl.workers.optim import make_optimizer

@@ -13,10 +13,10 @@ import torch
 from grouprl.config.loader import load_config
 from grouprl.config.schema import RunConfig
 from grouprl.driver.batch import build_batch
+from grouprl.engines.base import SamplingSettings
 from grouprl.envs.base import render_observation
 from grouprl.rewards.scoring import RewardScores
-from grouprl.rollout.agents import AgentRollout
-from grouprl.rollout.base import SamplingSettings
+from grouprl.rollout.gateway.agents import AgentRollout
 
 AGENT = '''
 """A calculator agent on the official openai client: nothing in it knows grouprl."""

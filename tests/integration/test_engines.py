@@ -21,9 +21,9 @@ import pytest
 import torch
 
 from grouprl.config.schema import RunConfig
-from grouprl.rollout import EngineUnavailableError, SamplingSettings, make_engine
-from grouprl.rollout.hf_engine import HFEngine, sample_tokens
-from grouprl.rollout.server_engine import logprobs_follow_temperature
+from grouprl.engines import EngineUnavailableError, SamplingSettings, make_engine
+from grouprl.engines.hf_engine import HFEngine, sample_tokens
+from grouprl.engines.server_engine import logprobs_follow_temperature
 from grouprl.workers.logprobs import token_logprobs
 
 ASSET_MODEL = Path(__file__).resolve().parents[2] / "src/grouprl/assets/tiny-arith"
@@ -150,7 +150,7 @@ def vllm_server(model_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server_engine(vllm_server, model_dir, tmp_path_factory):
-    from grouprl.rollout.server_engine import ServerEngine
+    from grouprl.engines.server_engine import ServerEngine
 
     weights = tmp_path_factory.mktemp("pushes")
     engine = ServerEngine(vllm_server, model_dir=model_dir, dtype="float32", weights_dir=weights)

@@ -10,8 +10,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from grouprl.config.schema import DataConfig, EnvConfig
+from grouprl.engines.base import SamplingSettings
 from grouprl.envs.factory import make_env
-from grouprl.rollout.base import SamplingSettings
 from grouprl.rollout.episodes import episode_metrics, run_episodes
 from grouprl.rollout.setup import zero_failed_episodes
 from grouprl.types import Completion, Trajectory, Turn

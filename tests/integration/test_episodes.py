@@ -6,10 +6,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grouprl.driver.batch import build_batch, turn_tensors
+from grouprl.engines.base import SamplingSettings
+from grouprl.engines.hf_engine import HFEngine
 from grouprl.envs.base import Step
-from grouprl.rollout.base import SamplingSettings
 from grouprl.rollout.episodes import run_episodes
-from grouprl.rollout.hf_engine import HFEngine
 
 
 class ThreeTurns:

@@ -10,10 +10,10 @@ import pytest
 from transformers import AutoTokenizer
 
 from grouprl.config.schema import EnvConfig
+from grouprl.engines.base import SamplingSettings
 from grouprl.envs.tool_env import ToolEnv
-from grouprl.envs.tools import ToolSet
-from grouprl.rollout.base import SamplingSettings
 from grouprl.rollout.episodes import episode_metrics, run_episodes
+from grouprl.tools.spec import ToolSet
 from grouprl.types import Completion
 
 

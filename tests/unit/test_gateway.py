@@ -10,17 +10,17 @@ import urllib.error
 import urllib.request
 
 import pytest
+from grouprl.rollout.gateway.record import gateway_metrics
 from openai import OpenAI
 
 from grouprl.config.schema import RunConfig
 from grouprl.data.prompts import chat_prompt_ids
+from grouprl.engines.base import SamplingSettings
 from grouprl.envs.base import render_observation
 from grouprl.rewards.scoring import RewardScores
-from grouprl.rollout.agents import AgentRollout
-from grouprl.rollout.base import SamplingSettings
-from grouprl.rollout.gateway import Gateway
-from grouprl.rollout.gateway_record import gateway_metrics
-from grouprl.rollout.gateway_tools import assistant_reply, request_tools
+from grouprl.rollout.gateway.agents import AgentRollout
+from grouprl.rollout.gateway.server import Gateway
+from grouprl.tools.wire import assistant_reply, request_tools
 from grouprl.types import Completion
 
 ADD = {

@@ -13,8 +13,8 @@ import torch
 
 from grouprl.cluster.connection import WorkerFailed
 from grouprl.config.schema import RunConfig
-from grouprl.rollout.base import SamplingSettings
-from grouprl.rollout.replicas import ReplicaSet, Slot, push, slots, split_by_work
+from grouprl.engines.base import SamplingSettings
+from grouprl.engines.replicas import ReplicaSet, Slot, push, slots, split_by_work
 from grouprl.types import Completion
 
 

@@ -7,8 +7,8 @@ import os
 import pytest
 import torch
 
-from grouprl.rollout import shared_weights
-from grouprl.rollout.shared_weights import SharedWeights, map_layout, plan_layout, reserve_file
+from grouprl.engines import shared_weights
+from grouprl.engines.shared_weights import SharedWeights, map_layout, plan_layout, reserve_file
 
 EXPECTED = {
     "model.embed_tokens.weight": (10, 4),

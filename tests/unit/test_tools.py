@@ -8,7 +8,7 @@ from typing import Literal, Optional
 
 import pytest
 
-from grouprl.envs.tool_calls import (
+from grouprl.tools.calls import (
     CALL_FORMATS,
     ParsedCall,
     ToolArgumentError,
@@ -16,8 +16,8 @@ from grouprl.envs.tool_calls import (
     check_arguments,
     parse_tool_calls,
 )
-from grouprl.envs.tool_runner import ToolResult, ToolRunner, tool_message
-from grouprl.envs.tools import Tool, ToolSet, tool_schema
+from grouprl.tools.runner import ToolResult, ToolRunner, tool_message
+from grouprl.tools.spec import Tool, ToolSet, tool_schema
 
 
 def search(

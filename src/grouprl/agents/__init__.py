@@ -6,6 +6,6 @@ docs/gateway.md): run their tool calls as grouprl's environments do, report a re
 Imports no torch: agents run in worker processes.
 """
 
-from grouprl.agents.tools import AgentTools, report_reward
+from grouprl.tools.agent import AgentTools, report_reward
 
 __all__ = ["AgentTools", "report_reward"]

@@ -1,7 +1,7 @@
 """Where the rollout engine's replicas go, and the checks that they fit. No torch.
 
 R replicas (``RunConfig.rollout_replicas``), W training ranks, tp =
-``rollout.tensor_parallel_size``; ``rollout/replicas.py`` places them the same way::
+``rollout.tensor_parallel_size``; ``engines/replicas.py`` places them the same way::
 
     colocated  cluster.gpus_per_node > 0, rollout.gpus = 0: replica k shares the GPUs of
                the tp training ranks from rank k x W // R (one node's), and sleeps while

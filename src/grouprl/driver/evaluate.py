@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grouprl.config.schema import RolloutConfig, RunConfig
-from grouprl.rollout.base import SamplingSettings
+from grouprl.engines.base import SamplingSettings
 from grouprl.rollout.episodes import episode_metrics
 from grouprl.rollout.setup import PromptSet, RolloutFn
 

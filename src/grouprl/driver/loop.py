@@ -35,12 +35,12 @@ from grouprl.data.sampler import PromptSampler
 from grouprl.driver.batch import build_batch, turn_tensors
 from grouprl.driver.evaluate import validate
 from grouprl.driver.overlap import RolloutAhead
+from grouprl.engines.base import SamplingSettings
+from grouprl.engines.replicas import ReplicaSet
 from grouprl.metrics.telemetry import Hardware, pass_flops, rank_memory_metrics
 from grouprl.rewards.scoring import RewardScores
 from grouprl.rewards.scoring import metrics as reward_metrics
-from grouprl.rollout.base import SamplingSettings
 from grouprl.rollout.episodes import episode_metrics
-from grouprl.rollout.replicas import ReplicaSet
 from grouprl.rollout.runner import TimedScore
 from grouprl.rollout.setup import PromptSet, RolloutFn
 from grouprl.types import TrainingBatch, Trajectory

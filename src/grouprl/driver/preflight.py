@@ -9,7 +9,6 @@ reward module and environment class are imported, as the run would.
 
 from __future__ import annotations
 
-from grouprl.agents.worker import agent_problems
 from grouprl.assets import model_path_problem
 from grouprl.config.checks import Derived
 from grouprl.config.schema import RunConfig
@@ -17,6 +16,7 @@ from grouprl.data.peek import source_problems
 from grouprl.envs.loader import env_config_problems
 from grouprl.plan.check import check_run
 from grouprl.rewards.registry import reward_problems
+from grouprl.rollout.gateway.worker import agent_problems
 
 
 def check_before_loading(cfg: RunConfig, *, missing_ok: bool = False) -> Derived:

@@ -34,6 +34,7 @@ from grouprl.driver.checkpointing import (
 from grouprl.driver.loop import Components, RunState, one_step, rollout_step, run_validation
 from grouprl.driver.overlap import RolloutAhead
 from grouprl.driver.preflight import check_before_loading
+from grouprl.engines.build import shares_training_gpu
 from grouprl.envs.factory import make_env
 from grouprl.metrics.progress import TrainProgress
 from grouprl.metrics.report import write_report
@@ -41,7 +42,6 @@ from grouprl.metrics.samples import SamplesWriter
 from grouprl.metrics.sinks import make_sinks
 from grouprl.metrics.telemetry import GiB
 from grouprl.plan.gpu_memory import peak_memory_line, planned_reserved
-from grouprl.rollout.engines import shares_training_gpu
 from grouprl.rollout.runner import TimedScore
 from grouprl.rollout.setup import load_prompt_set, make_rollout, make_score_fn, start_engine
 from grouprl.runtime import (

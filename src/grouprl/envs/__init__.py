@@ -18,10 +18,10 @@ from grouprl.envs.base import (
     Step,
     StopReason,
 )
-from grouprl.envs.tool_calls import ToolCall
-from grouprl.envs.tool_runner import ToolResult
-from grouprl.envs.toolbox import Toolbox, ToolTurn
-from grouprl.envs.tools import Tool, ToolSet
+from grouprl.tools.calls import ToolCall
+from grouprl.tools.runner import ToolResult
+from grouprl.tools.spec import Tool, ToolSet
+from grouprl.tools.toolbox import Toolbox, ToolTurn
 
 __all__ = [
     "STOP_REASONS",

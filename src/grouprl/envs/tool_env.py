@@ -22,10 +22,10 @@ from typing import Any
 from grouprl.config.schema import DataConfig, EnvConfig
 from grouprl.data.prompts import PLACEHOLDER, prompt_messages
 from grouprl.envs.base import Step
-from grouprl.envs.tool_calls import parse_tool_calls
-from grouprl.envs.tool_runner import ToolResult, ToolRunner, tool_message
-from grouprl.envs.tools import ToolSet
 from grouprl.rewards.qa import answer_aliases, extract_answer, normalize_answer
+from grouprl.tools.calls import parse_tool_calls
+from grouprl.tools.runner import ToolResult, ToolRunner, tool_message
+from grouprl.tools.spec import ToolSet
 
 SYSTEM_PROMPTS = {
     # the tool call format is explained in words: small models need no template support

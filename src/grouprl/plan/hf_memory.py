@@ -1,4 +1,4 @@
-"""The ``hf`` rollout engine's share of a GPU (``rollout/hf_engine.py``), estimated from
+"""The ``hf`` rollout engine's share of a GPU (``engines/hf_engine.py``), estimated from
 config.json and the run config (no torch); part of ``grouprl plan``'s memory per GPU.
 
 R rows per generate call (a step's samples per replica, or the held-out prompts, greedy:

@@ -1,7 +1,7 @@
 """The rollout section of ``grouprl plan``: the engine, its replicas, where they run, and
 (with ``cluster.gpu``) each replica's GPU memory from ``plan/engine_memory.py``. No torch.
 
-Placement follows ``config/replica_checks.py`` (and ``rollout/replicas.py``): one engine
+Placement follows ``config/replica_checks.py`` (and ``engines/replicas.py``): one engine
 in the driver process for a one-rank run, else Ray actors, colocated on the training
 ranks' GPUs (asleep while they train), on GPUs of their own, or on CPU.
 """

@@ -1,10 +1,6 @@
-"""Rollout engines: generate groups of completions, take new weights in place.
+"""Rollout: prompts in, scored trajectories out.
 
-``make_engine`` picks the backend from ``rollout.engine``; transformers and
-vllm are imported only when a backend is built.
+``setup`` loads the prompt set and builds the rollout function; ``episodes`` runs an
+environment's turns against an engine (grouprl.engines); ``runner`` scores the
+trajectories; ``gateway`` serves an agent of the user's own (env.agent).
 """
-
-from grouprl.rollout.base import RolloutEngine, SamplingSettings
-from grouprl.rollout.engines import EngineUnavailableError, make_engine
-
-__all__ = ["EngineUnavailableError", "RolloutEngine", "SamplingSettings", "make_engine"]

@@ -22,6 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from grouprl.data.prompts import chat_prompt_ids
+from grouprl.engines.base import RolloutEngine, SamplingSettings
 from grouprl.envs.base import (
     STOP_REASONS,
     Environment,
@@ -31,8 +32,7 @@ from grouprl.envs.base import (
     template_kwargs_of,
 )
 from grouprl.envs.contained import EnvFailure
-from grouprl.rollout.base import RolloutEngine, SamplingSettings
-from grouprl.rollout.gateway_record import gateway_metrics
+from grouprl.rollout.gateway.record import gateway_metrics
 from grouprl.types import Trajectory, Turn
 
 logger = logging.getLogger(__name__)

@@ -12,13 +12,13 @@ from grouprl.assets import resolve_model_path
 from grouprl.config.schema import DataConfig, DataSource, RewardConfig, RunConfig
 from grouprl.data.prompts import render_conversations, render_prompts
 from grouprl.data.sources import load_rows
+from grouprl.engines.base import RolloutEngine, SamplingSettings
+from grouprl.engines.replicas import ReplicaSet, in_driver, start_replicas
 from grouprl.envs.base import Environment, first_messages, template_kwargs_of
 from grouprl.envs.single_turn import SingleTurnEnv
 from grouprl.rewards.registry import resolve_rewards
 from grouprl.rewards.scoring import RewardScorer, RewardScores
-from grouprl.rollout.base import RolloutEngine, SamplingSettings
 from grouprl.rollout.episodes import run_episodes
-from grouprl.rollout.replicas import ReplicaSet, in_driver, start_replicas
 from grouprl.rollout.runner import ScoreFn, score_trajectories
 from grouprl.types import Trajectory
 
@@ -89,7 +89,7 @@ def make_rollout(
     scored: the reward functions score each episode's last turn; an episode the
     environment failed (``env_error``) scores 0."""
     if cfg.env.agent is not None:  # your own agent, through the gateway (docs/gateway.md)
-        from grouprl.rollout.agents import AgentRollout
+        from grouprl.rollout.gateway.agents import AgentRollout
 
         return AgentRollout(cfg, engine=engine, tokenizer=tokenizer, score=score)
     correct = cfg.reward.correct_function
@@ -143,7 +143,7 @@ def start_engine(
             places=places or [],
             on_gpu=device.type == "cuda",
         )
-    from grouprl.rollout.engines import make_engine
+    from grouprl.engines.build import make_engine
 
     return in_driver(
         make_engine(

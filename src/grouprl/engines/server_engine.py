@@ -11,7 +11,7 @@ Start the server with the dev endpoints and processed logprobs, for example:
     VLLM_SERVER_DEV_MODE=1 vllm serve MODEL --logprobs-mode processed_logprobs
 
 Processed logprobs are those of the distribution the server drew from (logits / T,
-top-k, top-p), the quantity the other engines return (``rollout/vllm_engine.py``).
+top-k, top-p), the quantity the other engines return (``engines/vllm_engine.py``).
 vLLM's default, raw logprobs, ignores the temperature; a server left at it would feed
 the trainer T = 1 logprobs, so the first call that samples at T != 1 or with top-k/top-p
 asks the server for one token's top logprobs at two temperatures and refuses a server
@@ -36,9 +36,9 @@ import torch
 from torch import Tensor
 
 from grouprl.device import resolve_dtype
-from grouprl.rollout.base import SamplingSettings
-from grouprl.rollout.hf_engine import replicate
-from grouprl.rollout.weights import (
+from grouprl.engines.base import SamplingSettings
+from grouprl.engines.hf_engine import replicate
+from grouprl.engines.weights import (
     PushPacker,
     write_weights,
 )

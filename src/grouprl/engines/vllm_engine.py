@@ -13,7 +13,7 @@ A push must hold every weight of the checkpoint: vLLM silently keeps old values 
 layers it is not given. The prefix cache must go after a push: vLLM would otherwise
 reuse keys and values computed with the old weights for any prompt that shares a full
 KV block (128 tokens on CPU) with an earlier one, e.g. a common system prompt. See
-``grouprl.rollout.shared_weights`` for the buffer.
+``grouprl.engines.shared_weights`` for the buffer.
 
 Prompts are token ids (``TokensPrompt``); sample j of prompt i is seeded
 ``settings.seed + i * n + j`` (vLLM seeds child j of a request seeded s with
@@ -52,10 +52,10 @@ import torch
 from torch import Tensor
 
 from grouprl.device import resolve_dtype
-from grouprl.rollout.base import SamplingSettings
-from grouprl.rollout.hf_engine import replicate
-from grouprl.rollout.shared_weights import SharedWeights
-from grouprl.rollout.weights import expected_push
+from grouprl.engines.base import SamplingSettings
+from grouprl.engines.hf_engine import replicate
+from grouprl.engines.shared_weights import SharedWeights
+from grouprl.engines.weights import expected_push
 from grouprl.sandbox.signals import close_sessions, own_session
 from grouprl.types import Completion
 
@@ -180,7 +180,7 @@ class VLLMEngine:
             logprobs_mode="processed_logprobs",
             use_tqdm_on_load=False,
             tensor_parallel_size=tensor_parallel_size,
-            worker_extension_cls="grouprl.rollout.shared_weights.WorkerExtension",
+            worker_extension_cls="grouprl.engines.shared_weights.WorkerExtension",
             **platform_args,
         )
 

@@ -21,14 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from grouprl.envs.tool_calls import (
+from grouprl.tools.calls import (
     ParsedCall,
     ToolArgumentError,
     ToolCall,
     _unknown_tool,
     check_arguments,
 )
-from grouprl.envs.tools import ToolSet
+from grouprl.tools.spec import ToolSet
 
 
 @dataclass(frozen=True)

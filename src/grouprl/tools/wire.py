@@ -24,8 +24,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from grouprl.envs.tool_calls import parse_tool_calls
-from grouprl.envs.tools import Tool, ToolSet
+from grouprl.tools.calls import parse_tool_calls
+from grouprl.tools.spec import Tool, ToolSet
 
 _TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),

@@ -39,10 +39,10 @@ from dataclasses import dataclass, field, replace
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-from grouprl.rollout.base import RolloutEngine, SamplingSettings
-from grouprl.rollout.gateway_http import GatewayError, GatewayHandler
-from grouprl.rollout.gateway_record import EpisodeRecord, Plan
-from grouprl.rollout.gateway_tools import assistant_reply, request_tools
+from grouprl.engines.base import RolloutEngine, SamplingSettings
+from grouprl.rollout.gateway.http import GatewayError, GatewayHandler
+from grouprl.rollout.gateway.record import EpisodeRecord, Plan
+from grouprl.tools.wire import assistant_reply, request_tools
 from grouprl.types import Completion
 
 logger = logging.getLogger(__name__)

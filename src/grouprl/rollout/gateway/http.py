@@ -12,7 +12,7 @@ import logging
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-logger = logging.getLogger("grouprl.rollout.gateway")
+logger = logging.getLogger("grouprl.rollout.gateway.server")
 
 
 class GatewayError(Exception):

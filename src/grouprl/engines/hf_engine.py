@@ -25,7 +25,7 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 from torch import Tensor
 
-from grouprl.rollout.base import SamplingSettings
+from grouprl.engines.base import SamplingSettings
 from grouprl.types import Completion
 
 

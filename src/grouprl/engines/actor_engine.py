@@ -20,7 +20,7 @@ from typing import Any
 from torch import Tensor
 
 from grouprl.config.schema import RunConfig
-from grouprl.rollout.base import SamplingSettings
+from grouprl.engines.base import SamplingSettings
 from grouprl.types import Completion
 
 
@@ -33,7 +33,7 @@ class RolloutHost:
         from transformers import AutoTokenizer
 
         from grouprl.device import resolve_device
-        from grouprl.rollout.engines import make_engine
+        from grouprl.engines.build import make_engine
 
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.engine = make_engine(

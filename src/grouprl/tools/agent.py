@@ -21,9 +21,9 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from grouprl.envs.tool_calls import ToolCall
-from grouprl.envs.tool_runner import ToolResult, ToolRunner
-from grouprl.envs.tools import ToolSet
+from grouprl.tools.calls import ToolCall
+from grouprl.tools.runner import ToolResult, ToolRunner
+from grouprl.tools.spec import ToolSet
 
 
 class AgentTools:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from grouprl.envs.tools import Tool, ToolSet
+from grouprl.tools.spec import Tool, ToolSet
 
 # --- parsing the model's calls --------------------------------------------------------------
 

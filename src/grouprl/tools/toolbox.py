@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from grouprl.envs.tool_calls import ToolCall, parse_tool_calls
-from grouprl.envs.tool_runner import ToolResult, ToolRunner, tool_message
-from grouprl.envs.tools import Tool, ToolSet
+from grouprl.tools.calls import ToolCall, parse_tool_calls
+from grouprl.tools.runner import ToolResult, ToolRunner, tool_message
+from grouprl.tools.spec import Tool, ToolSet
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,12 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
-from grouprl.agents.worker import portable, run_agent
 from grouprl.config.schema import RunConfig
+from grouprl.engines.base import RolloutEngine, SamplingSettings
 from grouprl.rewards.scoring import RewardFailure, RewardScores
-from grouprl.rollout.base import RolloutEngine, SamplingSettings
-from grouprl.rollout.gateway import Gateway
-from grouprl.rollout.gateway_record import EpisodeRecord
+from grouprl.rollout.gateway.server import Gateway
+from grouprl.rollout.gateway.record import EpisodeRecord
+from grouprl.rollout.gateway.worker import portable, run_agent
 from grouprl.rollout.runner import ScoreFn, score_trajectories
 from grouprl.sandbox import CallFailed, WorkerPool
 from grouprl.types import Trajectory

@@ -32,8 +32,8 @@ from typing import Any, TypeVar
 from torch import Tensor
 
 from grouprl.config.schema import RunConfig
-from grouprl.rollout.actor_engine import ActorEngine, RolloutHost
-from grouprl.rollout.base import RolloutEngine, SamplingSettings
+from grouprl.engines.actor_engine import ActorEngine, RolloutHost
+from grouprl.engines.base import RolloutEngine, SamplingSettings
 from grouprl.types import Completion
 
 logger = logging.getLogger(__name__)

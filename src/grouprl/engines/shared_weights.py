@@ -32,7 +32,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
-from grouprl.rollout.weights import check_complete
+from grouprl.engines.weights import check_complete
 
 ALIGN = 64
 """Byte alignment of each tensor in the buffer (a cache line; vector loads stay aligned)."""
