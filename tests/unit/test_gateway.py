@@ -10,7 +10,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-from grouprl.rollout.gateway.record import gateway_metrics
 from openai import OpenAI
 
 from grouprl.config.schema import RunConfig
@@ -19,6 +18,7 @@ from grouprl.engines.base import SamplingSettings
 from grouprl.envs.base import render_observation
 from grouprl.rewards.scoring import RewardScores
 from grouprl.rollout.gateway.agents import AgentRollout
+from grouprl.rollout.gateway.record import gateway_metrics
 from grouprl.rollout.gateway.server import Gateway
 from grouprl.tools.wire import assistant_reply, request_tools
 from grouprl.types import Completion

@@ -29,8 +29,8 @@ from typing import Any
 from grouprl.config.schema import RunConfig
 from grouprl.engines.base import RolloutEngine, SamplingSettings
 from grouprl.rewards.scoring import RewardFailure, RewardScores
-from grouprl.rollout.gateway.server import Gateway
 from grouprl.rollout.gateway.record import EpisodeRecord
+from grouprl.rollout.gateway.server import Gateway
 from grouprl.rollout.gateway.worker import portable, run_agent
 from grouprl.rollout.runner import ScoreFn, score_trajectories
 from grouprl.sandbox import CallFailed, WorkerPool
