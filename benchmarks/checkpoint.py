@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import copy_into, machine_lines
+from machine import add_smoke, copy_into, machine_lines
 
 WIDTH = 1024
 """Each layer is Linear(WIDTH, WIDTH): ~1.05M parameters, two tensors."""
@@ -48,6 +48,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--tier", choices=["disk", "memory"], default="disk", help="where saves go")
     p.add_argument("--dir", type=Path, help="parent of the temp dir (default: TMPDIR or /dev/shm)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads")
+    add_smoke(p, params_m=2, saves=2, threads=1)
     args = p.parse_args()
     if args.params_m <= 0 or args.saves < 1 or args.threads < 1:
         p.error("need --params-m > 0, --saves >= 1, --threads >= 1")

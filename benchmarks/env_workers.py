@@ -1,14 +1,16 @@
 """What running an environment in worker processes costs: the built-in ``search_qa``
-environment in-process (as the package runs it) vs in ``env.workers`` worker processes
-(as a user's environment runs), over the same episodes.
+environment in-process (as the package runs it) vs in ``env.sandbox.workers`` worker
+processes (as a user's environment runs), over the same episodes.
 
     .venv/bin/python benchmarks/env_workers.py [--episodes 64] [--workers 2] [--rounds 5]
+    .venv/bin/python benchmarks/env_workers.py --smoke        # seconds: it still runs
 
 Each round is one ``run_episodes`` over ``--episodes`` episodes of two turns (a search,
 then an answer) with a scripted engine, so the time is the environment's side alone:
 starting episodes, the BM25 search tool, rendering observations. The first contained
 round (starting the workers, building the index in each) is reported apart. Prints the
-median seconds per round of each and their ratio, and the overhead per step call.
+median seconds per round of each, the overhead per step call and, last, their ratio:
+``contained / in-process: N.NNx``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import add_smoke
 from transformers import AutoTokenizer
 
 from grouprl.assets import resolve_model_path
@@ -46,13 +49,13 @@ class Scripted:
     weight_version = 0
 
     def generate(self, prompts, settings):
-        turn0 = settings.n > 1
+        turn0 = settings.group_size > 1
         out = []
         for i, _ in enumerate(prompts):
             text = f"<search>{NAMES[i % len(NAMES)]}</search>" if turn0 else "<answer>x</answer>"
             out.append(
                 [Completion(token_ids=[5], logprobs=[0.0], finish_reason="stop", text=text)]
-                * settings.n
+                * settings.group_size
             )
         return out
 
@@ -65,7 +68,7 @@ def one_round(env, tokenizer, engine, rows, n) -> float:
         tokenizer=tokenizer,
         rows=rows,
         prompts=[[1, 2, 3]] * len(rows),
-        settings=SamplingSettings(n=n, max_tokens=16),
+        settings=SamplingSettings(group_size=n, max_tokens=16),
         max_turns=2,
         max_model_len=4096,
     )
@@ -82,11 +85,13 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=4, help="episodes per row, >= 2")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
+    add_smoke(parser, episodes=4, group=2, workers=1, rounds=1)
     args = parser.parse_args()
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("builtin:tiny-search"))
-    cache = Path(tempfile.mkdtemp(prefix="grouprl-bench-env-"))
+    tmp = tempfile.TemporaryDirectory(prefix="grouprl-bench-env-")
+    cache = Path(tmp.name)
     data = DataConfig()
-    cfg = EnvConfig(name="search_qa", workers=args.workers)
+    cfg = EnvConfig(name="search_qa", sandbox={"workers": args.workers})
     rows = [
         {"_index": i, "question": f"Who is {NAMES[i % 4]}?", "answer": "x"}
         for i in range(args.episodes // args.group)
@@ -103,6 +108,7 @@ def main() -> None:
             timings["contained"].append(one_round(contained, tokenizer, engine, rows, args.group))
     finally:
         contained.close()
+        tmp.cleanup()
     median = {k: statistics.median(v) for k, v in timings.items()}
     calls = 3 * args.episodes  # a start and two steps per episode
     print(
@@ -113,8 +119,8 @@ def main() -> None:
     for name, seconds in median.items():
         print(f"{name:>11}: {seconds:.3f} s per round (median of {args.rounds})")
     extra = median["contained"] - median["in-process"]
-    print(f"contained / in-process: {median['contained'] / median['in-process']:.2f}x")
     print(f"overhead per start/step call: {1000 * extra / calls:.2f} ms ({calls} calls a round)")
+    print(f"contained / in-process: {median['contained'] / median['in-process']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,30 @@
 """What every benchmark shares about the machine: its thread settings, the lines it
-prints about the machine, and the floor of any copy (``copy_into``)."""
+prints about the machine, the floor of any copy (``copy_into``), and ``--smoke``."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
 BUSY = 0.5
 """A load average above this at start means another process was using the CPU."""
+
+
+def add_smoke(parser: argparse.ArgumentParser, **sizes: object) -> None:
+    """``--smoke``: ``sizes`` become the defaults (options given on the command line still
+    win): the smallest run that goes through every path of the benchmark in seconds, for
+    the test suite (tests/integration/test_benchmarks.py). Its figures mean nothing."""
+    flags = {k: f"--{k.replace('_', '-')}" for k in sizes}
+    shown = " ".join(flags[k] if v is True else f"{flags[k]} {v}" for k, v in sizes.items())
+    parser.add_argument(
+        "--smoke", action="store_true", help=f"a check that it runs, in seconds: {shown}"
+    )
+    if "--smoke" in sys.argv[1:]:
+        parser.set_defaults(**sizes)
 
 
 def cpu_model() -> str:

@@ -50,7 +50,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from machine import cpu_model, pin_threads
+from machine import add_smoke, cpu_model, pin_threads
 from models import SIZES, resolve_model
 from step_time import process_tree_cpu_seconds, vllm_version
 
@@ -135,6 +135,16 @@ def parse_args() -> argparse.Namespace:
         choices=["plain", "ours"],
         default="plain",
         help="raw side's SamplingParams: one shared, unseeded (plain) or grouprl's per-prompt",
+    )
+    add_smoke(
+        p,
+        interleave=True,
+        prompts=2,
+        group=2,
+        completion_len=4,
+        rounds=1,
+        warmup=0,
+        threads=1,
     )
     args = p.parse_args()
     if args.group < 1 or args.rounds < 1 or args.warmup < 0 or args.prompts < 1:
@@ -305,7 +315,7 @@ def grouprl_round(s: Settings, engine, side: SideResult):
 
     def one_round(i: int, prompt_set) -> Measured:
         settings = SamplingSettings(
-            n=s.group,
+            group_size=s.group,
             temperature=1.0,
             max_tokens=s.completion_len,
             seed=sampling_seed(seed, i + 1),

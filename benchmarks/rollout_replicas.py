@@ -16,8 +16,11 @@ Each replica's vLLM worker is bound to one core; its engine-core and actor proce
 are not, so with one replica the idle core absorbs that Python and IPC work and the
 model's arithmetic must dominate for the comparison to mean much: the default model is
 the random one of Qwen2.5-0.5B's shape (``benchmarks/models.py``), not the 1.2M tiny one
-(whose steps are mostly that overhead). Run it from the
-repo root with nothing else busy:
+(whose steps are mostly that overhead). ``--engine hf`` runs grouprl's transformers
+engine in the actors instead; ``--address HOST:PORT`` uses a running Ray cluster of two
+nodes instead of starting one (the test suite's ``--smoke`` run does both: the session's
+cluster, and no ~20 s vLLM start per engine). Run it from the repo root with nothing else
+busy:
 
     .venv/bin/python benchmarks/rollout_replicas.py [--prompts 16 --group 4 ...]
 """
@@ -32,7 +35,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from machine import machine_lines, pin_threads
+from machine import add_smoke, machine_lines, pin_threads
 from models import SIZES, resolve_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -45,6 +48,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--group", type=int, default=4, help="samples per prompt (rollout.n)")
     p.add_argument("--completion-len", type=int, default=32, help="tokens per completion")
     p.add_argument("--rounds", type=int, default=2, help="timed rounds per side")
+    p.add_argument("--engine", choices=["vllm", "hf"], default="vllm", help="the replicas' engine")
+    p.add_argument("--address", help="a running Ray cluster's HOST:PORT (default: start one)")
+    add_smoke(p, model="tiny", prompts=2, group=2, completion_len=4, rounds=1, engine="hf")
     return p.parse_args()
 
 
@@ -58,7 +64,7 @@ def run_side(replicas: int, *, address: str, args, prompts, model: Path, work: P
         "tiny-arith",
         [
             f"model.path={model}",
-            "rollout.engine=vllm",
+            f"rollout.engine={args.engine}",
             f"rollout.replicas={replicas}",
             "rollout.placement=actor",
             f"rollout.max_tokens={args.completion_len}",
@@ -78,7 +84,7 @@ def run_side(replicas: int, *, address: str, args, prompts, model: Path, work: P
     started = time.perf_counter() - t0
     try:
         settings = SamplingSettings(
-            n=args.group, max_tokens=args.completion_len, seed=1234, ignore_eos=True
+            group_size=args.group, max_tokens=args.completion_len, seed=1234, ignore_eos=True
         )
         engines.generate(prompts, settings)  # warm-up
         tokens, samples, t0 = 0, [], time.perf_counter()
@@ -126,15 +132,16 @@ def main() -> None:
         f"{args.completion_len} tokens; {args.rounds} rounds per side",
         flush=True,
     )
-    cluster = LocalRayCluster(nodes=2, cpus_per_node=1).start()
+    cluster = None if args.address else LocalRayCluster(nodes=2, cpus_per_node=1).start()
+    address = args.address or cluster.address
     try:
         with tempfile.TemporaryDirectory() as work:
             model = resolve_model(args.model, Path(work))
-            print(f"model: {args.model} ({model})", flush=True)
+            print(f"model: {args.model} ({model}), engine {args.engine}", flush=True)
             sides = {
                 replicas: run_side(
                     replicas,
-                    address=cluster.address,
+                    address=address,
                     args=args,
                     prompts=prompts,
                     model=model,
@@ -143,7 +150,8 @@ def main() -> None:
                 for replicas in (1, 2)
             }
     finally:
-        cluster.stop()
+        if cluster is not None:
+            cluster.stop()
     (one, one_samples), (two, two_samples) = sides[1], sides[2]
     same = sum(a == b for a, b in zip(one_samples, two_samples, strict=True))
     print(f"identical completions on both sides: {same} of {len(one_samples)}")

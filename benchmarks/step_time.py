@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from machine import cpu_model, pin_threads
+from machine import add_smoke, cpu_model, pin_threads
 from models import resolve_model
 
 HERE = Path(__file__).resolve().parent
@@ -133,6 +133,17 @@ def parse_args() -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="a grouprl override on top (e.g. train.packing=true); repeatable",
     )
+    add_smoke(
+        p,
+        only="grouprl",
+        engine="hf",
+        prompts=2,
+        group=2,
+        completion_len=4,
+        steps=1,
+        warmup=0,
+        threads=1,
+    )
     args = p.parse_args()
     if args.group < 2 or args.steps < 1 or args.warmup < 0 or args.prompts < 1:
         p.error("need --group >= 2 (GRPO), --steps >= 1, --warmup >= 0, --prompts >= 1")
@@ -204,9 +215,8 @@ def run_grouprl(s: Settings, work: Path) -> tuple[SideResult, dict]:
     from grouprl.driver.run import build
 
     cfg = grouprl_config(s, work / "grouprl-run")
-    c = build(cfg)
     wall, cpu, tokens = [], [], []
-    try:
+    with build(cfg) as c:
         assert len(c.train_set) >= s.rows_needed, "fewer prompts than steps need"
         for step in range(1, s.warmup + s.steps + 1):
             t0, cpu0 = time.perf_counter(), process_tree_cpu_seconds()
@@ -225,8 +235,6 @@ def run_grouprl(s: Settings, work: Path) -> tuple[SideResult, dict]:
                 tokens.append(n_tokens)
         info = {"params": sum(t.numel() for t in policy_weights(c).values())}
         processes = 1 + len(psutil.Process().children(recursive=True))
-    finally:
-        c.engine.close()
     note = f"engine {s.engine}" + (f", {vllm_version()}" if s.engine == "vllm" else "")
     note += f", CPU-s over {processes} process{'es' if processes > 1 else ''}"
     return SideResult("grouprl", wall, cpu, tokens, note=note), info

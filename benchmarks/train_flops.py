@@ -49,7 +49,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from machine import machine_lines, pin_threads
+from machine import add_smoke, machine_lines, pin_threads
 from models import SIZES, build_model, parameter_count
 
 MATMUL_TARGET_S = 0.2
@@ -74,6 +74,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=3, help="timed optimizer steps")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads")
     p.add_argument("--profile", action="store_true", help="top ops of one more step, to stderr")
+    p.add_argument(
+        "--matmul-s", type=float, default=MATMUL_TARGET_S, help="seconds of one baseline matmul"
+    )
+    add_smoke(p, rows=4, tokens_per_row=32, micro_batch=2, steps=1, threads=1, matmul_s=0.02)
     args = p.parse_args()
     if args.rows < 1 or args.steps < 1 or args.threads < 1 or args.micro_batch < 1:
         p.error("need --rows, --steps, --threads, --micro-batch >= 1")
@@ -230,7 +234,7 @@ def counted_flops(trainer: Trainer, batch) -> tuple[int, dict[str, int]]:
 # --- the matmul baseline and the profile ------------------------------------------------------
 
 
-def matmul_size(target_s: float = MATMUL_TARGET_S) -> int:
+def matmul_size(target_s: float) -> int:
     """The side n of square float32 matrices whose torch.mm takes about ``target_s``."""
     import torch
 
@@ -281,7 +285,7 @@ def main() -> None:
     batch = make_batch(args, vocab=model.config.vocab_size)
     model_flops, executed = analytic_flops(model, batch, trainer.train)
 
-    n = matmul_size()
+    n = matmul_size(args.matmul_s)
     mm_times = matmul_seconds(n, MATMUL_REPEATS)
     log(f"matmul {n}x{n}: " + ", ".join(f"{t:.3f} s" for t in mm_times))
     counted, by_op = counted_flops(trainer, batch)  # also the untimed first step

@@ -24,8 +24,11 @@ same functions update_weights calls; its total should be close to the push's.
 ``--worker-profile`` looks inside the RPC once, after the timed rounds: a no-op RPC's
 round trip, and the worker's own ``grouprl_load_weights`` under cProfile (its top functions go
 to stderr). It sends pickled callables to the worker, so it starts the engine with
-``VLLM_ALLOW_INSECURE_SERIALIZATION=1``; the timed rounds do not use them. Run it from
-the repo root:
+``VLLM_ALLOW_INSECURE_SERIALIZATION=1``; the timed rounds do not use them.
+``--engine hf`` pushes into grouprl's transformers engine instead (``HFEngine
+.update_weights``: names and shapes checked, then ``copy_`` into its parameters); the
+test suite's ``--smoke`` run uses it, since a vLLM engine takes ~20 s to start. Run it
+from the repo root:
 
     .venv/bin/python benchmarks/weight_sync.py [--model tiny|25m|0.5b --rounds 5]
 """
@@ -40,17 +43,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import copy_into, machine_lines, pin_threads
+from machine import add_smoke, copy_into, machine_lines, pin_threads
 from models import SIZES, resolve_model
 from step_time import policy_weights, vllm_version
 
 GB = 1e9
-PHASES = (
-    "policy weights()",
-    "fill the shared buffer: copy, cast, checks",
-    "collective_rpc grouprl_load_weights (worker)",
-    "reset the prefix cache",
-)
+PHASES = {
+    "vllm": (
+        "policy weights()",
+        "fill the shared buffer: copy, cast, checks",
+        "collective_rpc grouprl_load_weights (worker)",
+        "reset the prefix cache",
+    ),
+    "hf": ("policy weights()", "update_weights: checks, copy_ in place"),
+}
 
 
 def parse_args() -> argparse.Namespace:
@@ -63,14 +69,18 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=5, help="timed pushes (and copies)")
     p.add_argument("--warmup", type=int, default=1, help="untimed pushes first")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads")
+    p.add_argument("--engine", choices=list(PHASES), default="vllm", help="the rollout engine")
     p.add_argument(
         "--worker-profile",
         action="store_true",
-        help="time a no-op RPC and profile reload_weights inside the worker (once)",
+        help="time a no-op RPC and profile reload_weights inside the worker (once; vllm)",
     )
+    add_smoke(p, model="tiny", rounds=1, warmup=0, threads=1, engine="hf")
     args = p.parse_args()
     if args.rounds < 1 or args.warmup < 0 or args.threads < 1:
         p.error("need --rounds >= 1, --warmup >= 0, --threads >= 1")
+    if args.worker_profile and args.engine != "vllm":
+        p.error("--worker-profile looks inside vLLM's worker: it needs --engine vllm")
     return args
 
 
@@ -78,8 +88,9 @@ def log(message: str) -> None:
     print(f"[weight_sync] {message}", file=sys.stderr, flush=True)
 
 
-def build_run(model: Path, work: Path, threads: int):
-    """The loop's components (policy role and vLLM engine) for a run over ``model``."""
+def build_run(model: Path, work: Path, *, threads: int, engine: str):
+    """The loop's components (policy role and rollout engine) for a run over ``model``,
+    for a ``with`` block that closes them."""
     from grouprl.config.loader import load_config
     from grouprl.driver.run import build
 
@@ -90,7 +101,7 @@ def build_run(model: Path, work: Path, threads: int):
             "model.dtype=float32",
             "data.eval=null",
             "data.train.limit=16",
-            "rollout.engine=vllm",
+            f"rollout.engine={engine}",
             "rollout.max_model_len=256",
             "rollout.cpu_kv_cache_gib=0.25",
             "algo.beta=0",
@@ -112,9 +123,15 @@ def push(c, version: int) -> float:
     return time.perf_counter() - started
 
 
+def engine_of(c):
+    """The engine behind the run's replica set (one, in this process)."""
+    [engine] = c.engine.engines
+    return engine
+
+
 def push_phases(c, version: int) -> list[float]:
-    """The push as ``VLLMEngine.update_weights`` runs it, each phase timed."""
-    engine = c.engine
+    """The push as the engine's ``update_weights`` runs it, each phase timed."""
+    engine = engine_of(c)
     seconds = []
     t = time.perf_counter()
 
@@ -126,13 +143,18 @@ def push_phases(c, version: int) -> list[float]:
 
     weights = policy_weights(c)
     lap()
-    engine._push.fill(weights.items())
-    lap()
-    engine._llm.collective_rpc("grouprl_load_weights")
-    lap()
-    assert engine._llm.reset_prefix_cache()
-    lap()
-    engine._version = version
+    if c.cfg.rollout.engine == "hf":
+        engine.update_weights(weights.items(), version=version)
+        lap()
+    else:
+        engine._push.fill(weights.items())
+        lap()
+        engine._llm.collective_rpc("grouprl_load_weights")
+        lap()
+        assert engine._llm.reset_prefix_cache()
+        lap()
+        engine._version = version
+    c.engine.confirm(version, {0: engine.weight_version})  # the replica set's version
     return seconds
 
 
@@ -158,11 +180,11 @@ def _profiled_reload(worker) -> tuple[float, str]:
 
 def worker_profile(c) -> dict[str, float]:
     """One push whose RPC is profiled in the worker, and a no-op RPC's round trip."""
-    llm = c.engine._llm
+    llm = engine_of(c)._llm
     started = time.perf_counter()
     llm.collective_rpc(_noop)
     noop = time.perf_counter() - started
-    c.engine._push.fill(policy_weights(c).items())
+    engine_of(c)._push.fill(policy_weights(c).items())
     started = time.perf_counter()
     [(inside, table)] = llm.collective_rpc(_profiled_reload)
     rpc = time.perf_counter() - started
@@ -220,18 +242,23 @@ def measure(c, args) -> dict[str, list]:
     return times
 
 
+def sum_bytes(tensors: list) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 def report(
     args, times, *, model: Path, sources: list, pushed: int, load: float, worker: dict | None
 ) -> None:
-
-    weight_bytes = sum(t.numel() * t.element_size() for t in sources)
+    weight_bytes = sum_bytes(sources)
     params = sum(t.numel() for t in sources)
     print("\n".join(machine_lines(threads=args.threads, load=load, versions=vllm_version())))
     print(
         f"model: {args.model} ({params:,} parameters in {len(sources)} tensors, "
-        f"{weight_bytes / GB:.4f} GB float32; a push writes {pushed / GB:.4f} GB: the tied "
-        f"head as its own lm_head.weight; {model})"
+        f"{weight_bytes / GB:.4f} GB float32; a push writes {pushed / GB:.4f} GB"
+        + (": the tied head as its own lm_head.weight" if args.engine == "vllm" else "")
+        + f"; {model})"
     )
+    print(f"engine: {args.engine}")
     print(f"rounds: {args.warmup} warmup + {args.rounds} timed per method, rotating order")
     med = statistics.median
     print(f"{'seconds per push':44s} {'median':>8s} {'min':>8s} {'first':>8s} {'GB/s':>7s}")
@@ -241,7 +268,7 @@ def report(
         print(f"{label:44s} {med(values):8.4f} {min(values):8.4f} {values[0]:8.4f} {rate:7.2f}")
     print("where the push's time goes (median seconds per phase):")
     per_phase = list(zip(*times["phases"], strict=True))
-    for name, values in zip(PHASES, per_phase, strict=True):
+    for name, values in zip(PHASES[args.engine], per_phase, strict=True):
         print(f"  {name:42s} {med(values):8.4f}")
     print(f"  {'total of the phases':42s} {med([sum(p) for p in times['phases']]):8.4f}")
     if worker is not None:
@@ -266,16 +293,12 @@ def main() -> None:
             model = resolve_model(args.model, work)
         except ValueError as err:
             sys.exit(f"--model {args.model}: {err}")
-        c = build_run(model, work, args.threads)
-        try:
-            weights = policy_weights(c)
-            sources = list(weights.values())
-            pushed = c.engine._push.size
+        with build_run(model, work, threads=args.threads, engine=args.engine) as c:
+            sources = list(policy_weights(c).values())
+            engine = engine_of(c)
+            pushed = engine._push.size if args.engine == "vllm" else sum_bytes(sources)
             times = measure(c, args)
             worker = worker_profile(c) if args.worker_profile else None
-        finally:
-            c.engine.close()
-            c.group.close()
     report(
         args,
         times,

@@ -61,8 +61,9 @@ from grouprl.assets.fictional import DIETS, GOODS, PROFESSIONS, SYLLABLES, passa
 from grouprl.config.schema import DataConfig, EnvConfig
 from grouprl.data.prompts import chat_prompt_ids
 from grouprl.envs.base import render_observation
+from grouprl.envs.factory import make_env
 from grouprl.envs.search import build_index
-from grouprl.envs.tool_env import ToolEnv, make_env
+from grouprl.envs.tool_env import ToolEnv
 from grouprl.rewards.qa import exact_match, normalize_answer
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "src/grouprl/assets/tiny-search"
@@ -334,7 +335,7 @@ def main() -> None:
 def search_env(corpus: str, cache: Path) -> ToolEnv:
     """The ``search_qa`` environment with the recipe's settings (the defaults) over ``corpus``."""
     env = make_env(
-        EnvConfig(name="search_qa", corpus=corpus),
+        EnvConfig(name="search_qa", args={"corpus": corpus}),
         DataConfig(prompt_key="question", answer_key="answer"),
         cache_dir=cache,
     )

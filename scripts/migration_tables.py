@@ -1,4 +1,5 @@
-"""Write docs/migration.md's verl and TRL tables from ``grouprl.config.aliases``.
+"""Write docs/migration.md's verl and TRL tables, and the table of keys grouprl renamed,
+from ``grouprl.config.aliases``.
 
     python scripts/migration_tables.py          # rewrite the tables in place
     python scripts/migration_tables.py --check  # exit 1 if the doc and the table differ
@@ -17,7 +18,7 @@ from pathlib import Path
 from grouprl.config.aliases import markdown_table
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "migration.md"
-FRAMEWORKS = ("verl", "TRL")
+FRAMEWORKS = ("verl", "TRL", "grouprl")
 
 
 def rendered(text: str) -> str:

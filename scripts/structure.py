@@ -1,11 +1,12 @@
 """The package's structure, read with ast (nothing is imported): import loops, imports
-that run up the layers, lines per package, the largest files and longest functions.
+that run up the layers (or up layer 3's floors), lines per package, the largest files
+and longest functions.
 
     python scripts/structure.py [--src src/grouprl] [--layers layers.json]
 
 ``tests/unit/test_structure.py`` holds the project to it: no import loop, no loop
 between packages, and at most one upward import, marked ``# upward import:`` with why.
-docs/architecture.md draws the layers this table encodes.
+docs/architecture.md draws the layers and floors these tables encode.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ LAYERS: dict[str, int] = {
     "types": 0,
     "algo": 0,
     "assets": 0,
+    "lazy": 0,  # PEP 562 names for packages' __init__ (grouprl, rewards)
     # torch-free: the schema, loading, checks; above it the memory planner
     "config": 1,
     "plan": 2,
@@ -52,6 +54,25 @@ LAYERS: dict[str, int] = {
 }
 """Layer of each top-level module or package of ``grouprl``: a module imports only from
 its own layer or below (and, within a layer, without loops between packages)."""
+
+FLOORS: list[tuple[str, list[str]]] = [
+    # the machine and the run around it: devices, run files and seeds, LoRA names, Ray,
+    # worker processes for user code, metrics sinks, checkpoints
+    ("services", ["device", "runtime", "lora_weights", "cluster", "sandbox", "metrics", "ckpt"]),
+    # a task's parts, without torch: rows and prompts, reward functions, tools (and
+    # agents/, the tools' public face for env.agent)
+    ("task", ["data", "rewards", "tools", "agents"]),
+    # environments made of those parts, without torch: they run in worker processes
+    ("envs", ["envs"]),
+    # the generation backends (torch, vLLM, Ray actors): nothing below them loads one
+    ("engines", ["engines"]),
+    # episodes: an engine against environments, scored; the agent gateway
+    ("rollout", ["rollout"]),
+]
+"""Layer 3's floors, bottom up: within layer 3 a module imports only from its own floor
+or below. Packages on one floor may import each other, one way only (no package loops)."""
+
+FLOOR_OF: dict[str, int] = {p: i for i, (_, packages) in enumerate(FLOORS) for p in packages}
 
 UPWARD_MARK = "# upward import:"
 
@@ -175,15 +196,27 @@ def package_loops(found: list[Import]) -> list[list[str]]:
     return strongly_connected(graph)
 
 
-def upward(found: list[Import], layers: dict[str, int]) -> list[Import]:
-    """Imports from a higher layer than the importer's (unknown packages count as
-    violations: every package must have a layer)."""
+def upward(
+    found: list[Import], layers: dict[str, int], *, floors: dict[str, int] = FLOOR_OF
+) -> list[Import]:
+    """Imports from a higher layer than the importer's, or, within one layer, from a
+    higher floor (unknown packages count as violations: every package must have a
+    layer; a package without a floor stands on its layer's ground floor)."""
     out = []
     for imp in found:
         a, b = top(imp.source), top(imp.target)
-        if layers.get(b, 99) > layers.get(a, -1):
+        if (layers.get(b, 99), floors.get(b, 0)) > (layers.get(a, -1), floors.get(a, 0)):
             out.append(imp)
     return out
+
+
+def floors_line(floors: list[tuple[str, list[str]]]) -> str:
+    """``services (device ...) < task (data ...) < envs < ...``: a floor that holds only
+    the package it is named for shows the name alone."""
+    return " < ".join(
+        name if packages == [name] else f"{name} ({' '.join(packages)})"
+        for name, packages in floors
+    )
 
 
 def functions(root: Path) -> list[tuple[int, str]]:
@@ -220,7 +253,8 @@ def report(root: Path, layers: dict[str, int]) -> str:
         *[f"  {' <-> '.join(loop)}" for loop in loops],
         f"packages importing each other (loops): {len(pkg_loops)}",
         *[f"  {' <-> '.join(loop)}" for loop in pkg_loops],
-        f"upward imports: {len(up)}",
+        f"layer 3 floors, bottom up: {floors_line(FLOORS)}",
+        f"upward imports (up the layers or layer 3's floors): {len(up)}",
         *[f"  {i.source}:{i.line} -> {i.target}{'  (marked)' if i.marked else ''}" for i in up],
         "lines per package: "
         + ", ".join(f"{p} {n}" for p, n in sorted(per_package.items(), key=lambda x: -x[1])),

@@ -13,7 +13,9 @@ Importing the package is cheap: its names load on first use, and no torch until
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from grouprl.lazy import lazy_getattr
 
 __version__ = "0.1.0"
 
@@ -61,15 +63,7 @@ if TYPE_CHECKING:
     from grouprl.envs import EnvContext, Step, Toolbox, ToolCall
 
 
-def __getattr__(name: str) -> Any:
-    """The API's names, imported when first used (PEP 562)."""
-    if name not in _API:
-        raise AttributeError(f"module 'grouprl' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(_API[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _API)  # the API's names, imported when first used
 
 
 def __dir__() -> list[str]:

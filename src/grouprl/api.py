@@ -35,6 +35,7 @@ from grouprl.config.schema import RunConfig
 from grouprl.driver.preflight import check_before_loading
 from grouprl.runtime import check_new_run
 from grouprl.sandbox.main_guard import refuse_unguarded_main
+from grouprl.sandbox.user_code import UserCode
 
 DEFAULT_EVAL_RECIPE = "tiny-arith"
 """The recipe `evaluate` takes the held-out data, rewards and sampling from when its
@@ -132,11 +133,9 @@ def register_reward(name: str, fn: F | None = None) -> Any:
     (``grouprl.rewards.registry`` describes the contract). A name is registered once.
     ``fn`` runs in the reward worker processes, which receive it by reference: a
     module-level function of your script or an importable module, not a lambda."""
-    from grouprl.rewards.registry import register_reward as add
+    from grouprl.rewards.registry import REWARDS
 
-    if fn is None:
-        return lambda f: add(name, f)
-    return add(name, fn)
+    return _register(REWARDS, name, fn)
 
 
 def register_env(name: str, factory: F | None = None) -> Any:
@@ -144,11 +143,16 @@ def register_env(name: str, factory: F | None = None) -> Any:
     decorator. ``factory(env_cfg, data_cfg, *, cache_dir)`` returns an ``Environment``
     (``grouprl.envs.base``: ``episode(row)`` with ``start()`` and ``step(text)``, and
     ``template_kwargs``); it is called once per run. A name is registered once."""
-    from grouprl.envs.registry import register_env as add
+    from grouprl.envs.registry import ENVS
 
-    if factory is None:
-        return lambda f: add(name, f)
-    return add(name, factory)
+    return _register(ENVS, name, factory)
+
+
+def _register(code: UserCode, name: str, value: F | None) -> Any:
+    """``code.register(name, value)``, or without ``value`` a decorator that does it."""
+    if value is None:
+        return lambda v: code.register(name, v)
+    return code.register(name, value)
 
 
 def _config(config: RunConfig | Recipe, overrides: Sequence[str]) -> RunConfig:

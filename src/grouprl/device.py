@@ -50,9 +50,15 @@ def resolve_dtype(name: DtypeName, device: torch.device) -> torch.dtype:
     return _DTYPES[name]
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    """``torch.bfloat16`` -> ``"bfloat16"`` (the spelling vLLM and the config use)."""
-    return str(dtype).removeprefix("torch.")
+def dtype_name(dtype: torch.dtype) -> DtypeName:
+    """``torch.bfloat16`` -> ``"bfloat16"`` (the spelling vLLM and the config use), for
+    the dtypes ``resolve_dtype`` gives."""
+    names: dict[torch.dtype, DtypeName] = {
+        torch.float32: "float32",
+        torch.bfloat16: "bfloat16",
+        torch.float16: "float16",
+    }
+    return names[dtype]
 
 
 def autocast_for(device: torch.device, dtype: torch.dtype):

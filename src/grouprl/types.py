@@ -20,7 +20,8 @@ template, then the model's next turn; only the model's tokens are in the loss::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -60,15 +61,49 @@ def sequence_ids(prompt_ids: list[int], turns: list[Turn]) -> list[int]:
     return ids
 
 
+@dataclass(frozen=True)
+class RewardParts:
+    """What a sample's reward is made of, by name. ``rollout/reward.sample_reward`` is the
+    one place that adds them up; the scorer, the agent gateway, a failed episode and the
+    loop's shaping only supply parts::
+
+        reward = (FAILED_OUTCOME if failure else agent if agent is not None else functions)
+                 + overlong
+
+    ``scores``, ``turns`` and ``kl`` are shown beside it, not summed into it: the outcome
+    estimators read ``functions``; the turn-level ones (mt_grpo, turn_returns) take each
+    turn's reward apart; KL in the reward is added per token by the estimator.
+    """
+
+    scores: dict[str, float] = field(default_factory=dict)
+    """Each reward function's score of the last turn, unweighted, by name (0 where the
+    function failed, and for a failed sample)."""
+    functions: float = 0.0
+    """The reward functions' weighted sum (``reward.functions[*].weight``): the outcome."""
+    agent: float | None = None
+    """``env.agent``'s own reward (returned or reported), which replaces ``functions``."""
+    overlong: float | None = None
+    """DAPO's overlong shaping (``algo.overlong_buffer``), added to the outcome."""
+    failure: str | None = None
+    """Why the sample failed (``env_error``: its environment or agent failed): its
+    outcome is then ``FAILED_OUTCOME`` (``rollout/reward.py``), whatever was scored."""
+    turns: tuple[float, ...] = ()
+    """The environment's reward for each model turn (``Turn.reward``), where any is
+    non-zero."""
+    kl: float | None = None
+    """KL in the reward (``algo.kl_in=reward``): ``-coef * KL`` summed over the sample's
+    tokens, as the policy update saw it."""
+
+
 @dataclass
 class Trajectory:
     """One episode: a prompt, the model's turns (one for single-turn tasks), its score.
 
     The context the engine saw for turn k is ``prompt_ids`` followed by every
-    earlier turn's completion and observation tokens. ``reward`` is the weighted
-    sum of the reward functions applied to the last turn (the outcome);
-    ``reward_parts`` keeps each function's score (for metrics); ``weight_version``
-    is the policy version that sampled it; ``stop_reason`` says why it ended.
+    earlier turn's completion and observation tokens. ``reward`` is the sample's
+    reward, computed from ``reward_parts`` by ``rollout/reward.py`` alone (the
+    outcome estimators' score); ``weight_version`` is the policy version that
+    sampled it; ``stop_reason`` says why it ended.
     """
 
     prompt_index: int  # index of the dataset row
@@ -76,7 +111,7 @@ class Trajectory:
     turns: list[Turn]
     weight_version: int
     reward: float = 0.0
-    reward_parts: dict[str, float] = field(default_factory=dict)
+    reward_parts: RewardParts = field(default_factory=RewardParts)
     correct: bool = False
     row: dict[str, Any] = field(default_factory=dict)
     stop_reason: str = ""
@@ -118,10 +153,14 @@ class TrainingBatch:
     def __len__(self) -> int:
         return self.input_ids_BT.shape[0]
 
-    def select(self, index: slice | Tensor) -> TrainingBatch:
-        pick = lambda t: None if t is None else t[index]  # noqa: E731
-        return TrainingBatch(**{name: pick(t) for name, t in vars(self).items()})
+    def select(self, index: slice | Tensor | tuple[slice, ...]) -> TrainingBatch:
+        """Rows (a slice or index tensor), or rows and columns (a tuple of slices)."""
+        return self._map(lambda t: t[index])
 
     def to(self, device: torch.device) -> TrainingBatch:
-        move = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return TrainingBatch(**{name: move(t) for name, t in vars(self).items()})
+        return self._map(lambda t: t.to(device))
+
+    def _map(self, fn: Callable[[Tensor], Tensor]) -> TrainingBatch:
+        """``fn`` of every tensor; the optional ones that are None stay None."""
+        tensors = {f.name: getattr(self, f.name) for f in fields(self)}
+        return replace(self, **{name: fn(t) for name, t in tensors.items() if t is not None})

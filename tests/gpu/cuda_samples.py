@@ -46,7 +46,7 @@ def sampled_batch(model, tokenizer, prompts: list[list[int]], *, n: int, seed: i
     """n completions per prompt sampled by ``model`` on the CPU in float32 (the same
     tokens whichever device trains on them), with random advantages per sample."""
     engine = HFEngine(model, tokenizer, device="cpu")
-    settings = SamplingSettings(n=n, temperature=1.0, max_tokens=32, seed=seed)
+    settings = SamplingSettings(group_size=n, temperature=1.0, max_tokens=32, seed=seed)
     batch = build_batch(trajectories(prompts, engine.generate(prompts, settings)), pad_id=0)
     engine.close()
     g = torch.Generator().manual_seed(seed)

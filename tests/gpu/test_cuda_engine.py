@@ -36,7 +36,7 @@ def test_hf_engine_logprobs_on_cuda_match_the_trainers(
     policy = copy.deepcopy(tiny_model).to(cuda)  # float32 master weights
     engine = HFEngine(policy, tokenizer, device=cuda, dtype=dtype)
     assert next(engine.model.parameters()).dtype == dtype
-    settings = SamplingSettings(n=8, temperature=1.0, max_tokens=32, seed=3)
+    settings = SamplingSettings(group_size=8, temperature=1.0, max_tokens=32, seed=3)
     groups = engine.generate(prompts, settings)
     batch = build_batch(trajectories(prompts, groups), pad_id=0).to(cuda)
     with torch.no_grad(), autocast_for(cuda, dtype)():
@@ -59,7 +59,7 @@ def test_seeded_sampling_on_cuda_repeats_and_ignores_batching(tiny_model, tokeni
     the batch. In float32: a prompt alone runs other kernel shapes than the batch, and
     bf16's rounding of the logits would let near-ties in the race go either way."""
     engine = HFEngine(tiny_model, tokenizer, device=cuda, dtype=torch.float32)
-    settings = SamplingSettings(n=3, temperature=1.0, max_tokens=24, seed=11)
+    settings = SamplingSettings(group_size=3, temperature=1.0, max_tokens=24, seed=11)
     tokens = lambda groups: [[c.token_ids for c in g] for g in groups]  # noqa: E731
     first = tokens(engine.generate(prompts, settings))
     assert tokens(engine.generate(prompts, settings)) == first

@@ -138,7 +138,7 @@ def test_lora_on_cuda_trains_the_adapters_and_merges_for_the_engine(
 
     engine = HFEngine(base, tokenizer, device=cuda)
     engine.update_weights(merged.items(), version=1)
-    settings = SamplingSettings(n=4, temperature=1.0, max_tokens=24, seed=5)
+    settings = SamplingSettings(group_size=4, temperature=1.0, max_tokens=24, seed=5)
     groups = engine.generate(prompts, settings)
     for prompt, group in zip(prompts, groups, strict=True):
         for c in group:

@@ -114,7 +114,7 @@ def test_an_openai_client_agent_is_recorded_token_exactly_against_vllm(
     prompt_set = type("PromptSet", (), {"rows": rows, "prompts": [[0], [0]]})()
     rollout = AgentRollout(cfg, engine=engine, tokenizer=tokenizer, score=score)
     try:
-        settings = SamplingSettings(n=2, temperature=1.0, max_tokens=64, seed=5)
+        settings = SamplingSettings(group_size=2, temperature=1.0, max_tokens=64, seed=5)
         trajectories, scores = rollout(prompt_set, settings)
     finally:
         rollout.close()

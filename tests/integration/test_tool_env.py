@@ -9,7 +9,6 @@ import time
 import pytest
 from transformers import AutoTokenizer
 
-from grouprl.config.schema import EnvConfig
 from grouprl.engines.base import SamplingSettings
 from grouprl.envs.tool_env import ToolEnv
 from grouprl.rollout.episodes import episode_metrics, run_episodes
@@ -58,7 +57,7 @@ class ScriptedEngine:
         self.calls += 1
         ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
         completion = Completion(ids, [0.0] * len(ids), "stop", text=text)
-        return [[completion] * settings.n for _ in prompts]
+        return [[completion] * settings.group_size for _ in prompts]
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +68,8 @@ def tokenizer(tiny_model_dir):
 def _episode(tokenizer, fmt, first_turn):
     env = ToolEnv(
         ToolSet([lookup, count, hang]),
-        EnvConfig(name="search_qa", tool_format=fmt, tool_timeout_s=0.2),
+        tool_format=fmt,
+        timeout_s=0.2,
         system_prompt="Use the tools.",
         prompt_key="question",
         answer_key="answer",
@@ -80,7 +80,7 @@ def _episode(tokenizer, fmt, first_turn):
         env=env,
         tokenizer=tokenizer,
         rows=[{"_index": 0, "question": "q", "answer": ["done"]}],
-        settings=SamplingSettings(n=1, max_tokens=32),
+        settings=SamplingSettings(group_size=1, max_tokens=32),
         max_turns=3,
         max_model_len=1024,
     )

@@ -100,7 +100,7 @@ def test_objective_adds_beta_times_k3():
         loss_mask_BT=mask,
         norm=LossNorm(tokens=1, sequences=1),
         cfg=cfg,
-        kl_coef=cfg.beta,
+        beta=cfg.beta,
     )
     k3 = 0.5 - 1 + math.log(2)
     assert loss.item() == pytest.approx(-2.0 + 0.1 * k3)

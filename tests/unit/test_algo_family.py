@@ -216,7 +216,7 @@ def test_objective_passes_the_mask_to_sequence_losses():
         loss_mask_BT=mask_BT.bool(),
         norm=LossNorm(tokens=5, sequences=2),
         cfg=AlgoConfig(policy_loss="gspo", loss_agg="seq_mean_token_mean"),
-        kl_coef=0.0,
+        beta=0.0,
     )
     assert loss.item() == pytest.approx((-2 * math.exp(-0.1) - 1.2) / 2)
     assert metrics["clip_frac"].item() == pytest.approx(3 / 5)  # row 1's three tokens

@@ -194,7 +194,7 @@ def test_kl_bias_correction_multiplies_k3_by_the_ratio(correct, loss, grad):
         loss_mask_BT=torch.ones(1, 1),
         norm=LossNorm(tokens=1, sequences=1),
         cfg=cfg,
-        kl_coef=cfg.beta,
+        beta=cfg.beta,
     )
     total.backward()
     assert total.item() == pytest.approx(loss, rel=1e-5)

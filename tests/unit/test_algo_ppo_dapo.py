@@ -188,7 +188,7 @@ def test_truncated_importance_weights_scale_the_policy_loss():
         loss_mask_BT=torch.ones(1, 2),
         norm=LossNorm(tokens=2, sequences=1),
         cfg=AlgoConfig(tis_cap=2.0),
-        kl_coef=0.0,
+        beta=0.0,
     )
     assert loss.item() == pytest.approx((-2 - math.exp(-0.5)) / 2)
     assert metrics["tis/capped_frac"].item() == pytest.approx(0.5)
@@ -205,7 +205,7 @@ def test_kl_in_the_reward_keeps_it_out_of_the_loss():
         advantages_BT=torch.ones(1, 1),
         loss_mask_BT=torch.ones(1, 1),
         norm=LossNorm(tokens=1, sequences=1),
-        kl_coef=0.5,
+        beta=0.5,
     )
     in_loss, metrics = micro_batch_loss(**common, cfg=AlgoConfig(beta=0.5))
     in_reward, reward_metrics = micro_batch_loss(**common, cfg=AlgoConfig(beta=0.5, kl_in="reward"))
@@ -302,17 +302,17 @@ def test_the_kl_controller_moves_only_toward_a_target_and_restores_whole():
 
     fixed = KLController(0.1)
     fixed.update(0.5, n_samples=128)
-    assert fixed.coef == 0.1  # no algo.kl_target: algo.beta stays
+    assert fixed.beta == 0.1  # no algo.kl_target: algo.beta stays
     adaptive = KLController(0.1, target=0.1, horizon=10_000)
     adaptive.update(None, n_samples=128)  # nothing measured this step
-    assert adaptive.coef == 0.1
+    assert adaptive.beta == 0.1
     adaptive.update(0.15, n_samples=128)
-    assert adaptive.coef == pytest.approx(
+    assert adaptive.beta == pytest.approx(
         adaptive_kl_coef(0.1, observed_kl=0.15, target=0.1, horizon=10_000, n_samples=128)
     )
     restored = KLController(0.1, target=0.1)
     restored.load_state_dict(adaptive.state_dict())
-    assert restored.coef == adaptive.coef
+    assert restored.beta == adaptive.beta
 
 
 def test_dynamic_sampling_keeps_groups_whose_rewards_differ_and_warmup_holds_the_policy():

@@ -24,12 +24,14 @@ HEAVY = ("torch", "vllm", "ray", "transformers", "datasets")
 
 
 @pytest.fixture
-def registries(monkeypatch):
+def registries():
     """Names registered by a test are gone after it."""
-    monkeypatch.setattr(
-        rewards_registry, "REWARD_FUNCTIONS", dict(rewards_registry.REWARD_FUNCTIONS)
-    )
-    monkeypatch.setattr(envs_registry, "ENVIRONMENTS", {})
+    registries = (rewards_registry.REWARD_FUNCTIONS, envs_registry.ENVIRONMENTS)
+    before = [dict(registry) for registry in registries]
+    yield
+    for registry, names in zip(registries, before, strict=True):
+        registry.clear()
+        registry.update(names)
 
 
 def test_a_recipe_name_a_path_and_a_mapping_load_alike(tmp_path):
@@ -96,7 +98,8 @@ def test_a_registered_environment_is_made_by_its_factory(registries, tmp_path):
     assert made == [("echo", "question", tmp_path)]
     # in worker processes (the default), a factory must reach them by reference
     with pytest.raises(ConfigError, match=r"env.name='echo'.*module-level function.*workers=0"):
-        make_env(cfg.env.model_copy(update={"workers": 2}), cfg.data, cache_dir=tmp_path)
+        contained = cfg.env.sandbox.model_copy(update={"workers": 2})
+        make_env(cfg.env.model_copy(update={"sandbox": contained}), cfg.data, cache_dir=tmp_path)
     with pytest.raises(
         ConfigError, match=r"env.name='ecko' is not an environment.*search_qa, echo"
     ):

@@ -16,12 +16,12 @@ from grouprl.config import (
     load_config,
     steps_for_epochs,
 )
-from grouprl.config.aliases import ALIASES, AR, markdown_table
-from grouprl.config.convert import convert_file, convert_verl
+from grouprl.config.aliases import ALIASES, AR, RENAMED, VERL, markdown_table
+from grouprl.config.convert import RULES, convert_file, convert_verl
 from grouprl.config.key_hints import all_paths
 from grouprl.config.redact import REDACTED, is_secret_key, redacted_dict, save_resolved
 from grouprl.config.replica_checks import replica_nodes, replicas_per_node
-from grouprl.config.schema import RunConfig
+from grouprl.config.schema import AlgoConfig, EnvConfig, RewardConfig, RunConfig
 
 
 def write_recipe(tmp_path, text: str):
@@ -622,9 +622,105 @@ def test_every_bad_key_of_recipes_and_overrides_comes_in_one_error(tmp_path):
     assert "'rollout.n' is not of the form key.sub=value" in text
 
 
+# --- keys grouprl renamed: they still work, with a hint naming the new key -------------
+
+
+def test_every_renamed_key_still_works_as_an_override_with_a_hint(caplog):
+    values = {"corpus": "idx", "turn_reward": "none", "memory_mb": 512}
+    for alias in RENAMED:
+        value = values.get(alias.key.rpartition(".")[2], 3)
+        overrides = [f"{alias.key}={value}"]
+        if alias.key.startswith("env.agent_"):
+            overrides.insert(0, "env.agent=agent.py:solve")  # its block needs the agent
+        caplog.clear()
+        cfg = load_config("tiny-arith", overrides)
+        (new,) = alias.grouprl
+        section, _, leaf = new.rpartition(".")
+        node = cfg
+        for part in section.split("."):
+            node = getattr(node, part)
+        assert (node[leaf] if isinstance(node, dict) else getattr(node, leaf)) == value, new
+        assert f"{alias.key} (in override '{alias.key}={value}') is now {new}" in caplog.text
+
+
+def test_renamed_keys_in_a_recipe_and_from_python_move_to_their_blocks(tmp_path, caplog):
+    recipe = write_recipe(
+        tmp_path,
+        "extends: tiny-arith\nreward: {timeout_s: 3, workers: 1}\n"
+        "env: {agent: agent.py:solve, agent_timeout_s: 9, workers: 0, memory_mb: null}\n",
+    )
+    cfg = load_config(recipe, [])
+    assert (cfg.reward.sandbox.timeout_s, cfg.reward.sandbox.workers) == (3.0, 1)
+    assert cfg.reward.sandbox.memory_mb == 4096  # unset keys keep the reward's defaults
+    assert (cfg.env.agent.name, cfg.env.agent.timeout_s) == ("agent.py:solve", 9.0)
+    assert (cfg.env.sandbox.workers, cfg.env.sandbox.memory_mb) == (0, None)
+    assert cfg.env.sandbox.timeout_s == 30.0  # the environment's own default
+    assert f"reward.timeout_s (in recipe {recipe}) is now reward.sandbox.timeout_s" in caplog.text
+    env = EnvConfig(name="search_qa", workers=3, search_k=2, tool_max_chars=100)
+    assert (env.sandbox.workers, env.args) == (3, {"k": 2, "max_chars": 100})
+    assert "env.search_k (in a section given from Python) is now env.args.k" in caplog.text
+    assert RewardConfig(memory_mb=512).sandbox.model_dump() == {
+        "workers": 2,
+        "memory_mb": 512,
+        "timeout_s": 10.0,
+    }
+
+
+def test_a_key_set_under_its_old_and_new_name_is_refused(tmp_path):
+    recipe = write_recipe(tmp_path, "env: {workers: 1, sandbox: {workers: 2}}\n")
+    text = _error([], recipe=recipe)
+    assert "env.workers and env.sandbox.workers" in text and "remove env.workers" in text
+    with pytest.raises(ValueError, match="the same key"):
+        RewardConfig(timeout_s=1, sandbox={"timeout_s": 2})
+
+
+def test_renamed_keys_name_grouprl_keys_and_are_no_longer_keys():
+    paths = set(all_paths(RunConfig))
+    for alias in RENAMED:
+        (new,) = alias.grouprl
+        assert new in paths or new.startswith("env.args."), new
+        assert alias.key not in paths, alias.key
+    assert not {a.key for a in RENAMED} & {a.key for a in ALIASES}
+
+
+def test_env_agent_is_short_for_its_block_and_env_args_take_single_keys():
+    cfg = load_config(
+        "tiny-arith", ["env.agent=a.py:solve", "env.agent.concurrency=4", "env.args.k=3"]
+    )
+    assert cfg.env.agent.model_dump() == {
+        "name": "a.py:solve",
+        "timeout_s": 600.0,
+        "concurrency": 4,
+    }
+    assert cfg.env.args == {"k": 3}
+    assert "env.agent.name is required" in _error(["env.agent.timeout_s=5"])
+
+
+def test_reward_functions_always_run_in_workers():
+    text = _error(["reward.sandbox.workers=0"])
+    assert "reward functions always run in worker processes" in text
+    assert load_config("tiny-arith", ["env.sandbox.workers=0"]).env.sandbox.workers == 0
+
+
+def test_convert_reads_the_alias_table_for_every_verl_key():
+    by_key = {alias.key: alias for alias in VERL}
+    assert set(RULES) <= set(by_key)  # a rule translates a key of the table
+    assert [k for k in RULES if by_key[k].same] == []  # copied or translated, not both
+    assert all(len(a.grouprl) == 1 for a in VERL if a.same)  # copied to one key
+
+
+def test_the_algo_section_has_every_key_the_algo_protocols_read():
+    from grouprl.algo.advantages import EstimatorParams
+    from grouprl.algo.objective import ObjectiveParams
+
+    for protocol in (EstimatorParams, ObjectiveParams):
+        keys = {k for k in dir(protocol) if isinstance(getattr(protocol, k), property)}
+        assert keys and keys <= set(AlgoConfig.model_fields), protocol
+
+
 def test_migration_doc_holds_the_alias_table_and_links_the_departures():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "migration.md").read_text()
-    for framework in ("verl", "TRL"):
+    for framework in ("verl", "TRL", "grouprl"):  # grouprl: its renamed keys
         block = f"<!-- aliases:{framework} -->\n{markdown_table(framework)}<!-- /aliases:"
         assert block in doc, f"run python scripts/migration_tables.py ({framework})"
     assert "(algorithms.md#departures-from-trl-and-verl-and-the-switch-for-each)" in doc

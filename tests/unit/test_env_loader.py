@@ -82,9 +82,17 @@ def test_a_bad_env_name_says_what_is_wrong(envs_file, name, message):
     assert problem.startswith(f"env.name={name!r}") and message in problem, problem
 
 
-def test_built_ins_take_no_env_args_and_missing_modules_wait_for_the_cluster():
-    (problem,) = env_config_problems(EnvConfig(name="search_qa", args={"k": 1}))
-    assert problem.startswith("env.args.k: env.name=search_qa is built in")
+def test_built_ins_take_only_their_own_env_args_and_missing_modules_wait_for_the_cluster():
+    (problem,) = env_config_problems(EnvConfig(name="single_turn", args={"k": 1}))
+    assert problem.startswith("env.args.k: env.name=single_turn is built in")
+    assert env_config_problems(EnvConfig(name="search_qa", args={"k": 3, "corpus": "d"})) == []
+    (problem,) = env_config_problems(EnvConfig(name="search_qa", args={"kk": 1}))
+    assert problem.startswith("env.args.kk: SearchQA(corpus, k, max_chars, timeout_s, turn_")
+    assert "Did you mean 'k'?" in problem
+    (problem,) = env_config_problems(EnvConfig(name="search_qa", args={"turn_reward": "x"}))
+    assert problem.startswith("env.args.turn_reward='x': SearchQA(") and "expects" in problem
+    (problem,) = env_config_problems(EnvConfig(name="search_qa", args={"k": 0}))
+    assert problem.startswith("env.args.k=0: SearchQA(") and "greater than or equal to 1" in problem
     absent = EnvConfig(name="grouprl_no_such_pkg.envs:Foo")
     assert env_config_problems(absent, missing_ok=True) == []
 

@@ -72,7 +72,9 @@ def tokenizer(tiny_model_dir):
 
 
 def serve(engine, tokenizer, **kwargs) -> Gateway:
-    settings = SamplingSettings(n=1, temperature=0.7, max_tokens=kwargs.pop("max_tokens", 32))
+    settings = SamplingSettings(
+        group_size=1, temperature=0.7, max_tokens=kwargs.pop("max_tokens", 32)
+    )
     return Gateway(
         engine=engine,
         tokenizer=tokenizer,
@@ -145,7 +147,7 @@ def test_requests_of_every_live_episode_go_in_one_engine_call(tokenizer):
         assert time.perf_counter() - start < 2.0  # did not wait out batch_wait_s
     assert [len(prompts) for prompts, _ in engine.batches] == [4]
     [(_, settings)] = engine.batches
-    assert (settings.n, settings.temperature, settings.max_tokens) == (1, 0.7, 32)
+    assert (settings.group_size, settings.temperature, settings.max_tokens) == (1, 0.7, 32)
 
 
 def test_a_request_waits_briefly_for_others_then_goes_alone(tokenizer):
@@ -189,6 +191,15 @@ def test_tool_calls_are_parsed_all_or_nothing(text, calls, errors):
         assert reply.content == text and "tool_calls" not in reply.message()
     if calls:
         assert reply.content == ("Let me add." if text.startswith("Let") else None)
+
+
+def test_a_tool_whose_parameters_are_not_a_json_schema_is_refused():
+    bad = {"type": "function", "function": {"name": "f", "parameters": {"type": "text"}}}
+    with pytest.raises(ValueError, match=r"tools\[0\]\.function\.parameters\['type'\] is not"):
+        request_tools([bad])
+    listed = {"type": "function", "function": {**ADD["function"], "parameters": []}}
+    with pytest.raises(ValueError, match=r"tools\[1\]\.function\.parameters is not a valid"):
+        request_tools([ADD, listed])
 
 
 def test_malformed_calls_come_back_as_text_and_are_counted(tokenizer):
@@ -335,12 +346,23 @@ def test_an_agent_rollout_scores_returned_reported_and_failed_episodes(tokenizer
     rows = [{"_index": 10 + i, "question": "2+2", "mode": m} for i, m in enumerate(modes)]
     try:
         start = time.perf_counter()
-        trajectories, scores = rollout(PromptSet(rows), SamplingSettings(n=1, max_tokens=8))
+        trajectories, scores = rollout(
+            PromptSet(rows), SamplingSettings(group_size=1, max_tokens=8)
+        )
         assert time.perf_counter() - start < 2.5  # the hanging agent cost its deadline only
     finally:
         rollout.close()
     assert [t.reward for t in trajectories] == [0.5, 0.25, 1.0, 0.0, 0.0]
     assert scores.total == [0.5, 0.25, 1.0, 0.0, 0.0]
+    parts = [t.reward_parts for t in trajectories]
+    assert [(p.agent, p.failure) for p in parts] == [
+        (0.5, None),
+        (0.25, None),
+        (None, None),
+        (None, "env_error"),
+        (None, "env_error"),
+    ]
+    assert parts[0].scores == {"fn": 1.0} and parts[3].scores == {"fn": 0.0}
     assert [(f.sample_index, f.row_index, f.error_type) for f in scores.errors] == [
         (3, 13, "RuntimeError"),
         (4, 14, "TimeoutError"),

@@ -236,8 +236,8 @@ def test_plan_shows_a_user_environment_its_args_and_how_it_is_contained():
     assert row(text, "env args")[1].endswith("keyword arguments: max_value=1000")
     assert "up to 3 model turns" in row(text, "max turns")[1]
     value, how = row(text, "runs")
-    assert value == "3 workers" and "killed after 5.0 s (env.step_timeout_s)" in how
-    assert "(8192 MB each)" in how  # env.memory_mb
+    assert value == "3 workers" and "killed after 5.0 s (env.sandbox.timeout_s)" in how
+    assert "(8192 MB each)" in how  # env.sandbox.memory_mb
     assert row(text, "agent gateway")[0] == "off"
 
 
@@ -247,8 +247,8 @@ def test_plan_shows_the_agent_gateway(tmp_path):
     overrides = [f"env.agent={agent}:solve", "env.workers=1", "env.agent_timeout_s=30"]
     value, how = row(plan_text("tiny-arith", overrides), "agent gateway")
     assert value == "on" and f"env.agent={agent}:solve drives each episode" in how
-    assert "env.workers=1 processes (8192 MB each)" in how
-    assert "env.agent_timeout_s=30.0 s" in how
+    assert "env.sandbox.workers=1 processes (8192 MB each)" in how
+    assert "env.agent.timeout_s=30.0 s" in how
 
 
 def test_plan_counts_multi_turn_samples_up_to_max_model_len():

@@ -39,11 +39,11 @@ class SeedEcho:
         return [
             [
                 Completion(
-                    token_ids=[settings.seed + i * settings.n + j, *p],
+                    token_ids=[settings.seed + i * settings.group_size + j, *p],
                     logprobs=[0.0],
                     finish_reason="stop",
                 )
-                for j in range(settings.n)
+                for j in range(settings.group_size)
             ]
             for i, p in enumerate(prompts)
         ]
@@ -68,7 +68,7 @@ def _set(engines) -> ReplicaSet:
 
 
 PROMPTS = [[7] * length for length in (3, 30, 4, 4, 25, 2, 9, 11, 5, 40)]
-SETTINGS = SamplingSettings(n=3, seed=1000, max_tokens=8)
+SETTINGS = SamplingSettings(group_size=3, seed=1000, max_tokens=8)
 
 
 def test_the_samples_do_not_depend_on_the_number_of_replicas():

@@ -1,5 +1,5 @@
-"""The package's structure: layers that only look down, no import loops, typed worker
-calls, and every source file linted."""
+"""The package's structure: layers (and layer 3's floors) that only look down, no import
+loops, typed worker calls, and every source file linted."""
 
 from __future__ import annotations
 
@@ -44,6 +44,22 @@ def test_every_package_has_a_layer_and_at_most_one_upward_import_each_marked():
     assert all(i.marked for i in up), [i for i in up if not i.marked]
 
 
+def test_every_package_of_layer_3_stands_on_one_floor_and_only_those_do():
+    on_floors = [p for _, packages in structure.FLOORS for p in packages]
+    assert len(on_floors) == len(set(on_floors)), on_floors
+    shared = {p for p, layer in structure.LAYERS.items() if layer == 3}
+    assert set(on_floors) == shared, set(on_floors) ^ shared
+
+
+def test_layer_3_floors_run_from_services_up_to_rollout():
+    """Pins the order docs/architecture.md draws: the torch-free task code (data,
+    rewards, tools, envs) below the engines, which nothing below them may load."""
+    floor = structure.FLOOR_OF
+    assert floor["sandbox"] == floor["ckpt"] < floor["data"] == floor["rewards"]
+    assert floor["rewards"] == floor["tools"] < floor["envs"] < floor["engines"]
+    assert floor["engines"] < floor["rollout"]
+
+
 def test_the_structure_script_finds_a_loop_and_an_upward_import(tmp_path: Path):
     pkg = tmp_path / "grouprl"
     (pkg / "driver").mkdir(parents=True)
@@ -58,6 +74,32 @@ def test_the_structure_script_finds_a_loop_and_an_upward_import(tmp_path: Path):
     assert structure.module_loops(found) == [["grouprl.driver.a", "grouprl.driver.b"]]
     [up] = structure.upward(found, structure.LAYERS)
     assert (up.source, up.target, up.marked) == ("grouprl.algo.c", "grouprl.driver.a", False)
+
+
+def test_the_structure_script_finds_an_import_up_layer_3s_floors(tmp_path: Path):
+    """Same layer, higher floor: an environment that imports the rollout, a reward that
+    imports an engine (marked). Down the floors and within one floor are fine."""
+    pkg = tmp_path / "grouprl"
+    for name in ("envs", "rollout", "rewards", "engines", "data", "sandbox"):
+        (pkg / name).mkdir(parents=True)
+        (pkg / name / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "envs" / "a.py").write_text("from grouprl.rollout.b import run\n")
+    (pkg / "rollout" / "b.py").write_text("")
+    (pkg / "rewards" / "c.py").write_text(
+        "from grouprl.data import d\n"  # the same floor: fine
+        "from grouprl.sandbox import e\n"  # down: fine
+        "# upward import: a judge model\n"
+        "from grouprl.engines.f import generate\n"
+    )
+    for name in ("data/d", "sandbox/e", "engines/f"):  # modules with nothing in them
+        (pkg / f"{name}.py").write_text("")
+    found = structure.imports(pkg)
+    up = structure.upward(found, structure.LAYERS)
+    assert [(i.source, i.target, i.marked) for i in up] == [
+        ("grouprl.envs.a", "grouprl.rollout.b", False),
+        ("grouprl.rewards.c", "grouprl.engines.f", True),
+    ]
 
 
 def test_no_worker_call_names_its_method_in_a_string():

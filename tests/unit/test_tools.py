@@ -8,14 +8,8 @@ from typing import Literal, Optional
 
 import pytest
 
-from grouprl.tools.calls import (
-    CALL_FORMATS,
-    ParsedCall,
-    ToolArgumentError,
-    ToolCall,
-    check_arguments,
-    parse_tool_calls,
-)
+from grouprl.tools.arguments import ToolArgumentError, argument_problems, check_arguments
+from grouprl.tools.calls import CALL_FORMATS, ParsedCall, ToolCall, parse_tool_calls
 from grouprl.tools.runner import ToolResult, ToolRunner, tool_message
 from grouprl.tools.spec import Tool, ToolSet, tool_schema
 
@@ -334,6 +328,33 @@ def test_every_argument_problem_is_reported():
         "unexpected argument(s) 'c'; it takes: a, b; "
         "argument 'a' expects integer, got string '1'"
     )
+
+
+def test_one_json_schema_check_serves_both_call_paths():
+    """jsonschema checks environments' and agents' calls alike; "integer" reads as Python's
+    for an environment's functions (3.0 refused) and as JSON Schema's for an agent's."""
+    params = {
+        "type": "object",
+        "properties": {
+            "k": {"type": "integer", "minimum": 1},
+            "tag": {"type": "string", "pattern": "^[a-z]+$", "nullable": True},
+        },
+        "required": ["k"],
+    }
+    assert argument_problems({"k": 3.0, "tag": None}, params, strict_integers=False) == []
+    assert argument_problems({"k": 3.0}, params, strict_integers=True) == [
+        "argument 'k' expects integer, got number 3.0"
+    ]
+    assert argument_problems({"k": 0, "tag": "A"}, params, strict_integers=False) == [
+        "argument 'k': 0 is less than the minimum of 1",
+        "argument 'tag': 'A' does not match '^[a-z]+$'",
+    ]
+    deep = {"k": 1}
+    for _ in range(100):
+        deep = {"k": deep}
+    assert argument_problems(deep, params, strict_integers=False) == [
+        "arguments are nested more than 64 levels deep"
+    ]
 
 
 # --- running --------------------------------------------------------------------------------

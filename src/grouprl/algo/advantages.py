@@ -19,7 +19,7 @@ all equal gets advantages of exactly zero whichever is chosen.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 import torch
 from torch import Tensor
@@ -30,14 +30,21 @@ ADVANTAGES: Registry = Registry("advantage estimator")
 
 
 class EstimatorParams(Protocol):
-    """The ``algo`` keys the estimators read."""
+    """The ``algo`` keys the estimators read (read-only, so ``AlgoConfig``, whose choices
+    are ``Literal`` types, satisfies it)."""
 
-    scale_by_std: bool
-    adv_std: str  # "population" (divide by n) or "sample" (divide by n - 1)
-    adv_eps: float
-    gamma: float
-    gae_lambda: float
-    turn_advantage_coef: float
+    @property
+    def scale_by_std(self) -> bool: ...
+    @property
+    def adv_std(self) -> str: ...  # "population" (divide by n) or "sample" (divide by n - 1)
+    @property
+    def adv_eps(self) -> float: ...
+    @property
+    def gamma(self) -> float: ...
+    @property
+    def gae_lambda(self) -> float: ...
+    @property
+    def turn_advantage_coef(self) -> float: ...
 
 
 @dataclass
@@ -118,7 +125,13 @@ def group_normalized(
     return centered_PG / (std_P1 + eps)
 
 
-def _group_params(cfg: EstimatorParams) -> dict[str, float | bool]:
+class _GroupParams(TypedDict):
+    scale_by_std: bool
+    eps: float
+    sample_std: bool
+
+
+def _group_params(cfg: EstimatorParams) -> _GroupParams:
     return {"scale_by_std": cfg.scale_by_std, "eps": cfg.adv_eps, "sample_std": _sample(cfg)}
 
 
@@ -263,10 +276,12 @@ def _last_index(mask_BT: Tensor) -> Tensor:
     return torch.where(mask_BT.bool(), columns_BT, 0).amax(dim=1)
 
 
-def _turn_inputs(inputs: AdvantageInputs, name: str) -> tuple[Tensor, Tensor, Tensor]:
-    if inputs.turn_index_BT is None or inputs.turn_rewards_BK is None:
+def _turn_inputs(inputs: AdvantageInputs, name: str, extra: Tensor | None) -> tuple[Tensor, ...]:
+    """The turn tensors ``name`` reads: the turn of each token, the turn rewards, and
+    ``extra`` (the one more it needs)."""
+    if inputs.turn_index_BT is None or inputs.turn_rewards_BK is None or extra is None:
         raise ValueError(f"the {name} advantage needs the episodes' turns and turn rewards")
-    return inputs.turn_index_BT, inputs.turn_rewards_BK, inputs.turn_counts_B
+    return inputs.turn_index_BT, inputs.turn_rewards_BK, extra
 
 
 @ADVANTAGES.register("mt_grpo")
@@ -285,8 +300,7 @@ def mt_grpo(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages:
     credits exactly the first turn; here the credited turns end with the first
     turn whose tool call returned (the same turn when the model searches at once).
     """
-    turn_BT, turn_rewards_BK, _ = _turn_inputs(inputs, "mt_grpo")
-    credit_B = inputs.credit_turns_B
+    turn_BT, turn_rewards_BK, credit_B = _turn_inputs(inputs, "mt_grpo", inputs.credit_turns_B)
     outcome_PG = group_normalized(_sequence_rewards(inputs), **_group_params(cfg))
     turns_K = torch.arange(turn_rewards_BK.shape[1], device=turn_rewards_BK.device)
     credited_BK = turns_K[None, :] < credit_B[:, None]
@@ -310,7 +324,7 @@ def turn_returns(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages
     what followed it, against what whole episodes of the same prompt earned. With
     gamma = 1 and no turn rewards this is ``grpo``.
     """
-    turn_BT, turn_rewards_BK, counts_B = _turn_inputs(inputs, "turn_returns")
+    turn_BT, turn_rewards_BK, counts_B = _turn_inputs(inputs, "turn_returns", inputs.turn_counts_B)
     B, K = turn_rewards_BK.shape
     returns_BK = torch.zeros_like(turn_rewards_BK)
     running_B = inputs.scores_B.clone()  # the outcome arrives after the last turn

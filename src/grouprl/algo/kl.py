@@ -46,34 +46,34 @@ def k3(logprobs_BT: Tensor, ref_logprobs_BT: Tensor) -> Tensor:
 
 
 def adaptive_kl_coef(
-    coef: float, *, observed_kl: float, target: float, horizon: int, n_samples: int
+    beta: float, *, observed_kl: float, target: float, horizon: int, n_samples: int
 ) -> float:
     """Adaptive KL controller (Ziegler et al. 2019, "Fine-Tuning Language Models from
-    Human Preferences"): the coefficient grows when the KL is above target, shrinks
+    Human Preferences"): the coefficient beta grows when the KL is above target, shrinks
     when below, by at most 20% per ``horizon`` samples:
 
         error = clip(observed / target - 1, -0.2, 0.2)
-        coef' = coef * (1 + error * n_samples / horizon)
+        beta' = beta * (1 + error * n_samples / horizon)
     """
     error = min(max(observed_kl / target - 1.0, -0.2), 0.2)
-    return coef * (1.0 + error * n_samples / horizon)
+    return beta * (1.0 + error * n_samples / horizon)
 
 
 @dataclass
 class KLController:
     """The KL coefficient of a run: ``algo.beta``, moved toward ``algo.kl_target`` by
     ``adaptive_kl_coef`` after each step when a target is set. A checkpoint saves it whole
-    (``state_dict``)."""
+    (``state_dict``; its key, like the metric's, stays ``kl_coef``)."""
 
-    coef: float
+    beta: float
     target: float | None = None
     horizon: int = 10_000
 
     def update(self, observed_kl: float | None, *, n_samples: int) -> None:
         """After a step whose mean KL was ``observed_kl`` (None: not measured)."""
         if self.target is not None and observed_kl is not None:
-            self.coef = adaptive_kl_coef(
-                self.coef,
+            self.beta = adaptive_kl_coef(
+                self.beta,
                 observed_kl=observed_kl,
                 target=self.target,
                 horizon=self.horizon,
@@ -81,16 +81,16 @@ class KLController:
             )
 
     def state_dict(self) -> dict[str, float]:
-        return {"kl_coef": self.coef}
+        return {"kl_coef": self.beta}
 
     def load_state_dict(self, state: dict[str, float]) -> None:
-        self.coef = state.get("kl_coef", self.coef)
+        self.beta = state.get("kl_coef", self.beta)
 
 
 def kl_rewards(
-    logprobs_BT: Tensor, ref_logprobs_BT: Tensor, mask_BT: Tensor, *, coef: float, estimator: str
+    logprobs_BT: Tensor, ref_logprobs_BT: Tensor, mask_BT: Tensor, *, beta: float, estimator: str
 ) -> tuple[Tensor, Tensor]:
     """KL in the reward (``algo.kl_in=reward``; PPO, REINFORCE++): each generated token's
-    reward ``-coef * KL_t``, and the per-token KL itself (for the metric)."""
+    reward ``-beta * KL_t``, and the per-token KL itself (for the metric)."""
     kl_BT = KL_ESTIMATORS[estimator](logprobs_BT, ref_logprobs_BT)
-    return -coef * kl_BT * mask_BT, kl_BT
+    return -beta * kl_BT * mask_BT, kl_BT

@@ -30,11 +30,14 @@ SEQUENCE_LOG_RATIO_MAX = 10.0  # GSPO's sequence log ratio at most (exp(10) = 2.
 
 
 class ClipParams(Protocol):
-    """The ``algo`` keys the policy losses read."""
+    """The ``algo`` keys the policy losses read (read-only: ``AlgoConfig`` satisfies it)."""
 
-    clip_eps_low: float
-    clip_eps_high: float
-    dual_clip_c: float | None
+    @property
+    def clip_eps_low(self) -> float: ...
+    @property
+    def clip_eps_high(self) -> float: ...
+    @property
+    def dual_clip_c(self) -> float | None: ...
 
 
 @dataclass

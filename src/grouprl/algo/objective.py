@@ -1,6 +1,6 @@
 """The training objective for one micro-batch, assembled from the registries.
 
-    loss = agg(w * policy_loss_BT + kl_coef * c * kl_BT)
+    loss = agg(w * policy_loss_BT + beta * c * kl_BT)
 
 ``w`` is the truncated importance weight (``algo.tis_cap``; 1 otherwise) and the
 KL term is present when ``algo.kl_in=loss``. ``c`` is 1, or with
@@ -24,14 +24,21 @@ from grouprl.algo.losses import POLICY_LOSSES, ClipParams
 
 
 class ObjectiveParams(ClipParams, Protocol):
-    """The ``algo`` keys the objective reads (and its policy loss's)."""
+    """The ``algo`` keys the objective reads (and its policy loss's); read-only, so
+    ``AlgoConfig``, whose choices are ``Literal`` types, satisfies it."""
 
-    policy_loss: str
-    loss_agg: str
-    kl_in: str
-    kl_estimator: str
-    kl_bias_correction: bool
-    tis_cap: float | None
+    @property
+    def policy_loss(self) -> str: ...
+    @property
+    def loss_agg(self) -> str: ...
+    @property
+    def kl_in(self) -> str: ...
+    @property
+    def kl_estimator(self) -> str: ...
+    @property
+    def kl_bias_correction(self) -> bool: ...
+    @property
+    def tis_cap(self) -> float | None: ...
 
 
 def truncated_importance_weight(
@@ -59,11 +66,11 @@ def micro_batch_loss(
     loss_mask_BT: Tensor,
     norm: LossNorm,
     cfg: ObjectiveParams,
-    kl_coef: float,
+    beta: float,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Loss to backpropagate, plus metrics already divided by the mini-batch's
     token count (so the micro-batches' metrics add up to mini-batch means).
-    ``kl_coef`` is the current KL coefficient (``algo.beta``, or the adaptive one)."""
+    ``beta`` is the current KL coefficient (``algo.beta``, or the adaptive one)."""
     mask_BT = loss_mask_BT.to(logprobs_BT.dtype)
     policy = POLICY_LOSSES[cfg.policy_loss](
         logprobs_BT=logprobs_BT,
@@ -83,14 +90,14 @@ def micro_batch_loss(
         metrics["tis/capped_frac"] = token_mean(
             (weight_BT >= cfg.tis_cap).to(mask_BT.dtype), mask_BT, norm=norm
         )
-    if cfg.kl_in == "loss" and kl_coef > 0:
+    if cfg.kl_in == "loss" and beta > 0:
         if ref_logprobs_BT is None:
             raise ValueError("a KL term in the loss needs reference logprobs in the batch")
         kl_BT = KL_ESTIMATORS[cfg.kl_estimator](logprobs_BT, ref_logprobs_BT)
         metrics["kl"] = token_mean(kl_BT.detach(), mask_BT, norm=norm)
         if cfg.kl_bias_correction:
             kl_BT = kl_BT * policy.ratio_BT
-        loss_BT = loss_BT + kl_coef * kl_BT
+        loss_BT = loss_BT + beta * kl_BT
     loss = AGGREGATIONS[cfg.loss_agg](loss_BT, mask_BT, norm=norm)
     with torch.no_grad():
         metrics["clip_frac"] = token_mean(policy.clipped_BT.to(mask_BT.dtype), mask_BT, norm=norm)

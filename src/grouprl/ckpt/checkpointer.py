@@ -369,10 +369,9 @@ def _local_tiers(
             )
     disk_root = Path(cfg.disk.dir) if cfg.disk.dir else run_dir / "checkpoints"
     disk = LocalTier("disk", disk_root, every=cfg.disk.every, keep=cfg.disk.keep)
-    for tier in (memory, disk):
+    for tier in (t for t in (memory, disk) if t is not None):
         try:
-            if tier is not None:
-                tier.remove_leftovers()
+            tier.remove_leftovers()
         except OSError as err:
             raise CheckpointError(
                 f"checkpoint.{tier.name}.dir: cannot use {tier.root} ({err.strerror}); give a "

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 import yaml
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from grouprl.ckpt.manifest import MANIFEST, verify
 from grouprl.ckpt.shards import SafeReader, load_shards
@@ -48,7 +49,7 @@ def part_state(ckpt_dir: Path, part: str = "model") -> dict[str, torch.Tensor]:
     metadata = SafeReader(ckpt_dir / SHARDS).read_metadata()
     template = {}
     for key, meta in metadata.state_dict_metadata.items():
-        if key.startswith(f"{part}.") and hasattr(meta, "size"):
+        if key.startswith(f"{part}.") and isinstance(meta, TensorStorageMetadata):
             template[key.removeprefix(f"{part}.")] = torch.empty(
                 tuple(meta.size), dtype=meta.properties.dtype
             )

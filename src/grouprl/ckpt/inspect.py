@@ -192,12 +192,13 @@ def export(
 def _resolve_s3(target: str, endpoint_url: str | None) -> Source:
     uri = target.rstrip("/")
     parent, _, name = uri.rpartition("/")
-    single = step_of(name) is not None
+    step = step_of(name)
+    single = step is not None
     store = S3Store(parent if single else uri, endpoint_url=endpoint_url)
     store.check()  # one attempt: a missing bucket or dead endpoint fails at once
     base = f"s3://{store.bucket}/{store.prefix}".rstrip("/")
-    if single:
-        found = [Found("s3", step_of(name), uri)] if store.exists(f"{name}/{MANIFEST}") else []
+    if step is not None:
+        found = [Found("s3", step, uri)] if store.exists(f"{name}/{MANIFEST}") else []
     else:
         tier = S3Tier(store, every=None, keep=1)
         found = [Found("s3", f.step, f"{base}/{f.where}") for f in tier.complete()]

@@ -211,7 +211,7 @@ class NodeMemoryTier:
             ],
             what="begin a memory checkpoint",
         )
-        self.shards.write_parts([f"{s}/{SHARDS}" for s in staging], group.ranks_of)
+        self._shards().write_parts([f"{s}/{SHARDS}" for s in staging], group.ranks_of)
         fields = {
             "weight_version": snap.weight_version,
             "world_size": world_size,
@@ -292,7 +292,7 @@ class NodeMemoryTier:
         )
         metadata = small[META_FILE]
         parse_metadata(metadata, where=f"node memory, step {step}")  # refuse a crafted one here
-        needs = self.shards.role.each(ShardWriter.files_needed, metadata)
+        needs = self._shards().role.each(ShardWriter.files_needed, metadata)
         calls = []
         for node, leader in enumerate(leaders):
             names = {META_FILE} | {f"{SHARDS}/{n}" for r in group.ranks_of(node) for n in needs[r]}
@@ -337,6 +337,11 @@ class NodeMemoryTier:
             raise RuntimeError("NodeMemoryTier used before attach(group)")
         return self.store
 
+    def _shards(self) -> RankShards:
+        if self.shards is None:
+            raise RuntimeError("NodeMemoryTier used before attach(group)")
+        return self.shards
+
     def _held(self) -> dict[tuple[int, str], dict[int, list[tuple[dict, int]]]]:
         """(step, save_id) -> part -> [(manifest, node index)] of every copy held."""
         group = self._group()
@@ -344,7 +349,8 @@ class NodeMemoryTier:
             [self._store().on(leader, NodeStore.held) for leader in group.leaders()],
             what="list memory",
         )
-        held: dict = defaultdict(lambda: defaultdict(list))
+        held: dict[tuple[int, str], dict[int, list[tuple[dict, int]]]]
+        held = defaultdict(lambda: defaultdict(list))
         for node, manifests in enumerate(listed):
             for m in manifests:
                 held[(m["step"], m["save_id"])][m["part"]].append((m, node))

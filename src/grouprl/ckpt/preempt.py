@@ -20,6 +20,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 from grouprl.sandbox.signals import kill_sessions
 
@@ -42,7 +45,7 @@ class Preemption:
         self.grace_period_s = grace_period_s
         self.signum: int | None = None
         self.at: float | None = None
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
         self._timer: threading.Timer | None = None
 
     @property

@@ -26,7 +26,7 @@ from threading import Event
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-import boto3
+import boto3.session
 from boto3.s3.transfer import TransferConfig
 from botocore import exceptions as bx
 from botocore.config import Config

@@ -69,6 +69,7 @@ class SafeReader(FileSystemReader):
             metadata = parse_metadata(f.read(), where=str(self.path))
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
+        assert metadata.storage_meta is not None
         metadata.storage_meta.load_id = self.load_id
         return metadata
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from grouprl.ckpt.manifest import Manifest, write_manifest
 from grouprl.ckpt.shards import save_shards
@@ -66,7 +67,7 @@ def stage(state: Any, buffers: Any = None) -> tuple[Any, int]:
     """A host copy of ``state`` (nested dicts/lists of tensors and plain values), written
     into ``buffers`` (a previous copy) where shapes and dtypes match; and its bytes."""
     if isinstance(state, torch.Tensor):
-        local = state.to_local() if hasattr(state, "to_local") else state
+        local = state.to_local() if isinstance(state, DTensor) else state
         reuse = (
             isinstance(buffers, torch.Tensor)
             and buffers.shape == local.shape
@@ -74,8 +75,8 @@ def stage(state: Any, buffers: Any = None) -> tuple[Any, int]:
         )
         out = buffers if reuse else _host_buffer(local)
         out.copy_(local.detach(), non_blocking=False)
-        if local is not state:  # a DTensor shard: keep its placement for DCP
-            out = type(state).from_local(
+        if isinstance(state, DTensor):  # a shard: keep its placement for DCP
+            out = DTensor.from_local(
                 out, state.device_mesh, state.placements, shape=state.shape, stride=state.stride()
             )
         return out, local.numel() * local.element_size()

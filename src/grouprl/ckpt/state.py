@@ -50,7 +50,9 @@ def rng_state() -> dict[str, Any]:
     import torch
 
     version, keys, gauss = random.getstate()
-    kind, np_keys, pos, has_gauss, cached = np.random.get_state()
+    np_state = np.random.get_state(legacy=True)
+    assert isinstance(np_state, tuple)  # legacy=True: a tuple for the legacy MT19937
+    kind, np_keys, pos, has_gauss, cached = np_state
     state = {
         "python": [version, list(keys), gauss],
         "numpy": [kind, np_keys.tolist(), int(pos), int(has_gauss), float(cached)],

@@ -18,60 +18,62 @@ class Algorithm:
     needs_critic: bool = False
 
 
+def _keys(
+    advantage: str, *, policy_loss: str = "ppo_clip", loss_agg: str = "token_mean", **more: Any
+) -> dict[str, Any]:
+    """A preset's keys: its estimator, its policy loss and aggregation (PPO's clipped ratio
+    over all tokens unless it says otherwise), and any others its paper sets."""
+    return {"advantage": advantage, "policy_loss": policy_loss, "loss_agg": loss_agg, **more}
+
+
 ALGORITHMS: dict[str, Algorithm] = {
     "grpo": Algorithm(
         "GRPO",
         "Shao et al. 2024, DeepSeekMath (arXiv:2402.03300)",
-        {"advantage": "grpo", "policy_loss": "ppo_clip", "loss_agg": "token_mean"},
+        _keys("grpo"),
     ),
     "dr_grpo": Algorithm(
         "Dr.GRPO",
         "Liu et al. 2025, Understanding R1-Zero-Like Training (arXiv:2503.20783)",
-        {"advantage": "dr_grpo", "policy_loss": "ppo_clip", "loss_agg": "seq_mean_token_sum_norm"},
+        _keys("dr_grpo", loss_agg="seq_mean_token_sum_norm"),
     ),
     "gspo": Algorithm(
         "GSPO",
         "Zheng et al. 2025, Group Sequence Policy Optimization (arXiv:2507.18071)",
-        {
-            "advantage": "grpo",
-            "policy_loss": "gspo",
-            "loss_agg": "seq_mean_token_mean",
-            "clip_eps_low": 3e-4,
-            "clip_eps_high": 4e-4,
-        },
+        _keys(
+            "grpo",
+            policy_loss="gspo",
+            loss_agg="seq_mean_token_mean",
+            clip_eps_low=3e-4,
+            clip_eps_high=4e-4,
+        ),
     ),
     "dapo": Algorithm(
         "DAPO",
         "Yu et al. 2025, DAPO (arXiv:2503.14476)",
-        {
-            "advantage": "grpo",
-            "policy_loss": "ppo_clip",
-            "loss_agg": "token_mean",
-            "clip_eps_low": 0.2,
-            "clip_eps_high": 0.28,
-            "dynamic_sampling": True,
-        },  # plus overlong shaping: algo.overlong_buffer depends on rollout.max_tokens
+        _keys("grpo", clip_eps_low=0.2, clip_eps_high=0.28, dynamic_sampling=True),
+        # plus overlong shaping: algo.overlong_buffer depends on rollout.max_tokens
     ),
     "rloo": Algorithm(
         "RLOO",
         "Ahmadian et al. 2024, Back to Basics (arXiv:2402.14740)",
-        {"advantage": "rloo", "policy_loss": "ppo_clip", "loss_agg": "token_mean"},
+        _keys("rloo"),
     ),
     "reinforce_pp": Algorithm(
         "REINFORCE++",
         "Hu 2025, REINFORCE++ (arXiv:2501.03262)",
-        {"advantage": "reinforce_pp", "policy_loss": "ppo_clip", "loss_agg": "token_mean"},
+        _keys("reinforce_pp"),
     ),
     "mt_grpo": Algorithm(
         "MT-GRPO (multi-turn, turn-level credit)",
         "Zeng et al. 2025, Reinforcing Multi-Turn Reasoning in LLM Agents via Turn-Level "
         "Credit Assignment (arXiv:2505.11821)",
-        {"advantage": "mt_grpo", "policy_loss": "ppo_clip", "loss_agg": "token_mean"},
+        _keys("mt_grpo"),
     ),
     "ppo": Algorithm(
         "PPO with a critic",
         "Schulman et al. 2017 (arXiv:1707.06347); GAE: Schulman et al. 2015 (arXiv:1506.02438)",
-        {"advantage": "gae", "policy_loss": "ppo_clip", "loss_agg": "token_mean"},
+        _keys("gae"),
         needs_critic=True,
     ),
 }

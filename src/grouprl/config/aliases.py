@@ -6,15 +6,22 @@ TRL's ``GRPOConfig`` / ``TrainingArguments`` field names (``num_generations``), 
 few TRL script arguments (``ModelConfig``, ``ScriptArguments``) a GRPO script sets.
 
 The unknown-key error (``config/key_hints.py``) looks a bad key up here before it guesses
-by spelling, so it names the grouprl key and any change of unit. docs/migration.md's
-tables are this table (``scripts/migration_tables.py`` writes them; a test checks
-that they agree). ``grouprl`` is empty where grouprl has no equivalent; the note then
-says what to do instead.
+by spelling, so it names the grouprl key and any change of unit. ``grouprl convert``
+(``config/convert.py``) reads the same table: an entry marked ``same`` is copied to its
+grouprl key, the others go through convert's rules. docs/migration.md's tables are this
+table (``scripts/migration_tables.py`` writes them; a test checks that they agree).
+``grouprl`` is empty where grouprl has no equivalent; the note then says what to do
+instead.
+
+``RENAMED`` holds grouprl's own keys that moved: unlike a verl or TRL key, an old key
+still works (the loader and the sections move it to its new place, ``move_renamed``) and
+a hint names the new key.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 AR = "actor_rollout_ref"
 
@@ -29,15 +36,17 @@ class Alias:
     """The grouprl keys (dotted paths) that set the same thing; empty: no equivalent."""
     note: str = ""
     """Unit changes, value translations, or (with no equivalent) what to do instead."""
+    same: bool = False
+    """verl: the value means the same at the grouprl key; ``grouprl convert`` copies it."""
 
     @property
     def leaf(self) -> str:
         return self.key.rpartition(".")[2]
 
 
-def _v(key: str, grouprl: str | tuple[str, ...] = (), note: str = "") -> Alias:
+def _v(key: str, grouprl: str | tuple[str, ...] = (), note: str = "", *, same=False) -> Alias:
     targets = (grouprl,) if isinstance(grouprl, str) else grouprl
-    return Alias(key=key, framework="verl", grouprl=targets, note=note)
+    return Alias(key=key, framework="verl", grouprl=targets, note=note, same=same)
 
 
 def _t(key: str, grouprl: str | tuple[str, ...] = (), note: str = "") -> Alias:
@@ -48,15 +57,15 @@ def _t(key: str, grouprl: str | tuple[str, ...] = (), note: str = "") -> Alias:
 # fmt: off
 VERL: tuple[Alias, ...] = (
     # data
-    _v("data.train_batch_size", "data.batch_size", "prompts per step in both"),
+    _v("data.train_batch_size", "data.batch_size", "prompts per step in both", same=True),
     _v("data.train_files", "data.train",
        "data.train=FILE (the same as {source: FILE}); a verl parquet loads as-is; a list of "
        "files, data.train=[a.parquet,b.parquet], is read in order as one table"),
     _v("data.val_files", "data.eval", "data.eval=FILE, or a list of files"),
     _v("data.max_prompt_length", "data.max_prompt_tokens",
-       "tokens in both; a longer prompt is skipped and reported, never truncated"),
+       "tokens in both; a longer prompt is skipped and reported, never truncated", same=True),
     _v("data.max_response_length", "rollout.max_tokens",
-       "tokens per completion; rollout.max_model_len must hold prompt + completion"),
+       "tokens per completion; rollout.max_model_len must hold prompt + completion", same=True),
     _v("data.filter_overlong_prompts", (),
        "always on: prompts longer than data.max_prompt_tokens are skipped and reported"),
     _v("data.truncation", (),
@@ -72,15 +81,15 @@ VERL: tuple[Alias, ...] = (
        "reward.functions score every row; route by a column inside your own function (it gets "
        "the row)"),
     # the policy model
-    _v(f"{AR}.model.path", "model.path"),
-    _v(f"{AR}.model.trust_remote_code", "model.trust_remote_code"),
+    _v(f"{AR}.model.path", "model.path", same=True),
+    _v(f"{AR}.model.trust_remote_code", "model.trust_remote_code", same=True),
     _v(f"{AR}.model.enable_gradient_checkpointing", "train.activation_checkpointing",
-       "verl's default true, grouprl's false"),
+       "verl's default true, grouprl's false", same=True),
     _v(f"{AR}.model.use_remove_padding", "train.packing",
-       "padding-free micro-batches; the update is the same either way"),
-    _v(f"{AR}.model.lora_rank", "train.lora.rank", "0 trains every weight in both"),
-    _v(f"{AR}.model.lora_alpha", "train.lora.alpha", "verl's default 16, grouprl's 32"),
-    _v(f"{AR}.model.target_modules", "train.lora.target_modules"),
+       "padding-free micro-batches; the update is the same either way", same=True),
+    _v(f"{AR}.model.lora_rank", "train.lora.rank", "0 trains every weight in both", same=True),
+    _v(f"{AR}.model.lora_alpha", "train.lora.alpha", "verl's default 16, grouprl's 32", same=True),
+    _v(f"{AR}.model.target_modules", "train.lora.target_modules", same=True),
     # the actor: batches
     _v(f"{AR}.actor.strategy", (),
        "training is always FSDP2 (in one process, without Ray, for a single rank)"),
@@ -88,7 +97,7 @@ VERL: tuple[Alias, ...] = (
        "verl counts prompts, grouprl counts samples: set train.mini_batch_size = "
        "ppo_mini_batch_size x rollout.n (e.g. 32 prompts x n=8 -> 256)"),
     _v(f"{AR}.actor.ppo_micro_batch_size_per_gpu", "train.micro_batch_size",
-       "samples per forward/backward pass on each rank in both"),
+       "samples per forward/backward pass on each rank in both", same=True),
     _v(f"{AR}.actor.ppo_micro_batch_size", "train.micro_batch_size",
        "verl's deprecated global count; grouprl's is per rank: divide it by the number of "
        "training GPUs"),
@@ -96,14 +105,15 @@ VERL: tuple[Alias, ...] = (
        "set the token budget itself (null: micro-batches by rows)"),
     _v(f"{AR}.actor.ppo_max_token_len_per_gpu", "train.micro_batch_tokens",
        "tokens per forward/backward pass on each rank"),
-    _v(f"{AR}.actor.ppo_epochs", "algo.num_iterations", "passes over each batch (mu)"),
+    _v(f"{AR}.actor.ppo_epochs", "algo.num_iterations", "passes over each batch (mu)", same=True),
     _v(f"{AR}.actor.shuffle", (), "mini-batches are taken in order"),
     # the actor: the loss
     _v(f"{AR}.actor.clip_ratio", ("algo.clip_eps_low", "algo.clip_eps_high"), "set both"),
-    _v(f"{AR}.actor.clip_ratio_low", "algo.clip_eps_low"),
-    _v(f"{AR}.actor.clip_ratio_high", "algo.clip_eps_high"),
+    _v(f"{AR}.actor.clip_ratio_low", "algo.clip_eps_low", same=True),
+    _v(f"{AR}.actor.clip_ratio_high", "algo.clip_eps_high", same=True),
     _v(f"{AR}.actor.clip_ratio_c", "algo.dual_clip_c",
-       "verl applies dual clip with c=3 by default; grouprl's default null turns it off"),
+       "verl applies dual clip with c=3 by default; grouprl's default null turns it off",
+       same=True),
     _v(f"{AR}.actor.loss_agg_mode", "algo.loss_agg",
        "token-mean -> token_mean, seq-mean-token-mean -> seq_mean_token_mean, "
        "seq-mean-token-sum-norm -> seq_mean_token_sum_norm (its constant: algo.norm_tokens, "
@@ -120,24 +130,25 @@ VERL: tuple[Alias, ...] = (
     _v(f"{AR}.actor.kl_loss_type", "algo.kl_estimator",
        "low_var_kl -> k3, kl -> k1, mse -> k2; abs and full have none"),
     _v(f"{AR}.actor.tis_imp_ratio_cap", "algo.tis_cap",
-       "token-level truncated importance weights min(pi_trainer / pi_engine, cap)"),
+       "token-level truncated importance weights min(pi_trainer / pi_engine, cap)", same=True),
     # the actor: optimizer and memory
-    _v(f"{AR}.actor.optim.lr", "train.lr"),
+    _v(f"{AR}.actor.optim.lr", "train.lr", same=True),
     _v(f"{AR}.actor.optim.lr_warmup_steps", "train.warmup_steps",
        "verl's -1 (use the ratio) has none: give steps"),
     _v(f"{AR}.actor.optim.lr_warmup_steps_ratio", "train.warmup_steps",
        "a fraction there, steps here: ratio x train.steps"),
     _v(f"{AR}.actor.optim.warmup_style", "train.lr_schedule", "constant or cosine"),
     _v(f"{AR}.actor.optim.lr_scheduler_type", "train.lr_schedule", "constant or cosine"),
-    _v(f"{AR}.actor.optim.min_lr_ratio", "train.min_lr_ratio"),
-    _v(f"{AR}.actor.optim.weight_decay", "train.weight_decay", "verl's default 0.01, grouprl's 0"),
+    _v(f"{AR}.actor.optim.min_lr_ratio", "train.min_lr_ratio", same=True),
+    _v(f"{AR}.actor.optim.weight_decay", "train.weight_decay", "verl's default 0.01, grouprl's 0",
+       same=True),
     _v(f"{AR}.actor.optim.betas", "train.betas",
-       "verl's default [0.9, 0.999], grouprl's [0.9, 0.99]"),
-    _v(f"{AR}.actor.optim.clip_grad", "train.max_grad_norm"),
-    _v(f"{AR}.actor.grad_clip", "train.max_grad_norm"),
+       "verl's default [0.9, 0.999], grouprl's [0.9, 0.99]", same=True),
+    _v(f"{AR}.actor.optim.clip_grad", "train.max_grad_norm", same=True),
+    _v(f"{AR}.actor.grad_clip", "train.max_grad_norm", same=True),
     _v(f"{AR}.actor.fsdp_config.param_offload", "cluster.offload",
-       "weights, gradients and optimizer states together"),
-    _v(f"{AR}.actor.fsdp_config.optimizer_offload", "cluster.offload_optimizer"),
+       "weights, gradients and optimizer states together", same=True),
+    _v(f"{AR}.actor.fsdp_config.optimizer_offload", "cluster.offload_optimizer", same=True),
     _v(f"{AR}.actor.ulysses_sequence_parallel_size", (),
        "no sequence parallelism: bound activations with train.micro_batch_tokens or "
        "train.activation_checkpointing"),
@@ -152,19 +163,19 @@ VERL: tuple[Alias, ...] = (
     _v(f"{AR}.rollout.mode", "rollout.max_staleness",
        "verl's async agent loop has no equivalent; rollout.max_staleness=1 generates the next "
        "batch while this one trains"),
-    _v(f"{AR}.rollout.n", "rollout.n", "samples per prompt (the group size)"),
-    _v(f"{AR}.rollout.temperature", "rollout.temperature"),
-    _v(f"{AR}.rollout.top_p", "rollout.top_p"),
-    _v(f"{AR}.rollout.top_k", "rollout.top_k", "-1 disables it in both"),
-    _v(f"{AR}.rollout.prompt_length", "data.max_prompt_tokens"),
-    _v(f"{AR}.rollout.response_length", "rollout.max_tokens"),
-    _v(f"{AR}.rollout.max_model_len", "rollout.max_model_len"),
+    _v(f"{AR}.rollout.n", "rollout.n", "samples per prompt (the group size)", same=True),
+    _v(f"{AR}.rollout.temperature", "rollout.temperature", same=True),
+    _v(f"{AR}.rollout.top_p", "rollout.top_p", same=True),
+    _v(f"{AR}.rollout.top_k", "rollout.top_k", "-1 disables it in both", same=True),
+    _v(f"{AR}.rollout.prompt_length", "data.max_prompt_tokens", same=True),
+    _v(f"{AR}.rollout.response_length", "rollout.max_tokens", same=True),
+    _v(f"{AR}.rollout.max_model_len", "rollout.max_model_len", same=True),
     _v(f"{AR}.rollout.gpu_memory_utilization", "rollout.gpu_memory_utilization",
-       "vLLM's share of GPU memory in both: verl's default 0.5, grouprl's 0.4"),
+       "vLLM's share of GPU memory in both: verl's default 0.5, grouprl's 0.4", same=True),
     _v(f"{AR}.rollout.tensor_model_parallel_size", "rollout.tensor_parallel_size",
-       "GPUs per engine: verl's default 2, grouprl's 1"),
+       "GPUs per engine: verl's default 2, grouprl's 1", same=True),
     _v(f"{AR}.rollout.dtype", "model.dtype", "one dtype for training passes and engine"),
-    _v(f"{AR}.rollout.ignore_eos", "rollout.ignore_eos"),
+    _v(f"{AR}.rollout.ignore_eos", "rollout.ignore_eos", same=True),
     _v(f"{AR}.rollout.log_prob_micro_batch_size_per_gpu", "train.micro_batch_size",
        "logprob passes use the training micro-batches"),
     _v(f"{AR}.rollout.enforce_eager", (), "vLLM's defaults are kept"),
@@ -174,32 +185,33 @@ VERL: tuple[Alias, ...] = (
        "the engine's logprobs are always kept (engine_logprob_gap, algo.tis_cap, "
        "algo.old_logprobs=engine use them)"),
     _v(f"{AR}.rollout.val_kwargs.temperature", "rollout.eval_temperature",
-       "0 (greedy) by default in both"),
+       "0 (greedy) by default in both", same=True),
     _v(f"{AR}.rollout.val_kwargs.n", (), "validation samples one completion per prompt"),
     _v(f"{AR}.rollout.multi_turn.enable", "env.name",
        "multi-turn tool use is an environment: env.name=search_qa"),
-    _v(f"{AR}.rollout.multi_turn.max_assistant_turns", "env.max_turns"),
+    _v(f"{AR}.rollout.multi_turn.max_assistant_turns", "env.max_turns", same=True),
     # the critic
-    _v("critic.model.path", "critic.path"),
-    _v("critic.optim.lr", "critic.lr"),
-    _v("critic.optim.weight_decay", "critic.weight_decay"),
-    _v("critic.cliprange_value", "critic.value_clip", "verl's default 0.5, grouprl's 0.2"),
-    _v("critic.grad_clip", "critic.max_grad_norm"),
+    _v("critic.model.path", "critic.path", same=True),
+    _v("critic.optim.lr", "critic.lr", same=True),
+    _v("critic.optim.weight_decay", "critic.weight_decay", same=True),
+    _v("critic.cliprange_value", "critic.value_clip", "verl's default 0.5, grouprl's 0.2",
+       same=True),
+    _v("critic.grad_clip", "critic.max_grad_norm", same=True),
     _v("critic.ppo_micro_batch_size_per_gpu", "train.micro_batch_size",
        "the critic trains on the policy's micro-batches"),
     _v("critic.ppo_mini_batch_size", "train.mini_batch_size",
        "the critic's mini-batches are the policy's, in samples (verl: prompts)"),
     _v("critic.ppo_epochs", "algo.num_iterations", "the critic follows the policy's"),
-    _v("trainer.critic_warmup", "critic.warmup_steps"),
+    _v("trainer.critic_warmup", "critic.warmup_steps", same=True),
     # the algorithm
     _v("algorithm.adv_estimator", ("algo.name", "algo.advantage"),
        "algo.name picks a preset (estimator and loss); algo.advantage the estimator alone: gae "
        "-> algo.name=ppo (with a critic), grpo -> grpo, rloo -> rloo, reinforce_plus_plus -> "
        "reinforce_pp, reinforce_plus_plus_baseline -> algo.advantage=reinforce_pp_baseline; "
        "remax, opo and gpg have none"),
-    _v("algorithm.norm_adv_by_std_in_grpo", "algo.scale_by_std"),
-    _v("algorithm.gamma", "algo.gamma"),
-    _v("algorithm.lam", "algo.gae_lambda"),
+    _v("algorithm.norm_adv_by_std_in_grpo", "algo.scale_by_std", same=True),
+    _v("algorithm.gamma", "algo.gamma", same=True),
+    _v("algorithm.lam", "algo.gae_lambda", same=True),
     _v("algorithm.use_kl_in_reward", "algo.kl_in", "true -> algo.kl_in=reward"),
     _v("algorithm.kl_penalty", "algo.kl_estimator", "kl -> k1, mse -> k2, low_var_kl -> k3"),
     _v("algorithm.kl_ctrl.kl_coef", "algo.beta",
@@ -207,8 +219,8 @@ VERL: tuple[Alias, ...] = (
     _v("algorithm.kl_ctrl.type", "algo.kl_target",
        "adaptive: set algo.kl_target; fixed: leave it null"),
     _v("algorithm.kl_ctrl.target_kl", "algo.kl_target"),
-    _v("algorithm.kl_ctrl.horizon", "algo.kl_horizon"),
-    _v("algorithm.filter_groups.enable", "algo.dynamic_sampling"),
+    _v("algorithm.kl_ctrl.horizon", "algo.kl_horizon", same=True),
+    _v("algorithm.filter_groups.enable", "algo.dynamic_sampling", same=True),
     _v("algorithm.filter_groups.max_num_gen_batches", "algo.max_sampling_rounds",
        "generation rounds per step; verl's 0 (unlimited) has none"),
     _v("algorithm.rollout_correction.rollout_is_threshold", "algo.tis_cap",
@@ -229,15 +241,15 @@ VERL: tuple[Alias, ...] = (
     _v("reward_model.overlong_buffer.penalty_factor", "algo.overlong_penalty"),
     # the trainer
     _v("trainer.total_epochs", "train.epochs", "or train.steps: exactly one is set"),
-    _v("trainer.total_training_steps", "train.steps", "steps (batches) in both"),
+    _v("trainer.total_training_steps", "train.steps", "steps (batches) in both", same=True),
     _v("trainer.save_freq", "checkpoint.disk.every",
        "steps in both; verl's -1 is null (save at the end and on preemption)"),
     _v("trainer.test_freq", "trainer.eval_every",
        "steps in both; verl's -1 is null (validate before and after training)"),
-    _v("trainer.val_before_train", "trainer.eval_before_train"),
+    _v("trainer.val_before_train", "trainer.eval_before_train", same=True),
     _v("trainer.n_gpus_per_node", "cluster.gpus_per_node",
-       "all of a node's GPUs in both; rollout.gpus of them may go to the engine"),
-    _v("trainer.nnodes", "cluster.nodes"),
+       "all of a node's GPUs in both; rollout.gpus of them may go to the engine", same=True),
+    _v("trainer.nnodes", "cluster.nodes", same=True),
     _v("trainer.device", "train.device"),
     _v("trainer.default_local_dir", "trainer.run_dir",
        "checkpoints go to RUN_DIR/checkpoints (checkpoint.disk.dir)"),
@@ -245,14 +257,14 @@ VERL: tuple[Alias, ...] = (
        "auto -> auto, disable -> never, resume_path -> the checkpoint's path; verl's default "
        "auto, grouprl's never"),
     _v("trainer.resume_from_path", "trainer.resume"),
-    _v("trainer.max_actor_ckpt_to_keep", "checkpoint.disk.keep"),
+    _v("trainer.max_actor_ckpt_to_keep", "checkpoint.disk.keep", same=True),
     _v("trainer.project_name", "metrics.wandb.project"),
-    _v("trainer.experiment_name", "name", "the run's name (and its run directory's)"),
+    _v("trainer.experiment_name", "name", "the run's name (and its run directory's)", same=True),
     _v("trainer.logger", ("metrics.tensorboard", "metrics.wandb.project", "metrics.mlflow.enabled"),
        "console and metrics.jsonl always; wandb: set metrics.wandb.project; mlflow: "
        "metrics.mlflow.enabled=true"),
     _v("trainer.log_val_generations", "trainer.log_samples",
-       "completions written per training step (samples.jsonl)"),
+       "completions written per training step (samples.jsonl)", same=True),
     _v("trainer.balance_batch", (),
        "micro-batches split by rows, or by tokens with train.micro_batch_tokens"),
 )
@@ -381,10 +393,89 @@ TRL: tuple[Alias, ...] = (
 ALIASES: tuple[Alias, ...] = VERL + TRL
 
 
+def _g(old: str, new: str, note: str = "") -> Alias:
+    return Alias(key=old, framework="grouprl", grouprl=(new,), note=note)
+
+
+SEARCH = "search_qa's own setting, passed like a class's env.args"
+
+RENAMED: tuple[Alias, ...] = (
+    # the containment of user code: one `sandbox` block, for rewards and environments
+    _g("reward.workers", "reward.sandbox.workers"),
+    _g("reward.memory_mb", "reward.sandbox.memory_mb"),
+    _g("reward.timeout_s", "reward.sandbox.timeout_s"),
+    _g("env.workers", "env.sandbox.workers"),
+    _g("env.memory_mb", "env.sandbox.memory_mb"),
+    _g("env.step_timeout_s", "env.sandbox.timeout_s", "each start or step call's deadline"),
+    # your own agent: one `agent` block (env.agent=FILE.py:solve still names it alone)
+    _g("env.agent_timeout_s", "env.agent.timeout_s", "each episode's deadline"),
+    _g("env.agent_concurrency", "env.agent.concurrency"),
+    # the built-in search environment's settings
+    _g("env.corpus", "env.args.corpus", SEARCH),
+    _g("env.search_k", "env.args.k", SEARCH),
+    _g("env.turn_reward", "env.args.turn_reward", SEARCH),
+    _g("env.tool_timeout_s", "env.args.timeout_s", SEARCH),
+    _g("env.tool_max_chars", "env.args.max_chars", SEARCH),
+)
+"""grouprl keys that moved, each with its new key: the old one still works, with a hint."""
+
+
+def move_renamed(data: dict[str, Any], *, prefix: str = "") -> tuple[list[Alias], list[Alias]]:
+    """Move every old key (``RENAMED``) found in ``data``, the nested mapping of the section
+    at ``prefix`` (``""``: the whole run, ``"env."``: the env section), to its new key, in
+    place. Returns the entries moved, and those whose new key was set as well (the old one
+    is then dropped: the new key wins)."""
+    moved, clashes = [], []
+    for alias in RENAMED:
+        if not alias.key.startswith(prefix):
+            continue
+        *old_parents, old_leaf = alias.key.removeprefix(prefix).split(".")
+        parent = _section_at(data, old_parents, create=False)
+        if parent is None or old_leaf not in parent:
+            continue
+        value = parent.pop(old_leaf)
+        *new_parents, new_leaf = alias.grouprl[0].removeprefix(prefix).split(".")
+        target = _section_at(data, new_parents, create=True)
+        if target is None or new_leaf in target:
+            clashes.append(alias)
+            continue
+        target[new_leaf] = value
+        moved.append(alias)
+    return moved, clashes
+
+
+def _section_at(data: dict[str, Any], parts: list[str], *, create: bool) -> dict | None:
+    """The mapping at ``parts`` inside ``data`` (a section given as a model is dumped to
+    one); with ``create``, missing or null sections are made. None: not a mapping."""
+    node: Any = data
+    for part in parts:
+        child = node.get(part)
+        if child is None and create:
+            child = node[part] = {}
+        elif child is not None and hasattr(child, "model_dump"):  # a section given from Python
+            child = node[part] = child.model_dump(exclude_unset=True)
+        if not isinstance(child, dict):
+            return None
+        node = child
+    return node
+
+
+def rename_hint(alias: Alias, *, origin: str) -> str:
+    """The hint for an old key that still works: where it went."""
+    note = f" ({alias.note})" if alias.note else ""
+    return (
+        f"{alias.key} (in {origin}) is now {alias.grouprl[0]}{note}; the old key still works "
+        f"for now: rename it. docs/migration.md lists the renamed keys."
+    )
+
+
 def markdown_table(framework: str) -> str:
-    """docs/migration.md's table of ``framework``'s keys (`verl` or `TRL`), one row each."""
+    """docs/migration.md's table of ``framework``'s keys (`verl`, `TRL`, or `grouprl`: its
+    renamed keys), one row each."""
     rows = [f"| {framework} key | grouprl key | notes |", "| --- | --- | --- |"]
-    for alias in ALIASES:
+    if framework == "grouprl":
+        rows[0] = "| old key | new key | notes |"
+    for alias in (*ALIASES, *RENAMED):
         if alias.framework == framework:
             keys = ", ".join(f"`{key}`" for key in alias.grouprl) or "none"
             rows.append(f"| `{alias.key}` | {keys} | {alias.note} |")

@@ -122,8 +122,9 @@ def derived_numbers(cfg: RunConfig) -> Derived:
     eval_rows = split_rows(cfg.data.eval) if cfg.data.eval is not None else None
     steps_per_epoch = train_rows / prompts if train_rows is not None else None
     total_steps = cfg.train.steps
-    if total_steps is None and train_rows is not None:
-        total_steps = steps_for_epochs(epochs=cfg.train.epochs, rows=train_rows, batch_size=prompts)
+    epochs_set = cfg.train.epochs  # exactly one of train.steps and train.epochs is set
+    if total_steps is None and train_rows is not None and epochs_set is not None:
+        total_steps = steps_for_epochs(epochs=epochs_set, rows=train_rows, batch_size=prompts)
     epochs = None
     if total_steps is not None and train_rows:
         epochs = cfg.train.epochs or total_steps * prompts / train_rows

@@ -4,10 +4,13 @@
                                                            (units, values)   + a comment
                                                                                per key left
 
-Only what is certain is converted: a key whose meaning and unit are the same is copied,
-one whose unit or values differ is translated (``ppo_mini_batch_size`` x ``rollout.n``,
-``loss_agg_mode: token-mean`` -> ``token_mean``), and the KL settings, spread over six
-verl keys, become ``algo.beta``, ``algo.kl_in`` and ``algo.kl_estimator``. Every other
+The verl key -> grouprl key mapping is the alias table's (``config/aliases.py``), the
+same table the unknown-key errors read; this module holds only how values translate.
+Only what is certain is converted: a key whose meaning and unit are the same is copied
+(the table marks it ``same``), one whose unit or values differ is translated by its rule
+(``ppo_mini_batch_size`` x ``rollout.n``, ``loss_agg_mode: token-mean`` ->
+``token_mean``), and the KL settings, spread over six verl keys, become ``algo.beta``,
+``algo.kl_in`` and ``algo.kl_estimator``. Every other
 key (no equivalent, an interpolation, a value with no grouprl counterpart) is listed at
 the top of the recipe with the alias table's note, never dropped silently.
 """
@@ -25,39 +28,14 @@ from grouprl.config.aliases import AR, VERL
 from grouprl.config.errors import ConfigError, show
 from grouprl.config.schema import DATA_FILE_SUFFIXES, RunConfig
 
-Rule = Callable[[Any, dict[str, Any]], dict[str, Any] | None]
-"""(value, every verl key) -> grouprl keys to set ({}: nothing, handled elsewhere) or None
-(not converted)."""
-
-# fmt: off
-SAME = (
-    "data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
-    f"{AR}.model.path", f"{AR}.model.trust_remote_code",
-    f"{AR}.model.enable_gradient_checkpointing", f"{AR}.model.use_remove_padding",
-    f"{AR}.model.lora_rank", f"{AR}.model.lora_alpha", f"{AR}.model.target_modules",
-    f"{AR}.actor.ppo_micro_batch_size_per_gpu", f"{AR}.actor.ppo_epochs",
-    f"{AR}.actor.clip_ratio_low", f"{AR}.actor.clip_ratio_high", f"{AR}.actor.clip_ratio_c",
-    f"{AR}.actor.tis_imp_ratio_cap", f"{AR}.actor.optim.lr", f"{AR}.actor.optim.min_lr_ratio",
-    f"{AR}.actor.optim.weight_decay", f"{AR}.actor.optim.betas", f"{AR}.actor.optim.clip_grad",
-    f"{AR}.actor.grad_clip", f"{AR}.actor.fsdp_config.param_offload",
-    f"{AR}.actor.fsdp_config.optimizer_offload", f"{AR}.rollout.n", f"{AR}.rollout.temperature",
-    f"{AR}.rollout.top_p", f"{AR}.rollout.top_k", f"{AR}.rollout.prompt_length",
-    f"{AR}.rollout.response_length", f"{AR}.rollout.max_model_len",
-    f"{AR}.rollout.gpu_memory_utilization", f"{AR}.rollout.tensor_model_parallel_size",
-    f"{AR}.rollout.ignore_eos", f"{AR}.rollout.val_kwargs.temperature",
-    f"{AR}.rollout.multi_turn.max_assistant_turns", "critic.model.path", "critic.optim.lr",
-    "critic.optim.weight_decay", "critic.cliprange_value", "critic.grad_clip",
-    "trainer.critic_warmup", "algorithm.norm_adv_by_std_in_grpo", "algorithm.gamma",
-    "algorithm.lam", "algorithm.kl_ctrl.horizon", "algorithm.filter_groups.enable",
-    "trainer.total_training_steps",
-    "trainer.val_before_train", "trainer.n_gpus_per_node", "trainer.nnodes",
-    "trainer.max_actor_ckpt_to_keep", "trainer.experiment_name", "trainer.log_val_generations",
-)
-"""verl keys whose value means the same in grouprl: copied to the alias table's key."""
+Rule = Callable[[Any, dict[str, Any], tuple[str, ...]], dict[str, Any] | None]
+"""(value, every verl key, the key's grouprl keys from the alias table) -> grouprl keys to
+set ({}: nothing, handled elsewhere) or None (not converted)."""
 
 SHARED = ("data.prompt_key", "data.shuffle")
 """Keys verl and grouprl both have, with the same meaning."""
 
+# fmt: off
 KL_KEYS = (
     f"{AR}.actor.use_kl_loss", f"{AR}.actor.kl_loss_coef", f"{AR}.actor.kl_loss_type",
     "algorithm.use_kl_in_reward", "algorithm.kl_ctrl.kl_coef", "algorithm.kl_penalty",
@@ -94,8 +72,7 @@ def convert_verl(config: dict[str, Any]) -> Converted:
     """``config`` (verl's ``ppo_trainer.yaml`` shape, or a mapping of dotted keys) as a
     grouprl recipe, and the keys it leaves out."""
     flat = _flatten(config)
-    notes = {alias.key: alias.note or "grouprl has no such key" for alias in VERL}
-    targets = {alias.key: alias.grouprl for alias in VERL}
+    aliases = {alias.key: alias for alias in VERL}
     dotted: dict[str, Any] = {}
     left = []
     for key, value in flat.items():
@@ -106,16 +83,18 @@ def convert_verl(config: dict[str, Any]) -> Converted:
             continue
         if key in KL_KEYS:
             continue
+        alias = aliases.get(key)
         if key in SHARED:
             found: dict[str, Any] | None = {key: value}
-        elif key in SAME:
-            found = {targets[key][0]: value}
-        elif key in RULES:
-            found = RULES[key](value, flat)
+        elif alias is not None and alias.same:
+            found = {alias.grouprl[0]: value}
+        elif alias is not None and key in RULES:
+            found = RULES[key](value, flat, alias.grouprl)
         else:
             found = None
         if found is None:
-            why = notes.get(key, "not a verl key grouprl knows")
+            known = alias.note or "grouprl has no such key" if alias else None
+            why = known or "not a verl key grouprl knows"
             left.append((key, value, why))
         else:
             dotted.update(found)
@@ -153,106 +132,113 @@ def render(converted: Converted, *, source: str) -> str:
 # --- rules for keys whose unit or values change ------------------------------------------
 
 
-def _mini_batch(value: Any, flat: dict[str, Any]) -> dict[str, Any] | None:
+def _mini_batch(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:
     n = flat.get(f"{AR}.rollout.n", 1)  # verl counts prompts: x the group size
     whole = isinstance(value, int) and isinstance(n, int)
-    return {"train.mini_batch_size": value * n} if whole else None
+    return {to[0]: value * n} if whole else None
 
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _mapped(target: str, table: dict[str, str]) -> Rule:
-    return lambda value, flat: {target: table[str(value)]} if str(value) in table else None
+def _copied(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
+    return {to[0]: value}
 
 
-def _positive(target: str) -> Rule:
+def _read_elsewhere(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
+    return {}  # another key's rule reads it
+
+
+def _mapped(table: dict[str, str]) -> Rule:
+    return lambda value, flat, to: {to[0]: table[str(value)]} if str(value) in table else None
+
+
+def _positive(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:
     """verl's -1 or 0 means off (or unlimited): grouprl's null default."""
-    return lambda value, flat: None if not _number(value) else {target: value} if value > 0 else {}
+    return None if not _number(value) else {to[0]: value} if value > 0 else {}
 
 
 def _when(switch: str, rule: Rule) -> Rule:
     """``rule`` when the verl key ``switch`` is on; else nothing (the feature is off, so
     grouprl's default must stand: a setting the run does not read is refused)."""
-    return lambda value, flat: rule(value, flat) if flat.get(switch) else {}
+    return lambda value, flat, to: rule(value, flat, to) if flat.get(switch) else {}
 
 
-def _estimator(value: Any, flat: dict[str, Any]) -> dict[str, Any] | None:
+def _estimator(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:
+    name, advantage = to  # algo.name (a preset), algo.advantage (the estimator alone)
     if value in ESTIMATOR_PRESETS:
-        return {"algo.name": ESTIMATOR_PRESETS[value]}
+        return {name: ESTIMATOR_PRESETS[value]}
     if value == "reinforce_plus_plus_baseline":
-        return {"algo.advantage": "reinforce_pp_baseline"}
+        return {advantage: "reinforce_pp_baseline"}
     return None
 
 
-def _source(target: str) -> Rule:
-    def rule(value: Any, flat: dict[str, Any]) -> dict[str, Any] | None:
-        files = [str(f) for f in value] if isinstance(value, list) else [str(value)]
-        if not files or (len(files) > 1 and not all(f.endswith(DATA_FILE_SUFFIXES) for f in files)):
-            return None
-        found = {target: {"source": files[0] if len(files) == 1 else files}}
-        if "data.prompt_key" not in flat:  # verl's row format: chat messages, answer nested
-            found |= {"data.prompt_key": "prompt", "data.answer_key": "reward_model.ground_truth"}
-        return found
-
-    return rule
+def _source(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:
+    files = [str(f) for f in value] if isinstance(value, list) else [str(value)]
+    if not files or (len(files) > 1 and not all(f.endswith(DATA_FILE_SUFFIXES) for f in files)):
+        return None
+    found = {to[0]: {"source": files[0] if len(files) == 1 else files}}
+    if "data.prompt_key" not in flat:  # verl's row format: chat messages, answer nested
+        found |= {"data.prompt_key": "prompt", "data.answer_key": "reward_model.ground_truth"}
+    return found
 
 
-def _micro_batch(value: Any, flat: dict[str, Any]) -> dict[str, Any] | None:
+def _micro_batch(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:
     gpus = int(flat.get("trainer.nnodes") or 1) * int(flat.get("trainer.n_gpus_per_node") or 1)
     whole = isinstance(value, int) and value % gpus == 0
-    return {"train.micro_batch_size": value // gpus} if whole else None
+    return {to[0]: value // gpus} if whole else None
 
 
-def _dynamic_batch(value: Any, flat: dict[str, Any]) -> dict[str, Any]:
+def _dynamic_batch(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
     budget = flat.get(f"{AR}.actor.ppo_max_token_len_per_gpu") or 16384
-    return {"train.micro_batch_tokens": budget} if value else {}
+    return {to[0]: budget} if value else {}
 
 
-def _clip_ratio(value: Any, flat: dict[str, Any]) -> dict[str, Any]:
-    keys = {"algo.clip_eps_low": "clip_ratio_low", "algo.clip_eps_high": "clip_ratio_high"}
-    return {k: value for k, verl in keys.items() if f"{AR}.actor.{verl}" not in flat}
+def _clip_ratio(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
+    own = dict(zip(to, ("clip_ratio_low", "clip_ratio_high"), strict=True))  # eps low, high
+    return {key: value for key, verl in own.items() if f"{AR}.actor.{verl}" not in flat}
 
 
-def _reward_function(value: Any, flat: dict[str, Any]) -> dict[str, Any]:
+def _reward_function(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
     name = flat.get("custom_reward_function.name") or "compute_score"
-    return {"reward.functions": [{"name": f"{value}:{name}", "weight": 1.0}]}
+    return {to[0]: [{"name": f"{value}:{name}", "weight": 1.0}]}
 
 
-def _overlong(value: Any, flat: dict[str, Any]) -> dict[str, Any] | None:
+def _overlong(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:
     length = flat.get("reward_model.overlong_buffer.len") or 0
     if not value:
         return {}
-    return {"algo.overlong_buffer": length} if _number(length) and length > 0 else None
+    return {to[0]: length} if _number(length) and length > 0 else None
 
 
-def _epochs(value: Any, flat: dict[str, Any]) -> dict[str, Any]:
+def _epochs(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
     steps_set = flat.get("trainer.total_training_steps") is not None
-    return {} if steps_set else {"train.epochs": value}  # verl: steps win over epochs
+    return {} if steps_set else {to[0]: value}  # verl: steps win over epochs
 
 
-def _resume(value: Any, flat: dict[str, Any]) -> dict[str, Any] | None:
+def _resume(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:
     if value == "resume_path":
         path = flat.get("trainer.resume_from_path")
-        return {"trainer.resume": str(path)} if path else None
+        return {to[0]: str(path)} if path else None
     modes = {"auto": "auto", "disable": "never"}
-    return {"trainer.resume": modes[value]} if value in modes else None
+    return {to[0]: modes[value]} if value in modes else None
 
 
-def _loggers(value: Any, flat: dict[str, Any]) -> dict[str, Any]:
+def _loggers(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
+    _, wandb_project, mlflow_enabled = to  # console and tensorboard: always on
     loggers = value if isinstance(value, list) else [value]
     found: dict[str, Any] = {}
     project = flat.get("trainer.project_name")
     if "wandb" in loggers and project:
-        found["metrics.wandb.project"] = project
+        found[wandb_project] = project
     if "mlflow" in loggers:
-        found["metrics.mlflow.enabled"] = True
+        found[mlflow_enabled] = True
     return found
 
 
-def _run_dir(value: Any, flat: dict[str, Any]) -> dict[str, Any]:
-    return {"trainer.run_dir": str(value)}
+def _text(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
+    return {to[0]: str(value)}
 
 
 def _kl(flat: dict[str, Any]) -> dict[str, Any] | None:
@@ -276,47 +262,46 @@ def _kl(flat: dict[str, Any]) -> dict[str, Any] | None:
 
 
 RULES: dict[str, Rule] = {
-    "data.train_files": _source("data.train"),
-    "data.val_files": _source("data.eval"),
+    "data.train_files": _source,
+    "data.val_files": _source,
     f"{AR}.actor.ppo_mini_batch_size": _mini_batch,
     f"{AR}.actor.ppo_micro_batch_size": _micro_batch,
     f"{AR}.actor.use_dynamic_bsz": _dynamic_batch,
-    f"{AR}.actor.ppo_max_token_len_per_gpu": lambda value, flat: {},  # read by use_dynamic_bsz
+    f"{AR}.actor.ppo_max_token_len_per_gpu": _read_elsewhere,  # by use_dynamic_bsz
     f"{AR}.actor.clip_ratio": _clip_ratio,
-    f"{AR}.actor.loss_agg_mode": _mapped("algo.loss_agg", LOSS_AGG),
-    f"{AR}.actor.policy_loss.loss_mode": _mapped(
-        "algo.policy_loss", {"vanilla": "ppo_clip", "gspo": "gspo"}
-    ),
-    f"{AR}.actor.optim.lr_warmup_steps": _positive("train.warmup_steps"),
-    f"{AR}.actor.optim.warmup_style": _mapped("train.lr_schedule", SCHEDULES),
-    f"{AR}.actor.optim.lr_scheduler_type": _mapped("train.lr_schedule", SCHEDULES),
-    f"{AR}.rollout.name": _mapped("rollout.engine", {"vllm": "vllm", "hf": "hf"}),
-    f"{AR}.rollout.dtype": _mapped("model.dtype", DTYPES),
+    f"{AR}.actor.loss_agg_mode": _mapped(LOSS_AGG),
+    f"{AR}.actor.policy_loss.loss_mode": _mapped({"vanilla": "ppo_clip", "gspo": "gspo"}),
+    f"{AR}.actor.optim.lr_warmup_steps": _positive,
+    f"{AR}.actor.optim.warmup_style": _mapped(SCHEDULES),
+    f"{AR}.actor.optim.lr_scheduler_type": _mapped(SCHEDULES),
+    f"{AR}.rollout.name": _mapped({"vllm": "vllm", "hf": "hf"}),
+    f"{AR}.rollout.dtype": _mapped(DTYPES),
     "algorithm.adv_estimator": _estimator,
     "algorithm.filter_groups.max_num_gen_batches": _when(
-        "algorithm.filter_groups.enable", _positive("algo.max_sampling_rounds")
+        "algorithm.filter_groups.enable", _positive
     ),
-    "algorithm.rollout_correction.bypass_old_logprob_for_rollout": lambda value, flat: (
-        {"algo.old_logprobs": "engine"} if value else {}
+    "algorithm.rollout_correction.bypass_old_logprob_for_rollout": lambda value, flat, to: (
+        {to[0]: "engine"} if value else {}
     ),
     "custom_reward_function.path": _reward_function,
-    "custom_reward_function.name": lambda value, flat: {},  # read with .path
+    "custom_reward_function.name": _read_elsewhere,  # by .path
     "reward_model.overlong_buffer.enable": _overlong,
-    "reward_model.overlong_buffer.len": lambda value, flat: {},  # read with .enable
+    "reward_model.overlong_buffer.len": _read_elsewhere,  # by .enable
     "reward_model.overlong_buffer.penalty_factor": _when(
-        "reward_model.overlong_buffer.enable",
-        lambda value, flat: {"algo.overlong_penalty": value},
+        "reward_model.overlong_buffer.enable", _copied
     ),
     "trainer.total_epochs": _epochs,
-    "trainer.save_freq": _positive("checkpoint.disk.every"),
-    "trainer.test_freq": _positive("trainer.eval_every"),
+    "trainer.save_freq": _positive,
+    "trainer.test_freq": _positive,
     "trainer.resume_mode": _resume,
-    "trainer.resume_from_path": lambda value, flat: {},  # read with resume_mode
+    "trainer.resume_from_path": _read_elsewhere,  # by resume_mode
     "trainer.logger": _loggers,
-    "trainer.project_name": lambda value, flat: {},  # read with logger
-    "trainer.default_local_dir": _run_dir,
-    "trainer.device": _mapped("train.device", {"cuda": "cuda", "cpu": "cpu"}),
+    "trainer.project_name": _read_elsewhere,  # by logger
+    "trainer.default_local_dir": _text,
+    "trainer.device": _mapped({"cuda": "cuda", "cpu": "cpu"}),
 }
+"""How the value of each verl key that is not copied as it is becomes grouprl's; the
+keys it sets are the alias table's (``to``)."""
 
 
 # --- shapes ------------------------------------------------------------------------------

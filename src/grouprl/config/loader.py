@@ -6,10 +6,12 @@
 Every failure is a ``ConfigError`` that names the key path, the value and the
 fix. Bad keys are gathered: every unknown key of the recipe (and the recipes it
 extends) and of the overrides comes in one error, each with its hint
-(``config/key_hints.py``: a verl or TRL key names its grouprl key). Overrides
-follow Hydra's ``key.sub=value`` form; values are parsed as YAML (``algo.beta=0.04``,
-``data.eval=null``, ``reward.functions=[{name: format}]``) and a list entry is
-addressed by its index (``reward.functions.0.weight=0.5``).
+(``config/key_hints.py``: a verl or TRL key names its grouprl key). A key grouprl
+renamed (``config/aliases.py``'s ``RENAMED``) still works: it is moved to its new key,
+with a hint naming it. Overrides follow Hydra's ``key.sub=value`` form; values are parsed
+as YAML (``algo.beta=0.04``, ``data.eval=null``, ``reward.functions=[{name: format}]``);
+a list entry is addressed by its index (``reward.functions.0.weight=0.5``) and a key of
+a free mapping by its name (``env.args.k=3``).
 Cross-field checks (batch arithmetic) are ``config.checks.check_config``.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import logging
 import typing
 from collections.abc import Mapping
 from importlib import resources
@@ -27,6 +30,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
+from grouprl.config.aliases import RENAMED, move_renamed, rename_hint
 from grouprl.config.errors import ConfigError, show
 from grouprl.config.field_text import reason_text, yaml_text
 from grouprl.config.key_hints import (
@@ -35,7 +39,9 @@ from grouprl.config.key_hints import (
     unknown_in_recipe,
     unknown_override,
 )
-from grouprl.config.schema import RunConfig, source_shorthand
+from grouprl.config.schema import RunConfig, agent_shorthand, source_shorthand
+
+logger = logging.getLogger(__name__)
 
 RECIPE_SUFFIXES = (".yaml", ".yml")
 
@@ -62,6 +68,7 @@ def load_config(recipe: str | Mapping[str, Any], overrides: list[str]) -> RunCon
     for override in overrides:
         try:
             parts, value = _parse_override(override)
+            parts = _renamed_override(parts, origin=f"override {override!r}")
             problem = _check_path(parts, origin=f"override {override!r}")
             if problem is None:
                 _set_path(data, parts=parts, value=value, override=override)
@@ -92,6 +99,14 @@ REPLACED_WHOLE = ("data.train", "data.eval")
 """Sections an extending recipe replaces whole instead of merging key by key: a data source
 (another dataset must not inherit the parent's subset, split or limit)."""
 
+SHORTHANDS = {
+    "data.train": lambda value: source_shorthand(value, key="data.train"),
+    "data.eval": lambda value: source_shorthand(value, key="data.eval"),
+    "env.agent": agent_shorthand,
+}
+"""Sections that may be written as one value (``data.train=a.parquet``,
+``env.agent=agent.py:solve``): the mapping each means, made before a key inside is set."""
+
 
 def _load_recipe(
     recipe: str | Mapping[str, Any], *, chain: tuple[str, ...]
@@ -121,7 +136,8 @@ def _load_recipe(
         )
     data.setdefault("name", stem)
     base_name = data.pop("extends", None)
-    problems = _check_keys(data, model=RunConfig, prefix="", origin=f"recipe {origin}")
+    problems = _renamed_keys(data, origin=f"recipe {origin}")
+    problems += _check_keys(data, model=RunConfig, prefix="", origin=f"recipe {origin}")
     if base_name is None:
         return data, origin, problems
     if not isinstance(base_name, str):
@@ -132,6 +148,32 @@ def _load_recipe(
     base, _, base_problems = _load_recipe(base_name, chain=(*chain, recipe))
     base.pop("name"), base.pop("description", None)
     return _merged(base, data), origin, base_problems + problems
+
+
+def _renamed_keys(data: dict, *, origin: str) -> list[str]:
+    """Move the recipe's renamed keys to their new place (a hint for each); a problem for
+    each set under both names."""
+    env = data.get("env")
+    if isinstance(env, dict) and isinstance(env.get("agent"), str):
+        env["agent"] = agent_shorthand(env["agent"])  # env.agent_timeout_s goes inside it
+    moved, clashes = move_renamed(data)
+    for alias in moved:
+        logger.warning(rename_hint(alias, origin=origin))
+    return [
+        f"{alias.key} and {alias.grouprl[0]} (in {origin}) are the same key under its old "
+        f"and new name; remove {alias.key}"
+        for alias in clashes
+    ]
+
+
+def _renamed_override(parts: list[str], *, origin: str) -> list[str]:
+    """An override's key, moved to its new name (with a hint) when grouprl renamed it."""
+    key = ".".join(parts)
+    for alias in RENAMED:
+        if alias.key == key:
+            logger.warning(rename_hint(alias, origin=origin))
+            return alias.grouprl[0].split(".")
+    return parts
 
 
 def _merged(base: dict, over: dict, *, prefix: str = "") -> dict:
@@ -246,6 +288,10 @@ def _field_at(parts: list[str]) -> FieldInfo | None:
     return field
 
 
+def _is_mapping(annotation: Any) -> bool:
+    return typing.get_origin(annotation) is dict
+
+
 def _allows_null(annotation: Any) -> bool:
     return type(None) in typing.get_args(annotation)
 
@@ -271,9 +317,10 @@ def _set_path(data: dict, *, parts: list[str], value: Any, override: str) -> Non
         if last:
             node[part] = value
             continue
-        if ".".join(parts[: depth + 1]) in REPLACED_WHOLE and node.get(part) is not None:
-            # a data source written short (`data.train=a.parquet`, or a list of files)
-            node[part] = source_shorthand(node[part], key=".".join(parts[: depth + 1]))
+        shorthand = SHORTHANDS.get(".".join(parts[: depth + 1]))
+        if shorthand is not None and node.get(part) is not None:
+            # a section written as one value (`data.train=a.parquet`, `env.agent=a.py:solve`)
+            node[part] = shorthand(node[part])
         if isinstance(node.get(part), dict | list):
             node = node[part]
         elif parts[depth + 1].isdigit():
@@ -330,6 +377,8 @@ def _check_path(parts: list[str], *, origin: str) -> str | None:
         annotation = model.model_fields[part].annotation
         model = model_in(annotation)
         i += 1
+        if _is_mapping(annotation):
+            return None  # its own keys (env.args.KEY): checked by whoever reads them
         if is_list(annotation) and i < len(parts):
             if not parts[i].isdigit():
                 return (

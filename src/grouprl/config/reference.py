@@ -34,7 +34,9 @@ schema, not this file (`tests/unit/test_config_reference.py` fails when the two 
 A recipe sets keys in YAML (`rollout: {{n: 8}}`); an override sets one on the command line
 or in `grouprl.load_config` as `key.sub=value`, the value parsed as YAML (`rollout.n=8`,
 `data.eval=null`, `reward.functions=[{{name: format}}]`); a list entry is addressed by its
-index (`reward.functions.0.weight=0.5`). "null" turns off an optional section or value.
+index (`reward.functions.0.weight=0.5`), a key of `env.args` by its name (`env.args.k=3`).
+"null" turns off an optional section or value. A key that was renamed still works, with a
+warning naming its new key (docs/migration.md lists them).
 Cross-field rules (batch arithmetic, what needs what) are checked by `grouprl plan` before
 anything loads.
 """

@@ -7,13 +7,17 @@ no torch. Cross-field checks (batch arithmetic) live in ``config/checks.py``.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from grouprl.algo.traits import ESTIMATORS
 from grouprl.config.algorithms import with_preset
+from grouprl.config.aliases import move_renamed, rename_hint
 from grouprl.config.section import Section, name_sections
+
+logger = logging.getLogger(__name__)
 
 DATA_FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 """The local files a data source reads (and the only entries a list of sources holds)."""
@@ -137,6 +141,54 @@ class RewardFunction(Section):
     rewards), `fn(completions, *, references, rows) -> list[float]`, one score each."""
 
 
+class SandboxConfig(Section):
+    """How user code runs (reward functions, environments, agents): in worker processes
+    (started with `spawn`), each call within a deadline and each worker within a memory
+    limit. A call that hangs, crashes or runs out of memory costs only its worker, which is
+    replaced; the run goes on. Network and files are not isolated."""
+
+    workers: int = Field(default=2, ge=0)
+    """Worker processes that run the code (calls for different samples or episodes run in
+    parallel). 0 runs it in this process, uncontained and without deadlines (environments
+    and agents only, for a debugger; reward functions always run in workers)."""
+    memory_mb: int | None = Field(default=4096, ge=256)
+    """Address-space limit of each worker in MB (`RLIMIT_AS`): an allocation past it fails
+    with a MemoryError (the call fails, its worker is replaced) instead of taking the
+    machine's memory. null: none."""
+    timeout_s: float = Field(default=10.0, gt=0)
+    """Deadline of each call (a reward call; an environment's `start` or `step`): past it
+    the worker is killed and replaced and the call fails (the sample scores like an error;
+    the episode ends with `env_error`, reward 0)."""
+
+
+def sandbox_with_defaults(value: Any, *, defaults: SandboxConfig) -> Any:
+    """A ``sandbox`` section as given, its unset keys filled from its owner's ``defaults``
+    (the reward's and the environment's differ)."""
+    if isinstance(value, dict):
+        return {**defaults.model_dump(), **value}
+    return value
+
+
+REWARD_SANDBOX = SandboxConfig(workers=2, memory_mb=4096, timeout_s=10.0)
+ENV_SANDBOX = SandboxConfig(workers=2, memory_mb=8192, timeout_s=30.0)
+
+
+def _renamed(data: Any, *, section: str) -> Any:
+    """A section's keys as given from Python, its old keys (``config/aliases.py``'s
+    ``RENAMED``) moved to their new place, each with a hint (a recipe's are moved by the
+    loader)."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    moved, clashes = move_renamed(data, prefix=section + ".")
+    for alias in moved:
+        logger.warning(rename_hint(alias, origin="a section given from Python"))
+    if clashes:
+        both = ", ".join(f"{a.key} and {a.grouprl[0]}" for a in clashes)
+        raise ValueError(f"{both} are the same key (old and new name); set only the new one")
+    return data
+
+
 class RewardConfig(Section):
     functions: list[RewardFunction] = [RewardFunction(name="math_answer")]
     """Reward functions; the reward is their weighted sum."""
@@ -147,15 +199,25 @@ class RewardConfig(Section):
     scores 1.0 for a correct answer, or to null: no accuracy is logged."""
     on_error: Literal["zero", "abort"] = "zero"
     """What a raising reward function does: score 0 and count it, or stop the run."""
-    timeout_s: float = Field(default=10.0, gt=0)
-    """Deadline of each reward call: past it the worker running it is killed and replaced,
-    and the sample scores like an error."""
-    workers: int = Field(default=2, ge=1)
-    """Worker processes that run the reward functions (calls for different samples run in
-    parallel); a call that hangs, crashes or runs out of memory costs only its worker."""
-    memory_mb: int | None = Field(default=4096, ge=256)
-    """Address-space limit of each reward worker in MB (`RLIMIT_AS`): an allocation past it
-    fails that call with a MemoryError instead of taking the machine's memory. null: none."""
+    sandbox: SandboxConfig = REWARD_SANDBOX
+    """The worker processes that run the reward functions: a call past `timeout_s` is
+    killed and scores like an error (docs/rewards.md)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_keys(cls, data: Any) -> Any:
+        return _renamed(data, section="reward")
+
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _sandbox_defaults(cls, value: Any) -> Any:
+        value = sandbox_with_defaults(value, defaults=REWARD_SANDBOX)
+        if isinstance(value, dict) and value.get("workers") == 0:
+            raise ValueError(
+                "reward functions always run in worker processes: set "
+                "reward.sandbox.workers to 1 or more"
+            )
+        return value
 
 
 class RolloutConfig(Section):
@@ -313,55 +375,67 @@ class AlgoConfig(Section):
     rollout.max_staleness=1, the step the sampling policy lags behind); null: off."""
 
 
+class AgentConfig(Section):
+    """Your own agent, trained through an OpenAI-compatible gateway in front of the rollout
+    engine (docs/gateway.md). `env.agent=FILE.py:solve` is short for `{name: FILE.py:solve}`."""
+
+    name: str
+    """`my_pkg.agent:solve` or `path/to/agent.py:solve`: `solve(base_url, task, **kwargs) ->
+    float | None` runs once per episode in the `env.sandbox.workers` processes against the
+    gateway, which records its tokens. Leave `env.name` at `single_turn` with it."""
+    timeout_s: float = Field(default=600.0, gt=0)
+    """Each episode's deadline: past it the gateway refuses the episode's calls, its worker
+    is killed and replaced, and the episode scores 0."""
+    concurrency: int = Field(default=32, ge=1)
+    """Agents each worker process runs at once (on threads: agents mostly wait on HTTP);
+    `env.sandbox.workers` x this should cover a step's episodes, which the gateway batches."""
+
+
+def agent_shorthand(value: Any) -> Any:
+    """``env.agent`` as written: an import path alone means ``{name: it}``."""
+    return {"name": value} if isinstance(value, str) else value
+
+
 class EnvConfig(Section):
     name: str = "single_turn"
     """`single_turn`: one completion per prompt, scored by the reward functions.
-    `search_qa`: a multi-turn agent with a search tool over `corpus`; episodes end with an
+    `search_qa`: a multi-turn agent with a search tool; episodes end with an
     `<answer>...</answer>` turn that the reward functions score (e.g. `qa_em`). Or your own
     class by import path, `my_pkg.envs:Calculator` or `path/to/env.py:Calculator` (relative
     to where you run; docs/environments.md), or a name registered from Python
     (`grouprl.register_env`, docs/python-api.md)."""
     args: dict[str, Any] = Field(default_factory=dict)
-    """Your environment's own settings, passed to its class as keyword arguments
-    (`cls(**env.args)`); checked against its `__init__` before any model loads."""
+    """The environment's own settings, passed to its class as keyword arguments
+    (`cls(**env.args)`) and checked against its `__init__` before any model loads.
+    `search_qa` takes `corpus` (`builtin:fictional`, the default, or a directory made by
+    `grouprl index build CORPUS.jsonl OUT`), `k` (passages per search, 1), `max_chars`
+    (characters per passage and tool result, 800), `timeout_s` (per tool call, 10) and
+    `turn_reward` (`retrieved_answer`: 1 for a turn whose tool results contain an answer
+    alias, the default; `none`: only the outcome counts). `single_turn` takes none."""
     max_turns: int = Field(default=4, ge=1)
     """Model turns per episode at most (the episode then stops with `max_turns`)."""
-    step_timeout_s: float = Field(default=30.0, gt=0)
-    """Your environment's `start` and `step` calls each get this long; past it the worker
-    is killed and replaced and the episode ends with `env_error` (reward 0)."""
-    workers: int = Field(default=2, ge=0)
-    """Worker processes that run your environment's episodes (each episode stays on one);
-    0 runs them in this process, uncontained (for debugging). Built-ins run in-process."""
-    memory_mb: int | None = Field(default=8192, ge=256)
-    """Address-space limit of each environment or agent worker in MB (`RLIMIT_AS`): an
-    allocation past it ends that worker's episodes with `env_error` instead of taking the
-    machine's memory. null: none."""
-    agent: str | None = None
-    """Your own agent, `my_pkg.agent:solve` or `path/to/agent.py:solve`: `solve(base_url,
-    task, **kwargs) -> float | None` runs once per episode in the `env.workers` processes
-    against an OpenAI-compatible gateway in front of the rollout engine, which records its
-    tokens (docs/gateway.md). Leave `env.name` at `single_turn` with it."""
-    agent_timeout_s: float = Field(default=600.0, gt=0)
-    """`env.agent`: each episode's deadline; past it the gateway refuses the episode's calls,
-    its worker is killed and replaced, and the episode scores 0."""
-    agent_concurrency: int = Field(default=32, ge=1)
-    """`env.agent`: agents each worker process runs at once (on threads: agents mostly wait
-    on HTTP); `env.workers` x this should cover a step's episodes, which the gateway batches."""
     tool_format: Literal["qwen", "xml"] = "xml"
     """How the model writes tool calls: `qwen` (`<tool_call>{json}</tool_call>`, Qwen2.5 and
-    Hermes-style templates) or `xml` (`<search>query</search>`)."""
-    tool_timeout_s: float = Field(default=10.0, gt=0)
-    """A tool call running longer returns a timeout error to the model."""
-    tool_max_chars: int = Field(default=800, ge=16)
-    """Tool results (and each passage) are cut to this many characters."""
-    corpus: str = "builtin:fictional"
-    """`search_qa`: `builtin:fictional` (built and cached on first use) or a directory made by
-    `grouprl index build CORPUS.jsonl OUT`."""
-    search_k: int = Field(default=1, ge=1)
-    """`search_qa`: passages returned per search."""
-    turn_reward: Literal["retrieved_answer", "none"] = "retrieved_answer"
-    """Turn-level reward: `retrieved_answer` is 1 for a turn whose tool results contain an
-    answer alias; `none` gives 0 (only the outcome counts)."""
+    Hermes-style templates) or `xml` (`<search>query</search>`); your environment reads it
+    as `ctx.tool_format`."""
+    sandbox: SandboxConfig = ENV_SANDBOX
+    """The worker processes that run your environment's episodes (each episode stays on
+    one) or your agents; `timeout_s` bounds each `start` and `step` call. Built-ins run
+    in-process."""
+    agent: AgentConfig | None = None
+    """Your own agent (`env.agent=FILE.py:solve`, or the keys below); null: none."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "agent" in data:
+            data = {**data, "agent": agent_shorthand(data["agent"])}
+        return _renamed(data, section="env")
+
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _sandbox_defaults(cls, value: Any) -> Any:
+        return sandbox_with_defaults(value, defaults=ENV_SANDBOX)
 
 
 class CriticConfig(Section):

@@ -105,8 +105,10 @@ def _peek_files(
 
 
 def _peek(source: DataSource, *, missing_ok: bool) -> Columns | None:
-    """The columns of ``source``; None when they cannot be known here."""
+    """The columns of ``source`` (one source: ``_peek_files`` splits a list); None when
+    they cannot be known here."""
     name = source.source
+    assert isinstance(name, str)
     if name.startswith("builtin:"):
         if name not in BUILTIN_DATASETS or source.split not in split_sizes(name):
             return None

@@ -240,7 +240,7 @@ def _as_ids(out: Any) -> list[int]:
     """Plain ``list[int]`` from what a tokenizer returns (list, dict/BatchEncoding, nested)."""
     if not isinstance(out, list | tuple) and "input_ids" in out:
         out = out["input_ids"]
-    if hasattr(out, "tolist"):
+    if not isinstance(out, list | tuple) and hasattr(out, "tolist"):
         out = out.tolist()
     out = list(out)
     if out and isinstance(out[0], list | tuple):

@@ -175,10 +175,8 @@ def _row_problem(item: Any, *, prompt_key: str, answer_key: str) -> str | None:
     if not isinstance(item, dict):
         return f"not an object but {type(item).__name__}"
     prompt = get_field(item, prompt_key)
-    if prompt is MISSING:
-        return f"no prompt ({prompt_key!r} missing)"
-    if prompt is None:
-        return f"no prompt ({prompt_key!r} is null)"
+    if (absent := _absent(prompt, what="prompt", key=prompt_key)) is not None:
+        return absent
     if is_messages(prompt):
         problem = message_problem(prompt)
         if problem is not None:
@@ -187,11 +185,15 @@ def _row_problem(item: Any, *, prompt_key: str, answer_key: str) -> str | None:
         return f"prompt {prompt_key!r} is {type(prompt).__name__}, not text or chat messages"
     elif not prompt.strip():
         return f"prompt {prompt_key!r} is empty"
-    answer = get_field(item, answer_key)
-    if answer is MISSING:
-        return f"no answer ({answer_key!r} missing)"
-    if answer is None:
-        return f"no answer ({answer_key!r} is null)"
+    return _absent(get_field(item, answer_key), what="answer", key=answer_key)
+
+
+def _absent(value: Any, *, what: str, key: str) -> str | None:
+    """Why a row has no ``what`` under ``key`` (missing, or null), or None."""
+    if value is MISSING:
+        return f"no {what} ({key!r} missing)"
+    if value is None:
+        return f"no {what} ({key!r} is null)"
     return None
 
 
@@ -249,8 +251,10 @@ def unlike_columns(
 
 
 def _read_source(source: DataSource, *, config_key: str) -> tuple[list[Any], list[str]]:
-    """Raw rows and their column names (the union of keys for file rows)."""
+    """Raw rows and their column names (the union of keys for file rows). One source: a
+    list of files is read file by file."""
     name = source.source
+    assert isinstance(name, str)
     if name.startswith("builtin:"):
         return _read_builtin(name, split=source.split, size=source.limit, config_key=config_key)
     path = Path(name).expanduser()
@@ -359,6 +363,7 @@ def _read_local_dataset(
 def _read_hub(source: DataSource, *, config_key: str) -> tuple[list[Any], list[str]]:
     import datasets
 
+    assert isinstance(source.source, str)  # a hub dataset is a source of its own
     try:
         loaded = datasets.load_dataset(source.source, source.subset, split=source.split)
     except Exception as err:  # network, auth, unknown name/subset/split

@@ -22,7 +22,7 @@ def validate(
     ``accuracy``: whether something judges correctness (``RunConfig.judges_correctness``);
     without it ``eval/accuracy`` is left out rather than logged as 0."""
     settings = SamplingSettings(
-        n=1,
+        group_size=1,
         temperature=rollout.eval_temperature,
         top_p=rollout.top_p,
         top_k=rollout.top_k,
@@ -42,64 +42,37 @@ def validate(
 
 
 def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
-    """`grouprl eval TARGET`: score a run's newest checkpoint, or a model, on ``data.eval``."""
+    """`grouprl eval TARGET`: score a run's newest checkpoint, or a model, on ``data.eval``.
+    The rollout side (``RolloutBuilder``) closes when the scoring ends, by an error or not;
+    a part that fails to start leaves none of the others running."""
     import json
 
     import torch
 
-    from grouprl.ckpt.export import export_checkpoint, find_checkpoint
     from grouprl.device import resolve_device
-    from grouprl.driver.eval_inputs import run_dir_of_target
-    from grouprl.envs.factory import make_env
-    from grouprl.rollout.setup import (
-        load_prompt_set,
-        make_rollout,
-        make_score_fn,
-        start_engine,
-    )
-    from grouprl.runtime import quiet_libraries, shared_cache
+    from grouprl.rollout.side import RolloutBuilder
+    from grouprl.runtime import quiet_libraries
     from grouprl.workers.model import load_tokenizer
 
     if cfg.data.eval is None:
         raise EvalError("data.eval is null: set data.eval.source (and split) to evaluate on.")
-    run_dir = run_dir_of_target(target)
-    if run_dir is not None:
-        ckpt = find_checkpoint(run_dir)
-        exported = run_dir / "cache" / "export" / ckpt.name
-        if not (exported / "config.json").is_file():
-            export_checkpoint(ckpt, exported)
-        cfg.model.path = str(exported)
-    else:
-        cfg.model.path = target
+    run_dir = _point_at_model(target, cfg)
     quiet_libraries()
     device = resolve_device(cfg.train.device)
     tokenizer = load_tokenizer(cfg.model)
-    env = make_env(cfg.env, cfg.data, cache_dir=shared_cache(cfg))
-    prompt_set = load_prompt_set(
-        cfg.data.eval, tokenizer=tokenizer, data=cfg.data, config_key="data.eval", env=env
-    )
     cache = run_dir / "cache" if run_dir is not None else Path("runs") / ".cache"
-    engine = start_engine(cfg, tokenizer=tokenizer, device=device, cache_dir=cache)
-    score = run = None
-    try:
+    with RolloutBuilder(cfg, tokenizer=tokenizer, device=device, cache_dir=cache) as side:
+        side.environment()
+        prompt_set = side.prompt_set(cfg.data.eval, config_key="data.eval")
+        parts = side.start()
         with torch.no_grad():
-            score = make_score_fn(cfg.reward, answer_key=cfg.data.answer_key)
-            run = make_rollout(cfg, engine=engine, tokenizer=tokenizer, score=score, env=env)
             metrics = validate(
-                run=run,
+                run=parts.rollout,
                 prompt_set=prompt_set,
                 rollout=cfg.rollout,
                 seed=cfg.train.seed,
                 accuracy=cfg.judges_correctness,
             )
-    finally:
-        if score is not None:
-            score.close()  # the reward workers
-        engine.close()
-        if hasattr(env, "close"):  # a contained environment's worker processes
-            env.close()
-        if hasattr(run, "close"):  # env.agent's worker processes
-            run.close()
     print(f"model: {cfg.model.path}")
     print(
         f"held-out accuracy: {_accuracy_text(metrics)}  "
@@ -108,6 +81,24 @@ def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
     if run_dir is not None:
         (run_dir / "eval.json").write_text(json.dumps(metrics, indent=2))
     return metrics
+
+
+def _point_at_model(target: str, cfg: RunConfig) -> Path | None:
+    """Sets ``model.path`` to ``target``'s model: a run's newest checkpoint, exported to
+    the run's cache once, or the model ``target`` names. Returns the run's directory."""
+    from grouprl.ckpt.export import export_checkpoint, find_checkpoint
+    from grouprl.driver.eval_inputs import run_dir_of_target
+
+    run_dir = run_dir_of_target(target)
+    if run_dir is None:
+        cfg.model.path = target
+        return None
+    ckpt = find_checkpoint(run_dir)
+    exported = run_dir / "cache" / "export" / ckpt.name
+    if not (exported / "config.json").is_file():
+        export_checkpoint(ckpt, exported)
+    cfg.model.path = str(exported)
+    return run_dir
 
 
 def _accuracy_text(metrics: dict[str, float]) -> str:

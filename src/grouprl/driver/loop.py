@@ -41,6 +41,7 @@ from grouprl.metrics.telemetry import Hardware, pass_flops, rank_memory_metrics
 from grouprl.rewards.scoring import RewardScores
 from grouprl.rewards.scoring import metrics as reward_metrics
 from grouprl.rollout.episodes import episode_metrics
+from grouprl.rollout.reward import record_parts
 from grouprl.rollout.runner import TimedScore
 from grouprl.rollout.setup import PromptSet, RolloutFn
 from grouprl.types import TrainingBatch, Trajectory
@@ -120,7 +121,7 @@ def _generate(c: Components, step: int, round_: int) -> tuple[list[Trajectory], 
     cfg = c.cfg
     prompt_set = c.train_set.take(c.state.sampler.next_batch(cfg.data.batch_size))
     settings = SamplingSettings(
-        n=cfg.rollout.n,
+        group_size=cfg.rollout.n,
         temperature=cfg.rollout.temperature,
         top_p=cfg.rollout.top_p,
         top_k=cfg.rollout.top_k,
@@ -137,8 +138,7 @@ def _generate(c: Components, step: int, round_: int) -> tuple[list[Trajectory], 
                 buffer=cfg.algo.overlong_buffer,
                 factor=cfg.algo.overlong_penalty,
             )
-            t.reward += penalty
-            t.reward_parts["overlong"] = penalty
+            record_parts(t, overlong=penalty)
     return trajectories, scores
 
 
@@ -204,7 +204,7 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
     if cfg.judges_correctness:  # else nothing says an answer is correct: no accuracy
         metrics["accuracy"] = sum(t.correct for t in generated) / len(generated)
     if algo.overlong_buffer is not None:
-        metrics["reward/overlong"] = sum(t.reward_parts["overlong"] for t in generated) / len(
+        metrics["reward/overlong"] = sum(t.reward_parts.overlong or 0.0 for t in generated) / len(
             generated
         )
     metrics.update(episode_metrics(generated))
@@ -221,20 +221,23 @@ def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict
     )
     mask_BT = batch.loss_mask_BT
     metrics = _staleness(c, trajectories)
-    if c.reference_logprobs is not None:
-        batch.ref_logprobs_BT = c.reference_logprobs(batch)
+    ref_BT = c.reference_logprobs(batch) if c.reference_logprobs is not None else None
+    batch.ref_logprobs_BT = ref_BT
     token_rewards_BT = None
-    if algo.kl_in == "reward" and c.reference_logprobs is not None:
+    if algo.kl_in == "reward" and ref_BT is not None:
         batch.old_logprobs_BT = c.policy.gather(PolicyWorker.logprobs, batch)
         token_rewards_BT, kl_BT = kl_rewards(
             batch.old_logprobs_BT,
-            batch.ref_logprobs_BT,
+            ref_BT,
             mask_BT,
-            coef=c.state.kl.coef,
+            beta=c.state.kl.beta,
             estimator=algo.kl_estimator,
         )
         norm = LossNorm(tokens=int(mask_BT.sum()), sequences=len(batch))
         metrics["kl"] = float(token_mean(kl_BT, mask_BT, norm=norm))
+        # shown with the sample's reward; the estimator adds it per token, not to scores_B
+        for t, kl in zip(trajectories, token_rewards_BT.sum(dim=1).tolist(), strict=True):
+            record_parts(t, kl=kl)
     if c.critic is not None:
         batch.old_values_BT = c.critic.gather(CriticWorker.values, batch)
     scores_B = torch.tensor([t.reward for t in trajectories])
@@ -259,18 +262,16 @@ def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict
         metrics.update(c.critic.call(CriticWorker.update, batch, mini_batch_size=c.mini_batch_size))
     warmup = cfg.critic.warmup_steps if cfg.critic is not None else 0
     if policy_learns(step, critic_warmup_steps=warmup):
-        kl_coef = c.state.kl.coef
+        beta = c.state.kl.beta
         started = time.perf_counter()
         metrics.update(
-            c.policy.call(
-                PolicyWorker.update, batch, kl_coef=kl_coef, mini_batch_size=c.mini_batch_size
-            )
+            c.policy.call(PolicyWorker.update, batch, beta=beta, mini_batch_size=c.mini_batch_size)
         )
         metrics.update(_update_perf(c, batch, time.perf_counter() - started))
         _warn_of_odd_replicas(metrics, step)
     c.state.kl.update(metrics.get("kl"), n_samples=len(batch))
     if algo.beta > 0:
-        metrics["kl_coef"] = c.state.kl.coef
+        metrics["kl_coef"] = c.state.kl.beta
     if cfg.rollout.n > 1:  # groups whose scores are all equal teach group estimators nothing
         scores_PG = scores_B.view(-1, cfg.rollout.n)
         equal_P = scores_PG.amax(dim=1) == scores_PG.amin(dim=1)

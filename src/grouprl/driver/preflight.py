@@ -31,7 +31,7 @@ def input_problems(cfg: RunConfig, *, missing_ok: bool = False) -> list[str]:
     ``missing_ok``: files and modules absent on this machine are left to the machine that
     runs the job (``grouprl submit``; its ``grouprl train`` checks them at start)."""
     problems = env_config_problems(cfg.env, missing_ok=missing_ok)  # env.name, env.args
-    problems += agent_problems(agent=cfg.env.agent, env_name=cfg.env.name, missing_ok=missing_ok)
+    problems += agent_problems(cfg.env, missing_ok=missing_ok)  # env.agent
     problems += reward_problems(cfg.reward.functions, missing_ok=missing_ok)
     problems += model_path_problems(cfg, missing_ok=missing_ok)
     for key, source in (("data.train", cfg.data.train), ("data.eval", cfg.data.eval)):

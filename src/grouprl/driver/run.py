@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from torch import Tensor
 from grouprl.algo.kl import KLController
 from grouprl.ckpt.checkpointer import Checkpointer
 from grouprl.ckpt.preempt import Preempted, Preemption
-from grouprl.config.checks import steps_for_epochs
+from grouprl.config.checks import Derived, steps_for_epochs
 from grouprl.config.errors import ConfigError
 from grouprl.config.redact import redacted_dict, save_resolved
 from grouprl.config.schema import RunConfig
@@ -35,22 +36,20 @@ from grouprl.driver.loop import Components, RunState, one_step, rollout_step, ru
 from grouprl.driver.overlap import RolloutAhead
 from grouprl.driver.preflight import check_before_loading
 from grouprl.engines.build import shares_training_gpu
-from grouprl.envs.factory import make_env
+from grouprl.engines.replicas import ReplicaSet
 from grouprl.metrics.progress import TrainProgress
 from grouprl.metrics.report import write_report
 from grouprl.metrics.samples import SamplesWriter
 from grouprl.metrics.sinks import make_sinks
-from grouprl.metrics.telemetry import GiB
+from grouprl.metrics.telemetry import GiB, Hardware
 from grouprl.plan.gpu_memory import peak_memory_line, planned_reserved
-from grouprl.rollout.runner import TimedScore
-from grouprl.rollout.setup import load_prompt_set, make_rollout, make_score_fn, start_engine
+from grouprl.rollout.side import RolloutBuilder
 from grouprl.runtime import (
     check_new_run,
     console,
     quiet_libraries,
     run_dir_of,
     seed_everything,
-    shared_cache,
     show_logs,
 )
 from grouprl.types import TrainingBatch, Trajectory
@@ -61,11 +60,77 @@ from grouprl.workers.policy import PolicyWorker
 from grouprl.workers.reference import ReferenceWorker
 
 
-def build(cfg: RunConfig) -> Components:
+@contextmanager
+def build(cfg: RunConfig) -> Iterator[Components]:
+    """The run's parts, for the ``with`` block: the rollout side (``RolloutBuilder``) and
+    the training ranks, each closed when the block exits, by an error or not, the newest
+    first. A part that fails to start leaves none of the others running, and its error
+    reaches the caller unchanged."""
     derived = check_before_loading(cfg)
     quiet_libraries()
     seed_everything(cfg.train)
     device = _device(cfg)
+    _check_staleness(cfg, device)
+    console.log(f"loading tokenizer and data (model {cfg.model.path}, device {device})")
+    tokenizer = load_tokenizer(cfg.model)
+    cache_dir = run_dir_of(cfg) / "cache"
+    with RolloutBuilder(cfg, tokenizer=tokenizer, device=device, cache_dir=cache_dir) as side:
+        env = side.environment()
+        train_set = side.prompt_set(cfg.data.train, config_key="data.train")
+        eval_set = None
+        if cfg.data.eval is not None:
+            eval_set = side.prompt_set(cfg.data.eval, config_key="data.eval")
+        total_steps = derived.total_steps
+        if total_steps is None:  # rows unknown before loading: train.epochs is set
+            assert cfg.train.epochs is not None
+            total_steps = steps_for_epochs(
+                epochs=cfg.train.epochs, rows=len(train_set), batch_size=cfg.data.batch_size
+            )
+        trainers = _start_trainers(cfg, derived, total_steps=total_steps, closing=side.closing)
+        replicas = cfg.rollout_replicas
+        console.log(
+            f"starting the {cfg.rollout.engine} rollout engine"
+            + (f" ({replicas} replicas)" if replicas > 1 else "")
+        )
+        parts = side.start(places=trainers.group.places)
+        _log_weight_routes(parts.engine, trainers.group)
+        policy = trainers.policy
+        hardware = _hardware(policy)
+        c = Components(
+            cfg=cfg,
+            tokenizer=tokenizer,
+            group=trainers.group,
+            policy=policy,
+            reference_logprobs=_reference_logprobs(
+                cfg, policy=policy, reference=trainers.reference
+            ),
+            critic=trainers.critic,
+            engine=parts.engine,
+            train_set=train_set,
+            eval_set=eval_set,
+            score=parts.score,
+            rollout=parts.rollout,
+            mini_batch_size=derived.mini_batch_size,
+            total_steps=total_steps,
+            state=RunState(
+                sampler=PromptSampler(
+                    len(train_set), seed=cfg.train.seed, shuffle=cfg.data.shuffle
+                ),
+                kl=KLController(
+                    cfg.algo.beta, target=cfg.algo.kl_target, horizon=cfg.algo.kl_horizon
+                ),
+            ),
+            checkpoint_files=small_files(cfg, policy=policy, tokenizer=tokenizer),
+            hardware=hardware,
+            env=env,
+        )
+        if cfg.rollout.max_staleness:  # generating ahead needs the parts, not the batch ahead
+            ahead = side.closing(RolloutAhead(partial(rollout_step, c), c.state.sampler))
+            c = replace(c, ahead=ahead)
+        yield c
+
+
+def _check_staleness(cfg: RunConfig, device: torch.device) -> None:
     if cfg.rollout.max_staleness and shares_training_gpu(
         cfg, training_on_gpu=device.type == "cuda"
     ):
@@ -75,26 +140,33 @@ def build(cfg: RunConfig) -> Components:
             "it GPUs of its own (rollout.gpus=1 with cluster.gpus_per_node, or "
             "rollout.engine=server), or set rollout.max_staleness=0."
         )
-    console.log(f"loading tokenizer and data (model {cfg.model.path}, device {device})")
-    tokenizer = load_tokenizer(cfg.model)
-    env = make_env(cfg.env, cfg.data, cache_dir=shared_cache(cfg))
-    train_set = load_prompt_set(
-        cfg.data.train, tokenizer=tokenizer, data=cfg.data, config_key="data.train", env=env
-    )
-    eval_set = None
-    if cfg.data.eval is not None:
-        eval_set = load_prompt_set(
-            cfg.data.eval, tokenizer=tokenizer, data=cfg.data, config_key="data.eval", env=env
-        )
-    total_steps = derived.total_steps or steps_for_epochs(
-        epochs=cfg.train.epochs, rows=len(train_set), batch_size=cfg.data.batch_size
-    )
+
+
+@dataclass(frozen=True)
+class Trainers:
+    """The training ranks and the roles built on every rank."""
+
+    group: WorkerGroup
+    policy: Role[PolicyWorker]
+    reference: Role[ReferenceWorker] | None
+    critic: Role[CriticWorker] | None
+
+
+def _start_trainers(
+    cfg: RunConfig,
+    derived: Derived,
+    *,
+    total_steps: int,
+    closing: Callable[[WorkerGroup], WorkerGroup],
+) -> Trainers:
+    """The ranks (``make_group``), handed to ``closing`` before any role loads on them, so
+    that a role that fails to load closes them too (the Ray actors with it)."""
     models = (
         ["policy"] + ["reference"] * derived.reference_model + ["critic"] * derived.critic_model
     )
     where = "here" if derived.world_size == 1 else f"on {derived.world_size} Ray workers"
     console.log(f"loading {', '.join(models)} ({where})")
-    group = make_group(cfg)
+    group = closing(make_group(cfg))
     # the policy's schedule starts when it starts learning, after the critic's warmup
     learning_steps = total_steps - derived.critic_warmup_steps
     policy = group.add("policy", PolicyWorker, cfg=cfg, learning_steps=learning_steps)
@@ -102,18 +174,21 @@ def build(cfg: RunConfig) -> Components:
     if derived.reference_model:
         reference = group.add("reference", ReferenceWorker, cfg=cfg)
     critic = group.add("critic", CriticWorker, cfg=cfg) if cfg.critic is not None else None
-    replicas = cfg.rollout_replicas
+    return Trainers(group=group, policy=policy, reference=reference, critic=critic)
+
+
+def _hardware(policy: Role[PolicyWorker]) -> Hardware:
+    """The model's shape and the device's peak, which MFU is measured against."""
+    hardware = policy.call(PolicyWorker.hardware)
     console.log(
-        f"starting the {cfg.rollout.engine} rollout engine"
-        + (f" ({replicas} replicas)" if replicas > 1 else "")
+        f"MFU is measured against {hardware.peak_flops / 1e12:.3g} TFLOP/s per device "
+        f"({hardware.peak_source})"
     )
-    engine = start_engine(
-        cfg,
-        tokenizer=tokenizer,
-        device=device,
-        cache_dir=run_dir_of(cfg) / "cache",
-        places=group.places,
-    )
+    return hardware
+
+
+def _log_weight_routes(engine: ReplicaSet, group: WorkerGroup) -> None:
+    """With several replicas: which training rank pushes the weights to which."""
     if len(engine) > 1:
         routes = engine.targets(group.leaders())
         console.log(
@@ -122,37 +197,6 @@ def build(cfg: RunConfig) -> Components:
                 f"rank {rank} -> replicas {[k for k, _ in t]}" for rank, t in routes.items()
             )
         )
-    score = TimedScore(make_score_fn(cfg.reward, answer_key=cfg.data.answer_key))
-    hardware = policy.call(PolicyWorker.hardware)
-    console.log(
-        f"MFU is measured against {hardware.peak_flops / 1e12:.3g} TFLOP/s per device "
-        f"({hardware.peak_source})"
-    )
-    c = Components(
-        cfg=cfg,
-        tokenizer=tokenizer,
-        group=group,
-        policy=policy,
-        reference_logprobs=_reference_logprobs(cfg, policy=policy, reference=reference),
-        critic=critic,
-        engine=engine,
-        train_set=train_set,
-        eval_set=eval_set,
-        score=score,
-        rollout=make_rollout(cfg, engine=engine, tokenizer=tokenizer, score=score, env=env),
-        mini_batch_size=derived.mini_batch_size,
-        total_steps=total_steps,
-        state=RunState(
-            sampler=PromptSampler(len(train_set), seed=cfg.train.seed, shuffle=cfg.data.shuffle),
-            kl=KLController(cfg.algo.beta, target=cfg.algo.kl_target, horizon=cfg.algo.kl_horizon),
-        ),
-        checkpoint_files=small_files(cfg, policy=policy, tokenizer=tokenizer),
-        hardware=hardware,
-        env=env,
-    )
-    if cfg.rollout.max_staleness:  # generating ahead needs the parts, not the batch ahead
-        c = replace(c, ahead=RolloutAhead(partial(rollout_step, c), c.state.sampler))
-    return c
 
 
 def _device(cfg: RunConfig) -> torch.device:
@@ -184,9 +228,11 @@ def _reference_logprobs(
     return None
 
 
-def sample_records(trajectories: list[Trajectory], tokenizer, *, n: int, group: int) -> list[dict]:
+def sample_records(
+    trajectories: list[Trajectory], tokenizer, *, n: int, group_size: int
+) -> list[dict]:
     """The first sample of each of the first ``n`` prompts, readable."""
-    picked = trajectories[::group][:n]
+    picked = trajectories[::group_size][:n]
     return [
         {
             "prompt": tokenizer.decode(t.prompt_ids, skip_special_tokens=False),
@@ -234,10 +280,15 @@ def _train_session(cfg: RunConfig) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     save_resolved(cfg, run_dir / "config.yaml")
     show_logs()
-    ckpt = make_checkpointer(cfg, run_dir)  # before loading models: a bad bucket fails fast
-    sinks = c = None
-    try:
-        c = build(cfg)
+    with ExitStack() as stack:
+        ckpt = make_checkpointer(cfg, run_dir)  # before loading models: a bad bucket fails fast
+        # the loop waited for its final save; an upload still running here is cut short by
+        # an error or a preemption past its grace period, so it is not awaited. Closed once:
+        # last if the build fails, else before the ranks its writer may still be using
+        closes_ckpt = stack.enter_context(ExitStack())
+        closes_ckpt.callback(ckpt.close, abandon_uploads=True)
+        c = stack.enter_context(build(cfg))
+        stack.callback(closes_ckpt.close)
         ckpt.attach(c.group, checkpointed_roles(c))  # a memory tier on the ranks' nodes
         eval_before = resume(c, ckpt, run_dir)
         sinks = make_sinks(
@@ -247,25 +298,10 @@ def _train_session(cfg: RunConfig) -> dict[str, Any]:
             config_dict=redacted_dict(cfg),
             resume_step=c.state.step,
         )
+        stack.callback(sinks.close)
         with Preemption(cfg.checkpoint.grace_period_s) as preemption:
             summary = _loop(c, ckpt, run_dir, sinks, eval_before=eval_before, preemption=preemption)
         _log_peak_memory(c)
-    finally:
-        # the loop waited for its final save; an upload still running here is cut short
-        # by an error or a preemption past its grace period, so it is not awaited
-        ckpt.close(abandon_uploads=True)
-        if c is not None:
-            if c.ahead is not None:
-                c.ahead.close()
-            c.score.close()  # the reward workers
-            c.engine.close()
-            c.group.close()
-            if hasattr(c.env, "close"):  # a contained environment's worker processes
-                c.env.close()
-            if hasattr(c.rollout, "close"):  # env.agent's worker processes
-                c.rollout.close()
-        if sinks is not None:
-            sinks.close()
     write_report(run_dir, run_name=cfg.name)
     return summary
 
@@ -315,7 +351,7 @@ def _loop(
             samples.write(
                 c.state.step,
                 sample_records(
-                    trajectories, c.tokenizer, n=cfg.trainer.log_samples, group=cfg.rollout.n
+                    trajectories, c.tokenizer, n=cfg.trainer.log_samples, group_size=cfg.rollout.n
                 ),
             )
             progress.update(c.state.step, metrics)

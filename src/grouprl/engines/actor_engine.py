@@ -20,7 +20,8 @@ from typing import Any
 from torch import Tensor
 
 from grouprl.config.schema import RunConfig
-from grouprl.engines.base import SamplingSettings
+from grouprl.device import DeviceName
+from grouprl.engines.base import SamplingSettings, WeightVersion
 from grouprl.types import Completion
 
 
@@ -28,7 +29,13 @@ class RolloutHost:
     """The actor's body: builds the configured engine where Ray placed it."""
 
     def __init__(
-        self, cfg: RunConfig, *, model_dir: str, cache_dir: str | None, device: str, sleeps: bool
+        self,
+        cfg: RunConfig,
+        *,
+        model_dir: str,
+        cache_dir: str | None,
+        device: DeviceName,
+        sleeps: bool,
     ) -> None:
         from transformers import AutoTokenizer
 
@@ -67,7 +74,7 @@ class RolloutHost:
 
 
 @dataclass
-class ActorEngine:
+class ActorEngine(WeightVersion):
     """The handle of one replica's actor. ``name`` says which replica it is and where
     (node, GPUs), for every message; ``timeout_s`` bounds each call (rollout.timeout_s)."""
 
@@ -76,10 +83,6 @@ class ActorEngine:
     timeout_s: float
     sleeps: bool = False
     _version: int = 0
-
-    @property
-    def weight_version(self) -> int:
-        return self._version
 
     def generate(
         self, prompts: list[list[int]], settings: SamplingSettings
@@ -119,10 +122,11 @@ class ActorEngine:
             ray.kill(self.actor)
             self.actor = None
 
-    def get(self, ref, what: str, *, timeout: float | None = None):
+    def get(self, ref: Any, what: str, *, timeout: float | None = None) -> Any:
         """``ray.get(ref)`` within ``timeout`` (default ``timeout_s``); a failure or a
         timeout kills the actor and raises ``WorkerFailed`` naming the replica."""
         import ray
+        import ray.exceptions
 
         from grouprl.cluster.connection import WorkerFailed, reason
 

@@ -14,13 +14,14 @@ from grouprl.types import Completion
 
 @dataclass(frozen=True)
 class SamplingSettings:
-    n: int = 1
+    group_size: int = 1
+    """Completions per prompt (``rollout.n`` in training; 1 for validation)."""
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
     max_tokens: int = 256
     seed: int | None = None
-    """Base seed; sample j of prompt i draws from seed + i * n + j (as vLLM seeds a
+    """Base seed; sample j of prompt i draws from seed + i * group_size + j (as vLLM seeds a
     request's children), so results do not depend on how prompts are batched."""
     ignore_eos: bool = False
     """Generate ``max_tokens`` tokens even past EOS (benchmarks): every completion then has
@@ -29,14 +30,14 @@ class SamplingSettings:
     @property
     def is_greedy(self) -> bool:
         """Temperature below 1e-5 means argmax decoding (vLLM's threshold); engines then
-        decode once per prompt and return ``n`` copies."""
+        decode once per prompt and return ``group_size`` copies."""
         return self.temperature < 1e-5
 
 
 class RolloutEngine(Protocol):
     """Generates completions with the current policy weights.
 
-    ``generate`` returns, for each prompt, ``settings.n`` completions with the
+    ``generate`` returns, for each prompt, ``settings.group_size`` completions with the
     sampled-token logprobs under the engine's weights, of the distribution each token
     was drawn from (logits / temperature, then top-k and top-p; vLLM's
     ``processed_logprobs``), which the trainer's ``log_softmax(logits / T)`` equals
@@ -63,3 +64,14 @@ class RolloutEngine(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class WeightVersion:
+    """``RolloutEngine.weight_version`` for an engine whose ``update_weights`` records the
+    version it now serves in ``_version`` (0 before the first push)."""
+
+    _version: int = 0
+
+    @property
+    def weight_version(self) -> int:
+        return self._version

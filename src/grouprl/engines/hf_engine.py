@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
 from torch import Tensor
 
-from grouprl.engines.base import SamplingSettings
+from grouprl.engines.base import SamplingSettings, WeightVersion
 from grouprl.types import Completion
 
 
-class HFEngine:
+class HFEngine(WeightVersion):
     """A rollout engine over its own copy of a transformers causal LM.
 
     The constructor deep-copies ``model`` onto ``device`` (cast to ``dtype`` if
@@ -57,17 +57,12 @@ class HFEngine:
         self._eos_ids = _eos_token_ids(self.model, tokenizer)
         pad = tokenizer.pad_token_id
         self._pad_id = pad if pad is not None else min(self._eos_ids)
-        self._version = 0
-
-    @property
-    def weight_version(self) -> int:
-        return self._version
 
     @torch.no_grad()
     def generate(
         self, prompts: list[list[int]], settings: SamplingSettings
     ) -> list[list[Completion]]:
-        n = settings.n
+        n = settings.group_size
         per_prompt = 1 if settings.is_greedy else n
         rows = [
             (prompt, _row_seed(settings.seed, i * n + j))
@@ -118,6 +113,9 @@ class HFEngine:
     def _generate_rows(
         self, prompts: list[list[int]], seeds: list[int | None], settings: SamplingSettings
     ) -> list[Completion]:
+        model = self.model
+        if model is None:
+            raise RuntimeError("the hf engine was closed")
         B = len(prompts)
         generators = [_generator(seed, self.device) for seed in seeds]
         input_ids_BT, attention_BT = _left_pad(prompts, self._pad_id, self.device)
@@ -127,7 +125,7 @@ class HFEngine:
         tokens: list[list[int]] = [[] for _ in range(B)]
         logprobs: list[list[float]] = [[] for _ in range(B)]
         done_B = torch.zeros(B, dtype=torch.bool, device=self.device)
-        out = self.model(
+        out = model(
             input_ids=input_ids_BT,
             attention_mask=attention_BT,
             position_ids=position_BT,
@@ -148,7 +146,7 @@ class HFEngine:
                 break
             token_B = token_B.masked_fill(done_B, self._pad_id)
             attention_BT = torch.cat([attention_BT, torch.ones_like(attention_BT[:, :1])], dim=1)
-            out = self.model(
+            out = model(
                 input_ids=token_B[:, None],
                 attention_mask=attention_BT,
                 position_ids=next_position_B[:, None],
@@ -194,7 +192,7 @@ def sample_tokens(
 
 
 def _draw(
-    processed_BV: Tensor, *, greedy: bool, generators: list[torch.Generator | None]
+    processed_BV: Tensor, *, greedy: bool, generators: Sequence[torch.Generator | None]
 ) -> Tensor:
     if greedy:
         return processed_BV.argmax(-1)

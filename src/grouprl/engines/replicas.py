@@ -33,7 +33,7 @@ from torch import Tensor
 
 from grouprl.config.schema import RunConfig
 from grouprl.engines.actor_engine import ActorEngine, RolloutHost
-from grouprl.engines.base import RolloutEngine, SamplingSettings
+from grouprl.engines.base import RolloutEngine, SamplingSettings, WeightVersion
 from grouprl.types import Completion
 
 logger = logging.getLogger(__name__)
@@ -66,12 +66,11 @@ def split_by_work(prompts: Sequence[Sequence[int]], parts: int, *, max_tokens: i
     return [range(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
 
 
-class ReplicaSet:
+class ReplicaSet(WeightVersion):
     """``engines[k]`` runs on ``slots[k]``; ``names[k]`` is what messages call it."""
 
     def __init__(self, engines: list[RolloutEngine], slots: list[Slot], names: list[str]) -> None:
         self.engines, self.slots, self.names = engines, slots, names
-        self._version = 0
         self._samples, self._seconds = [0] * len(engines), [0.0] * len(engines)
         # twice the replicas: a generation ahead (rollout.max_staleness) and the training
         # step's release of the engines never wait for each other's threads
@@ -80,10 +79,6 @@ class ReplicaSet:
     def __len__(self) -> int:
         return len(self.engines)
 
-    @property
-    def weight_version(self) -> int:
-        return self._version
-
     def generate(
         self, prompts: list[list[int]], settings: SamplingSettings
     ) -> list[list[Completion]]:
@@ -91,13 +86,15 @@ class ReplicaSet:
 
         def run(k: int) -> list[list[Completion]]:
             part, t0 = runs[k], time.perf_counter()
-            seed = None if settings.seed is None else settings.seed + part.start * settings.n
+            seed = (
+                None if settings.seed is None else settings.seed + part.start * settings.group_size
+            )
             groups = self.engines[k].generate(
                 prompts[part.start : part.stop], replace(settings, seed=seed)
             )
             for completion in (c for group in groups for c in group):
                 completion.replica = k
-            self._samples[k] += len(part) * settings.n
+            self._samples[k] += len(part) * settings.group_size
             self._seconds[k] += time.perf_counter() - t0
             return groups
 

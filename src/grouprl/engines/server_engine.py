@@ -35,8 +35,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from grouprl.device import resolve_dtype
-from grouprl.engines.base import SamplingSettings
+from grouprl.device import DtypeName, resolve_dtype
+from grouprl.engines.base import SamplingSettings, WeightVersion
 from grouprl.engines.hf_engine import replicate
 from grouprl.engines.weights import (
     PushPacker,
@@ -67,13 +67,13 @@ class ServerError(RuntimeError):
     user_error = True
 
 
-class ServerEngine:
+class ServerEngine(WeightVersion):
     def __init__(
         self,
         url: str,
         *,
         model_dir: str,
-        dtype: str,
+        dtype: DtypeName,
         weights_dir: str,
         timeout_s: float = 600.0,
         concurrency: int = 16,
@@ -87,17 +87,12 @@ class ServerEngine:
         self._push = PushPacker(
             model_dir, dtype=resolve_dtype(dtype, torch.device("cpu")), engine="server"
         )
-        self._version = 0
         self._mode_checked = False
-
-    @property
-    def weight_version(self) -> int:
-        return self._version
 
     def generate(
         self, prompts: list[list[int]], settings: SamplingSettings
     ) -> list[list[Completion]]:
-        n = settings.n
+        n = settings.group_size
         per_prompt = 1 if settings.is_greedy else n
         processing = settings.temperature != 1.0 or settings.top_k > 0 or settings.top_p < 1
         if prompts and not settings.is_greedy and processing and not self._mode_checked:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import Tensor
@@ -132,6 +132,8 @@ class SharedWeights:
 
 class WorkerExtension:
     """Methods mixed into each vLLM worker: map the push buffer, load from it in place."""
+
+    reload_weights: Callable[..., None]  # the vLLM worker's own method
 
     def grouprl_attach_weights(self, path: str, layout: Layout, size: int) -> int:
         self._grouprl_views = map_layout(path, layout, size)

@@ -47,17 +47,21 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor
 
-from grouprl.device import resolve_dtype
-from grouprl.engines.base import SamplingSettings
+from grouprl.device import DtypeName, resolve_dtype
+from grouprl.engines.base import SamplingSettings, WeightVersion
 from grouprl.engines.hf_engine import replicate
 from grouprl.engines.shared_weights import SharedWeights
 from grouprl.engines.weights import expected_push
 from grouprl.sandbox.signals import close_sessions, own_session
 from grouprl.types import Completion
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 GiB = 1 << 30
 SHUTDOWN_TIMEOUT_S = 10.0
@@ -79,7 +83,7 @@ def vllm_environment(*, cache_dir: str | None) -> None:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 
-class VLLMEngine:
+class VLLMEngine(WeightVersion):
     """A rollout engine over one ``vllm.LLM`` in this process (its workers in child processes).
 
     ``cpu_kv_cache_gib`` sizes the KV cache on CPU (``VLLM_CPU_KVCACHE_SPACE``,
@@ -94,7 +98,7 @@ class VLLMEngine:
         self,
         model_dir: str,
         *,
-        dtype: str,
+        dtype: DtypeName,
         max_model_len: int,
         gpu_memory_utilization: float,
         cpu_kv_cache_gib: float,
@@ -155,14 +159,14 @@ class VLLMEngine:
             raise
         finally:
             self._push.unlink()  # the mappings stay; nothing is left behind if start failed
-        self._tokenizer = self._llm.get_tokenizer()
-        self._version = 0
+        # the model's Hugging Face tokenizer (vLLM annotates it with a smaller protocol)
+        self._tokenizer = cast("PreTrainedTokenizerBase", self._llm.get_tokenizer())
 
     @staticmethod
     def _start_llm(
         model_dir: str,
         *,
-        dtype: str,
+        dtype: DtypeName,
         max_model_len: int,
         seed: int,
         enforce_eager: bool,
@@ -184,17 +188,13 @@ class VLLMEngine:
             **platform_args,
         )
 
-    @property
-    def weight_version(self) -> int:
-        return self._version
-
     def generate(
         self, prompts: list[list[int]], settings: SamplingSettings
     ) -> list[list[Completion]]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        n = settings.n
+        n = settings.group_size
         per_prompt = 1 if settings.is_greedy else n  # vLLM refuses n > 1 when greedy
         params = [
             SamplingParams(
@@ -219,7 +219,7 @@ class VLLMEngine:
         ordered = [sorted(out.outputs, key=lambda c: c.index) for out in outputs]
         texts = iter(
             self._tokenizer.batch_decode(
-                [c.token_ids for group in ordered for c in group], skip_special_tokens=True
+                [list(c.token_ids) for group in ordered for c in group], skip_special_tokens=True
             )
         )
         groups = [[_completion(c, next(texts)) for c in group] for group in ordered]
@@ -257,7 +257,7 @@ class VLLMEngine:
         llm = getattr(self, "_llm", None)
         if llm is None:
             return
-        self._llm = None
+        del self._llm  # a second close finds none
         llm.llm_engine.engine_core.shutdown(timeout=SHUTDOWN_TIMEOUT_S)
         close_sessions(self._sessions, kill=True)  # what vLLM left of them
         del llm

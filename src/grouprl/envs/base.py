@@ -13,8 +13,8 @@ Stop reasons (``StopReason``): ``answered`` (the environment ended the episode),
 ``max_turns``, ``context_overflow`` (the next turn would not fit
 ``rollout.max_model_len``), ``max_tokens`` (a turn cut off at the length limit),
 ``parse_error``, ``tool_error`` (an environment's own verdicts), and ``env_error`` (the
-environment failed: a step raised, passed ``env.step_timeout_s``, or its worker died; the
-episode scores 0). Observations are rendered into tokens by the chat template *after* the
+environment failed: a step raised, passed ``env.sandbox.timeout_s``, or its worker died;
+the episode scores 0). Observations are rendered into tokens by the chat template *after* the
 model's own tokens, never by re-tokenising the conversation (``render_observation``).
 docs/environments.md is the user's guide.
 """

@@ -7,7 +7,7 @@ with a deadline, a failure ending only the episode it hit.
     env.episode(row) ─ submit _start(id, row) ──► env = cls(**env.args)   (once per worker)
                                                   episodes[id] = env.episode(row); .start()
     episode.step(text) ─ submit _step(id, text) ─► episodes[id].step(text) -> Step
-        CallFailed (raised, timed out, crashed,  ◄─ worker killed past env.step_timeout_s,
+        CallFailed (raised, timed out, crashed,  ◄─ worker killed past env.sandbox.timeout_s,
         state lost) ──► EnvFailure                  replaced; its episodes are lost
     episode.close() ─── submit _close([id]) ────► episodes.pop(id)
 
@@ -20,13 +20,10 @@ The class is built once per worker, inside that worker's first call (and its dea
 from __future__ import annotations
 
 import itertools
-import pickle
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from grouprl.config.errors import ConfigError
 from grouprl.config.schema import DataConfig, EnvConfig
 from grouprl.envs.base import Message, Step, first_messages, template_kwargs_of
 from grouprl.envs.loader import EnvTarget, build_user_env, resolve_env
@@ -131,23 +128,26 @@ def _close_here(episodes: dict[int, Any], episode_id: int) -> None:
 
 
 class ContainedEnv:
-    """An ``Environment`` whose episodes run in ``env.workers`` worker processes."""
+    """An ``Environment`` whose episodes run in ``env.sandbox.workers`` worker processes."""
 
     def __init__(self, recipe: EnvRecipe) -> None:
         from grouprl.sandbox import WorkerPool
 
-        cfg = recipe.env_cfg
-        self.recipe, self.timeout_s, self.workers = recipe, cfg.step_timeout_s, cfg.workers
-        self.pool = WorkerPool(size=cfg.workers, memory_mb=cfg.memory_mb, concurrency=1, name="env")
+        sandbox = recipe.env_cfg.sandbox
+        self.recipe, self.timeout_s, self.workers = recipe, sandbox.timeout_s, sandbox.workers
+        self.pool = WorkerPool(
+            size=sandbox.workers, memory_mb=sandbox.memory_mb, concurrency=1, name="env"
+        )
         self._ids = itertools.count()
         self._template: dict[str, Any] | None = None
 
     @property
     def template_kwargs(self) -> dict[str, Any]:
-        if self._template is None:
+        template = self._template
+        if template is None:
             fut = self.pool.submit(_template_kwargs, self.recipe, deadline_s=self.timeout_s)
-            self._template = self._load_time(fut, "template_kwargs")
-        return self._template
+            template = self._template = self._load_time(fut, "template_kwargs")
+        return template
 
     def openings(self, rows: list[dict[str, Any]]) -> list[list[Message]]:
         """Each row's opening messages, ``OPENING_CHUNK`` rows a call, the workers side by side."""
@@ -179,7 +179,7 @@ class ContainedEnv:
             raise EnvError(
                 f"env.name={self.recipe.target.name!r}: {what} failed in its worker "
                 f"({err.message}); the prompts cannot be rendered without it. Fix the "
-                f"environment, or raise env.step_timeout_s={self.timeout_s:g} if it is slow"
+                f"environment, or raise env.sandbox.timeout_s={self.timeout_s:g} if it is slow"
             ) from err
 
 
@@ -238,18 +238,7 @@ def _failure_text(err: Any) -> str:
 
 
 def contain(target: EnvTarget, cfg: EnvConfig, data: DataConfig, *, cache_dir: str) -> ContainedEnv:
-    """The user's environment in ``cfg.workers`` workers; a registered factory that cannot
-    reach them (a lambda, a nested function) is refused here, naming the fix."""
+    """The user's environment in ``cfg.sandbox.workers`` workers (``resolve_env`` refused a
+    registered factory that cannot reach them: ``sandbox/user_code.py``)."""
     recipe = EnvRecipe(target=target, env_cfg=cfg, data_cfg=data, cache_dir=str(cache_dir))
-    try:
-        pickle.dumps(recipe)
-    except Exception as err:
-        factory: Callable[..., Any] | None = target.factory
-        raise ConfigError(
-            f"env.name={target.name!r}: its factory {getattr(factory, '__qualname__', factory)!r} "
-            f"cannot be sent to the environment's worker processes ({type(err).__name__}: {err}). "
-            "Fix: register a module-level function (not a lambda or a nested function), "
-            "name a class by import path, or set env.workers=0 to run episodes in this "
-            "process, uncontained"
-        ) from err
     return ContainedEnv(recipe)

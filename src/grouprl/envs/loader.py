@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from grouprl.config.errors import ConfigError
-from grouprl.config.imports import absent_here, absolute_import_path, is_import_path, load_attr
+from grouprl.config.imports import absolute_import_path, is_import_path
 from grouprl.config.schema import DataConfig, EnvConfig
 from grouprl.envs.base import EnvContext
-from grouprl.envs.registry import BUILT_IN, env_problems, registered_env
+from grouprl.envs.registry import BUILT_IN, ENVS
 
 EnvKind = Literal["built_in", "registered", "import_path"]
 
@@ -42,65 +42,54 @@ class EnvTarget:
 
     @property
     def user_code(self) -> bool:
-        """Whether the environment is the user's (it runs in ``env.workers`` processes)."""
+        """Whether the environment is the user's (it runs in ``env.sandbox.workers`` processes)."""
         return self.kind != "built_in"
 
 
 def resolve_env(cfg: EnvConfig) -> EnvTarget:
     """``cfg.name`` resolved, with ``cfg.args`` checked; raises ``ConfigError`` naming the key."""
-    problems = env_config_problems(cfg)
+    factory, problems = _checked(cfg)
     if problems:
         raise ConfigError("\n".join(problems))
-    return _target(cfg.name)
+    if cfg.name in BUILT_IN:
+        return EnvTarget(kind="built_in", name=cfg.name)
+    kind = "import_path" if is_import_path(cfg.name) else "registered"
+    return EnvTarget(kind=kind, name=absolute_import_path(cfg.name), factory=factory)
 
 
 def env_config_problems(cfg: EnvConfig, *, missing_ok: bool = False) -> list[str]:
     """Why ``env.name`` / ``env.args`` would not make an environment, as messages ([]: it
     would). An import path is imported (a file is run), as the run would, and its class
-    and ``env.args`` checked against its ``__init__``. ``missing_ok``: a module or file
-    absent here is left to the machine that runs the job (``grouprl submit``)."""
-    name = cfg.name
-    if not is_import_path(name):
-        problems = env_problems(name)
-        if not problems and name in BUILT_IN and cfg.args:
-            keys = ", ".join(f"env.args.{k}" for k in cfg.args)
-            problems.append(
-                f"{keys}: env.name={name} is built in and takes no env.args; its settings "
-                "are the env section's own keys (grouprl plan shows them). Fix: remove env.args."
-            )
-        return problems
-    if missing_ok and absent_here(name):
-        return []
-    try:
-        target = _target(name)
-    except ConfigError as err:
-        return [str(err)]
-    return args_problems(target.factory, cfg.args)
+    and ``env.args`` checked against its ``__init__``; a registered factory that runs in
+    worker processes must reach them (``sandbox/user_code.py``). ``missing_ok``: a module
+    or file absent here is left to the machine that runs the job (``grouprl submit``)."""
+    return _checked(cfg, missing_ok=missing_ok)[1]
 
 
-def _target(name: str) -> EnvTarget:
-    if name in BUILT_IN:
-        return EnvTarget(kind="built_in", name=name)
-    if not is_import_path(name):
-        return EnvTarget(kind="registered", name=name, factory=registered_env(name))
-    _, cls = load_attr(name, key="env.name", error=ConfigError, kind="env")
-    where = f"env.name={name!r}"
-    if not isinstance(cls, type):
-        raise ConfigError(
-            f"{where} is a {type(cls).__name__}, not an environment class. Fix: name a class "
-            "whose episode(row) returns an episode with start() and step(model_text) "
-            "(docs/environments.md); a factory function goes through grouprl.register_env"
+def _checked(cfg: EnvConfig, *, missing_ok: bool = False) -> tuple[Any, list[str]]:
+    """``(factory or class, problems)``; the factory is None for a built-in."""
+    name, args = cfg.name, cfg.args
+    found, problems = ENVS.check(name, missing_ok=missing_ok, sent=_in_workers(cfg))
+    if name == "search_qa":  # a built-in class: env.args checked like your own class's
+        from grouprl.envs.tool_env import SearchQA
+
+        problems += args_problems(SearchQA, args)
+    elif name in BUILT_IN and args:
+        keys = ", ".join(f"env.args.{k}" for k in args)
+        problems.append(
+            f"{keys}: env.name={name} is built in and takes no env.args. Fix: remove env.args."
         )
-    if not callable(getattr(cls, "episode", None)):
-        raise ConfigError(
-            f"{where}: class {cls.__name__} has no episode(row) method, so it is not an "
-            "environment. Fix: add episode(row) returning an object with start() and "
-            "step(model_text) -> grouprl.envs.Step (docs/environments.md)"
-        )
-    return EnvTarget(kind="import_path", name=absolute_import_path(name), factory=cls)
+    if found is not None and is_import_path(name):
+        problems += args_problems(found, args)
+    return found, problems
 
 
-def takes_ctx(cls: type) -> bool:
+def _in_workers(cfg: EnvConfig) -> bool:
+    """Whether the user's environment runs in worker processes (``env.sandbox.workers``)."""
+    return cfg.sandbox.workers > 0
+
+
+def takes_ctx(cls: Callable[..., Any]) -> bool:
     """Whether ``cls.__init__`` takes the keyword-only ``ctx`` (an ``EnvContext``)."""
     param = _parameters(cls).get("ctx")
     return param is not None and param.kind is inspect.Parameter.KEYWORD_ONLY
@@ -142,7 +131,7 @@ def args_problems(cls: type, args: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _parameters(cls: type) -> dict[str, inspect.Parameter]:
+def _parameters(cls: Callable[..., Any]) -> dict[str, inspect.Parameter]:
     try:
         return dict(inspect.signature(cls).parameters)
     except (TypeError, ValueError):  # a builtin or C class: nothing to check against
@@ -151,7 +140,7 @@ def _parameters(cls: type) -> dict[str, inspect.Parameter]:
 
 def _hints(cls: type) -> dict[str, Any]:
     try:
-        return typing.get_type_hints(cls.__init__)
+        return typing.get_type_hints(cls.__init__, include_extras=True)  # Annotated bounds
     except Exception:  # an annotation that does not evaluate: leave the values unchecked
         return {}
 
@@ -185,7 +174,7 @@ def build_user_env(
     target: EnvTarget, cfg: EnvConfig, data: DataConfig, *, cache_dir: str | Path
 ) -> Any:
     """The user's environment, built in this process (a worker, or the driver with
-    ``env.workers=0``): ``cls(**env.args[, ctx=...])`` or the registered factory's."""
+    ``env.sandbox.workers=0``): ``cls(**env.args[, ctx=...])`` or the registered factory's."""
     assert target.factory is not None, target
     if target.kind == "registered":
         return target.factory(cfg, data, cache_dir=cache_dir)

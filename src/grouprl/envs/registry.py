@@ -6,7 +6,7 @@
              └─► an import path (``module:Class``, ``file.py:Class``): ``envs/loader.py``
 
 A registered factory is called once per run in each of the environment's worker
-processes (``env.workers``; in the process that runs the loop with ``env.workers=0``),
+processes (``env.sandbox.workers``; in the process that runs the loop with 0 of them),
 with the ``env`` and ``data`` sections and a cache directory shared by runs; it returns
 an ``Environment`` (``envs/base.py``). It reaches the workers by reference, so it must be
 a module-level function. A separate process (``grouprl submit``, a launcher) knows only
@@ -19,60 +19,56 @@ from collections.abc import Callable
 from typing import Any
 
 from grouprl.config.errors import ConfigError
+from grouprl.sandbox.user_code import UserCode
 
 BUILT_IN = ("single_turn", "search_qa")
 
 EnvFactory = Callable[..., Any]
 """``factory(env_cfg, data_cfg, *, cache_dir) -> Environment``."""
 
-ENVIRONMENTS: dict[str, EnvFactory] = {}
+
+def _an_environment_class(value: Any, attr: str) -> str | None:
+    """Why ``value``, named by import path, is not an environment class (or None)."""
+    if not isinstance(value, type):
+        return (
+            f"{attr!r} is a {type(value).__name__}, not an environment class. Fix: name a "
+            "class whose episode(row) returns an episode with start() and step(model_text) "
+            "(docs/environments.md); a factory function goes through grouprl.register_env"
+        )
+    if not callable(getattr(value, "episode", None)):
+        return (
+            f"class {value.__name__} has no episode(row) method, so it is not an "
+            "environment. Fix: add episode(row) returning an object with start() and "
+            "step(model_text) -> grouprl.envs.Step (docs/environments.md)"
+        )
+    return None
+
+
+ENVS = UserCode(
+    kind="env",
+    key="env.name",
+    noun="environment",
+    error=ConfigError,
+    expects=_an_environment_class,
+    signature="a function (env_cfg, data_cfg, *, cache_dir) -> Environment",
+    unknown=(
+        "{key}={name!r} is not an environment. {hint}Allowed: {names}, or your class by "
+        "import path (`my_pkg.envs:MyEnv` or `path/to/env.py:MyEnv`, docs/environments.md). "
+        "Fix: choose one of those, or register yours first in the process that trains "
+        "(grouprl.register_env(name, factory), docs/python-api.md)."
+    ),
+    members="classes and functions",
+    workers="the environment's worker processes",
+    uncontained=", or set env.sandbox.workers=0 to run episodes in this process, uncontained",
+    built_in=BUILT_IN,
+)
+"""Environments: the built-ins (made in ``envs/factory.py``), ``register_env``'s
+factories, or classes by import path (``envs/loader.py``)."""
+
+ENVIRONMENTS: dict[str, EnvFactory] = ENVS.registry
 """Environments registered with ``register_env`` (the built-ins are not listed here)."""
 
 
 def register_env(name: str, factory: EnvFactory) -> EnvFactory:
     """Makes ``factory`` the environment ``env.name=name``; a name is registered once."""
-    if not isinstance(name, str) or not name.strip() or ":" in name:
-        raise ConfigError(
-            f"register_env: name={name!r}; an environment's name is a non-empty string "
-            "without ':' (that marks an import path, which works without registering)"
-        )
-    if not callable(factory):
-        raise ConfigError(
-            f"register_env({name!r}, ...): the factory is a {type(factory).__name__}, not a "
-            "callable; pass a function (env_cfg, data_cfg, *, cache_dir) -> Environment"
-        )
-    if name in BUILT_IN or name in ENVIRONMENTS:
-        raise ConfigError(
-            f"register_env: environment {name!r} is already registered; choose another name "
-            f"(taken: {', '.join(known_envs())})"
-        )
-    ENVIRONMENTS[name] = factory
-    return factory
-
-
-def known_envs() -> list[str]:
-    return [*BUILT_IN, *sorted(ENVIRONMENTS)]
-
-
-def env_problems(name: str) -> list[str]:
-    """Why ``env.name`` names no environment ([] when it is built in or registered)."""
-    if name in BUILT_IN or name in ENVIRONMENTS:
-        return []
-    return [
-        f"env.name={name!r} is not an environment. Allowed: {', '.join(known_envs())}, or "
-        "your class by import path (`my_pkg.envs:MyEnv` or `path/to/env.py:MyEnv`, "
-        "docs/environments.md). Fix: choose one of those, or register yours first in the "
-        "process that trains (grouprl.register_env(name, factory), docs/python-api.md)."
-    ]
-
-
-def check_env_name(name: str) -> None:
-    """Raises ``ConfigError`` unless ``env.name`` is a built-in or registered environment."""
-    for problem in env_problems(name):
-        raise ConfigError(problem)
-
-
-def registered_env(name: str) -> EnvFactory:
-    """The factory registered as ``name`` (not a built-in)."""
-    check_env_name(name)
-    return ENVIRONMENTS[name]
+    return ENVS.register(name, factory)

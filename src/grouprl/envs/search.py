@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +163,10 @@ def _records(path: Path, *, kind: str, report: BuildReport) -> Iterator[tuple[di
                 header = _tsv_header(line, path)
                 continue
             record = _parse_tsv(line, header) if header else _parse_json(line)
-            problem = record if isinstance(record, str) else _record_problem(record)
+            if isinstance(record, str):  # a line that does not parse: why
+                report.skipped.append((number, record))
+                continue
+            problem = _record_problem(record)
             if problem is not None:
                 report.skipped.append((number, problem))
                 continue
@@ -270,15 +273,16 @@ def _write_passages(
     import numpy as np
     from bm25s.tokenization import Tokenizer
 
-    tokenizer = Tokenizer(lower=True, splitter=TOKEN_PATTERN, stopwords=STOPWORDS, stemmer=None)
+    tokenizer = Tokenizer(lower=True, splitter=TOKEN_PATTERN, stopwords=STOPWORDS)
     ids: list[list[int]] = []
     offsets = [0]
     pending: list[str] = []
 
     def flush() -> None:
-        ids.extend(
-            tokenizer.tokenize(pending, update_vocab=True, return_as="ids", show_progress=False)
+        tokens = tokenizer.tokenize(
+            pending, update_vocab=True, return_as="ids", show_progress=False
         )
+        ids.extend(cast("list[list[int]]", tokens))  # return_as="ids": one list per text
         pending.clear()
 
     with open(tmp / PASSAGES, "wb") as sink:

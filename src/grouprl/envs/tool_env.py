@@ -1,27 +1,34 @@
-"""A tool-using environment: the model calls tools until it answers.
+"""A tool-using environment: the model calls tools until it answers; and ``search_qa``,
+the built-in search agent made from it.
 
 Each model turn is read in this order:
 
 1. an ``<answer>...</answer>`` tag ends the episode (``answered``); the outcome
    reward functions score that turn;
-2. otherwise its tool calls (``env.tool_format``) run, each with a timeout, and the
+2. otherwise its tool calls (``env.tool_format``) run, each within ``timeout_s``, and the
    results (or error texts) come back as tool messages: a malformed call, an
    unknown tool, bad arguments, a raising or hanging tool are observations and
    metrics, never a crash;
 3. a turn with neither ends the episode (``parse_error``).
 
-The turn reward (``env.turn_reward``) scores the turn's tool results:
+The turn reward (``turn_reward``) scores the turn's tool results:
 ``retrieved_answer`` is 1 when a result without error contains one of the row's
 answer aliases (after QA normalisation), the signal MT-GRPO credits.
+
+``SearchQA`` (``env.name=search_qa``) takes its settings from ``env.args`` as your own
+class does (``SearchQA(**env.args, ctx=EnvContext)``, checked against its ``__init__``):
+``corpus``, ``k``, ``max_chars``, ``timeout_s`` and ``turn_reward``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from grouprl.config.schema import DataConfig, EnvConfig
+from annotated_types import Ge, Gt
+
 from grouprl.data.prompts import PLACEHOLDER, prompt_messages
-from grouprl.envs.base import Step
+from grouprl.envs.base import EnvContext, Step
+from grouprl.envs.search import DEFAULT_MAX_CHARS
 from grouprl.rewards.qa import answer_aliases, extract_answer, normalize_answer
 from grouprl.tools.calls import parse_tool_calls
 from grouprl.tools.runner import ToolResult, ToolRunner, tool_message
@@ -37,20 +44,26 @@ SYSTEM_PROMPTS = {
 }
 SEARCH_SYSTEM_PROMPT = SYSTEM_PROMPTS["xml"]
 
+TurnReward = Literal["retrieved_answer", "none"]
+
 
 class ToolEnv:
     def __init__(
         self,
         tools: ToolSet,
-        cfg: EnvConfig,
         *,
+        tool_format: str,
+        timeout_s: float,
+        max_chars: int = DEFAULT_MAX_CHARS,
+        turn_reward: TurnReward = "retrieved_answer",
         system_prompt: str,
         prompt_key: str,
         answer_key: str,
         prompt_template: str = PLACEHOLDER,
     ) -> None:
-        self.tools, self.cfg = tools, cfg
-        self.runner = ToolRunner(tools, max_chars=cfg.tool_max_chars)
+        self.tools, self.tool_format = tools, tool_format
+        self.timeout_s, self.turn_reward = timeout_s, turn_reward
+        self.runner = ToolRunner(tools, max_chars=max_chars)
         self.system_prompt = system_prompt
         self.prompt_key, self.answer_key = prompt_key, answer_key
         self.prompt_template = prompt_template
@@ -63,7 +76,7 @@ class ToolEnv:
         """Passed to the chat template: the tool schemas when the model calls tools in the
         template's own format (``qwen``); nothing for ``xml``, whose format the system
         prompt explains."""
-        return {"tools": self.tools.schemas()} if self.cfg.tool_format == "qwen" else {}
+        return {"tools": self.tools.schemas()} if self.tool_format == "qwen" else {}
 
 
 class ToolEpisode:
@@ -85,10 +98,10 @@ class ToolEpisode:
         env = self.env
         if extract_answer(model_text) is not None:
             return Step(messages=[], done=True, stop_reason="answered")
-        calls = parse_tool_calls(model_text, tools=env.tools, fmt=env.cfg.tool_format)
+        calls = parse_tool_calls(model_text, tools=env.tools, fmt=env.tool_format)
         if not calls:
             return Step(messages=[], done=True, stop_reason="parse_error")
-        results = [env.runner.run(c, timeout_s=env.cfg.tool_timeout_s) for c in calls]
+        results = [env.runner.run(c, timeout_s=env.timeout_s) for c in calls]
         errors = sum(r.error is not None for r in results)
         return Step(
             messages=[tool_message(r) for r in results],
@@ -97,26 +110,44 @@ class ToolEpisode:
         )
 
     def _turn_reward(self, results: list[ToolResult]) -> float:
-        if self.env.cfg.turn_reward == "none":
+        if self.env.turn_reward == "none":
             return 0.0
         aliases = [normalize_answer(a) for a in answer_aliases(self.row[self.env.answer_key])]
         found = [normalize_answer(r.content) for r in results if r.error is None]
         return float(any(alias and alias in text for alias in aliases for text in found))
 
 
-def search_env(cfg: EnvConfig, data: DataConfig, *, cache_dir) -> ToolEnv:
-    """``env.name=search_qa``: the search agent over ``env.corpus``. Its episodes open with
-    ``data.system_prompt`` (or its own, which explains the tool format) and the question
-    through ``data.prompt_template`` (or the row's own chat messages)."""
-    from grouprl.envs.search import SearchIndex, make_search_tool, resolve_corpus
+class SearchQA(ToolEnv):
+    """``env.name=search_qa``: the search agent over ``corpus``, built from ``env.args``
+    like your own class. Its episodes open with ``data.system_prompt`` (or its own, which
+    explains the tool format) and the question through ``data.prompt_template`` (or the
+    row's own chat messages)."""
 
-    index = SearchIndex.load(resolve_corpus(cfg.corpus, cache_dir=cache_dir))
-    search = make_search_tool(index, k=cfg.search_k, max_chars=cfg.tool_max_chars)
-    return ToolEnv(
-        ToolSet([search]),
-        cfg,
-        system_prompt=data.system_prompt or SYSTEM_PROMPTS[cfg.tool_format],
-        prompt_key=data.prompt_key,
-        answer_key=data.answer_key,
-        prompt_template=data.prompt_template,
-    )
+    def __init__(
+        self,
+        *,
+        corpus: str = "builtin:fictional",
+        k: Annotated[int, Ge(1)] = 1,
+        max_chars: Annotated[int, Ge(16)] = DEFAULT_MAX_CHARS,
+        timeout_s: Annotated[float, Gt(0)] = 10.0,
+        turn_reward: TurnReward = "retrieved_answer",
+        ctx: EnvContext,
+    ) -> None:
+        """``corpus``: ``builtin:fictional`` (indexed once into ``ctx.cache_dir``) or a
+        directory made by ``grouprl index build``; ``k``: passages per search;
+        ``max_chars``: characters per passage and per tool result; ``timeout_s``: each
+        tool call's; ``turn_reward``: ``retrieved_answer`` or ``none``."""
+        from grouprl.envs.search import SearchIndex, make_search_tool, resolve_corpus
+
+        index = SearchIndex.load(resolve_corpus(corpus, cache_dir=ctx.cache_dir))
+        super().__init__(
+            ToolSet([make_search_tool(index, k=k, max_chars=max_chars)]),
+            tool_format=ctx.tool_format,
+            timeout_s=timeout_s,
+            max_chars=max_chars,
+            turn_reward=turn_reward,
+            system_prompt=ctx.system_prompt or SYSTEM_PROMPTS[ctx.tool_format],
+            prompt_key=ctx.prompt_key,
+            answer_key=ctx.answer_key,
+            prompt_template=ctx.prompt_template,
+        )

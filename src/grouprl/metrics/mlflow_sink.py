@@ -57,10 +57,11 @@ class MlflowSink:
             # set; the store in the run dir is grouprl's default (a user's setting wins)
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self._client = MlflowClient(tracking_uri=self.tracking_uri)
-        self.run_id = _saved_run_id(run_dir)
-        if self.run_id is not None:
+        saved = _saved_run_id(run_dir)
+        if saved is not None:
             try:
-                self._client.update_run(self.run_id, status="RUNNING")
+                self._client.update_run(saved, status="RUNNING")
+                self.run_id = saved
                 return
             except MlflowException:  # another tracking store: start a run there
                 pass

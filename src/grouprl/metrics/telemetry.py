@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PreTrainedModel
 
 GiB = 1024**3
 
@@ -60,7 +61,7 @@ class ModelShape:
     layers: int  # L
 
     @classmethod
-    def of(cls, model: torch.nn.Module) -> ModelShape:
+    def of(cls, model: PreTrainedModel) -> ModelShape:
         names = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
         weights = sum(
             p.numel()

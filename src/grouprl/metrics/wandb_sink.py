@@ -57,7 +57,8 @@ class WandbSink:
 def import_wandb(*, project: str | None) -> Any:
     """Import wandb or raise a user error that says how to fix it."""
     try:
-        import wandb
+        # the optional `wandb` extra, not installed for the type checker
+        import wandb  # pyright: ignore[reportMissingImports]
     except ImportError:
         raise WandbNotInstalledError(
             f"metrics.wandb.project={project!r} asks for Weights & Biases logging, but the "

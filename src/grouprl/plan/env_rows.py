@@ -43,8 +43,6 @@ def _which(env: EnvConfig) -> Row:
 
 
 def _args(env: EnvConfig) -> list[Row]:
-    if env.name in BUILT_IN:
-        return []
     if not env.args:
         return [("env args", "none", "env.args: the class's defaults")]
     shown = ", ".join(f"{k}={show(v)}" for k, v in env.args.items())
@@ -54,9 +52,9 @@ def _args(env: EnvConfig) -> list[Row]:
 def _tools(env: EnvConfig) -> Row:
     if env.name == "search_qa":
         how = (
-            f"search over {env.corpus} (env.corpus, {env.search_k} passage(s) per search), "
-            f"{env.tool_format} tool calls, each limited to {show(env.tool_timeout_s)} s; turn "
-            f"reward {env.turn_reward}; the <answer> turn is scored by the reward functions"
+            f"BM25 search, {env.tool_format} tool calls (env.tool_format); corpus, k, "
+            "max_chars, timeout_s and turn_reward from env.args (unset: the class's defaults, "
+            "docs/agents.md); the <answer> turn is scored by the reward functions"
         )
         return ("tools", "search", how)
     return ("tools", "the class's", f"its own (a Toolbox: env.tool_format={env.tool_format})")
@@ -65,30 +63,32 @@ def _tools(env: EnvConfig) -> Row:
 def _containment(env: EnvConfig) -> Row:
     if env.name in BUILT_IN:
         return ("runs", "in-process", "built in: package code, in the driver")
-    if env.workers == 0:
-        return ("runs", "in-process", "env.workers=0: in the driver, uncontained, no deadline")
-    memory = "no memory limit" if env.memory_mb is None else f"{env.memory_mb} MB each"
+    box = env.sandbox
+    if box.workers == 0:
+        why = "env.sandbox.workers=0: in the driver, uncontained, no deadline"
+        return ("runs", "in-process", why)
+    memory = "no memory limit" if box.memory_mb is None else f"{box.memory_mb} MB each"
     return (
         "runs",
-        f"{env.workers} workers",
-        f"env.workers processes ({memory}), each episode on one; start/step calls killed "
-        f"after {show(env.step_timeout_s)} s (env.step_timeout_s): the episode ends "
+        f"{box.workers} workers",
+        f"env.sandbox.workers processes ({memory}), each episode on one; start/step calls "
+        f"killed after {show(box.timeout_s)} s (env.sandbox.timeout_s): the episode ends "
         "env_error, reward 0",
     )
 
 
 def _gateway_row(cfg: RunConfig) -> Row:
-    env = cfg.env
-    if env.agent is None:
+    env, agent, box = cfg.env, cfg.env.agent, cfg.env.sandbox
+    if agent is None:
         return ("agent gateway", "off", "set env.agent to train your own agent (docs/gateway.md)")
-    memory = "no memory limit" if env.memory_mb is None else f"{env.memory_mb} MB each"
+    memory = "no memory limit" if box.memory_mb is None else f"{box.memory_mb} MB each"
     return (
         "agent gateway",
         "on",
-        f"env.agent={env.agent} drives each episode ({cfg.rollout.n} per row), "
-        f"{env.agent_concurrency} at a time in each of env.workers={env.workers} processes "
-        f"({memory}), each within env.agent_timeout_s={show(env.agent_timeout_s)} s, against "
-        "an OpenAI-compatible endpoint on 127.0.0.1 that records its tokens (the run's "
+        f"env.agent={agent.name} drives each episode ({cfg.rollout.n} per row), "
+        f"{agent.concurrency} at a time in each of env.sandbox.workers={box.workers} "
+        f"processes ({memory}), each within env.agent.timeout_s={show(agent.timeout_s)} s, "
+        "against an OpenAI-compatible endpoint on 127.0.0.1 that records its tokens (the run's "
         f"sampling settings; up to {env.max_turns} model calls, env.max_turns); a returned or "
         "reported reward replaces the reward functions'",
     )

@@ -222,10 +222,11 @@ def plan_gpu_memory(
         engine = engine_plan(cfg, config=config, gpu_bytes=gpu_bytes, gpu=label)
     if cfg.rollout.engine == "hf":
         hf = hf_plan(cfg, derived, config=config)
-    in_process = hf is not None and colocated and not cfg.rollout_in_actors
-    held = trainer.held + (hf.weights.bytes if in_process else 0)
-    generating = hf.generating if in_process else 0
-    apart = [] if in_process else _engine_apart(engine, hf)
+    # the hf engine in the trainer's process, or None
+    local = hf if hf is not None and colocated and not cfg.rollout_in_actors else None
+    held = trainer.held + (local.weights.bytes if local else 0)
+    generating = local.generating if local else 0
+    apart = [] if local else _engine_apart(engine, hf)
     training, generation = CUDA_CONTEXT + held + trainer.working, CUDA_CONTEXT + held + generating
     engine_bytes = engine.claim if engine else sum(r.bytes for r in apart)
     if colocated:  # an hf actor holds its share throughout; vLLM sleeps while training
@@ -234,7 +235,7 @@ def plan_gpu_memory(
     else:
         generation = engine_bytes
     trainer_peak = held + max(trainer.working, generating)
-    hf_rows = [hf.weights, hf.kv_cache, hf.generation] if in_process else []
+    hf_rows = [local.weights, local.kv_cache, local.generation] if local else []
     plan = GpuPlan(
         gpu=label,
         gpu_bytes=gpu_bytes,
@@ -245,7 +246,7 @@ def plan_gpu_memory(
         generation_phase=generation,
         trainer_peak=trainer_peak,
         fragmentation=int(FRAGMENTATION * trainer_peak),
-        cached_kv=hf.cached.bytes if in_process else 0,
+        cached_kv=local.cached.bytes if local else 0,
         colocated=colocated,
         engine=engine,
         hf=hf,

@@ -14,17 +14,19 @@ from typing import Any
 INSTRUCT_SUFFIX = "-instruct"
 
 
-def _config(
+def _shapes(
     model_type: str,
-    *,
     vocab: int,
     hidden: int,
     intermediate: int,
     layers: int,
     heads: int,
     kv_heads: int,
+    *,
     tied: bool,
 ) -> dict[str, Any]:
+    """One model's config.json facts; positional, so that the table below reads as columns
+    (vocab, hidden, intermediate, layers, heads, kv heads)."""
     return {
         "model_type": model_type,
         "vocab_size": vocab,
@@ -37,49 +39,18 @@ def _config(
     }
 
 
-def _qwen25(vocab: int, hidden: int, inter: int, layers: int, heads: int, kv: int, *, tied: bool):
-    return _config(
-        "qwen2",
-        vocab=vocab,
-        hidden=hidden,
-        intermediate=inter,
-        layers=layers,
-        heads=heads,
-        kv_heads=kv,
-        tied=tied,
-    )
-
-
-LLAMA_70B = _config(
-    "llama",
-    vocab=128256,
-    hidden=8192,
-    intermediate=28672,
-    layers=80,
-    heads=64,
-    kv_heads=8,
-    tied=False,
-)
+LLAMA_70B = _shapes("llama", 128256, 8192, 28672, 80, 64, 8, tied=False)
 
 # keys: lower-case hub names without "-instruct"
 KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
-    "qwen/qwen2.5-0.5b": _qwen25(151936, 896, 4864, 24, 14, 2, tied=True),
-    "qwen/qwen2.5-1.5b": _qwen25(151936, 1536, 8960, 28, 12, 2, tied=True),
-    "qwen/qwen2.5-3b": _qwen25(151936, 2048, 11008, 36, 16, 2, tied=True),
-    "qwen/qwen2.5-7b": _qwen25(152064, 3584, 18944, 28, 28, 4, tied=False),
-    "qwen/qwen2.5-14b": _qwen25(152064, 5120, 13824, 48, 40, 8, tied=False),
-    "qwen/qwen2.5-32b": _qwen25(152064, 5120, 27648, 64, 40, 8, tied=False),
-    "qwen/qwen2.5-72b": _qwen25(152064, 8192, 29568, 80, 64, 8, tied=False),
-    "meta-llama/llama-3.1-8b": _config(
-        "llama",
-        vocab=128256,
-        hidden=4096,
-        intermediate=14336,
-        layers=32,
-        heads=32,
-        kv_heads=8,
-        tied=False,
-    ),
+    "qwen/qwen2.5-0.5b": _shapes("qwen2", 151936, 896, 4864, 24, 14, 2, tied=True),
+    "qwen/qwen2.5-1.5b": _shapes("qwen2", 151936, 1536, 8960, 28, 12, 2, tied=True),
+    "qwen/qwen2.5-3b": _shapes("qwen2", 151936, 2048, 11008, 36, 16, 2, tied=True),
+    "qwen/qwen2.5-7b": _shapes("qwen2", 152064, 3584, 18944, 28, 28, 4, tied=False),
+    "qwen/qwen2.5-14b": _shapes("qwen2", 152064, 5120, 13824, 48, 40, 8, tied=False),
+    "qwen/qwen2.5-32b": _shapes("qwen2", 152064, 5120, 27648, 64, 40, 8, tied=False),
+    "qwen/qwen2.5-72b": _shapes("qwen2", 152064, 8192, 29568, 80, 64, 8, tied=False),
+    "meta-llama/llama-3.1-8b": _shapes("llama", 128256, 4096, 14336, 32, 32, 8, tied=False),
     "meta-llama/llama-3.1-70b": LLAMA_70B,
     "meta-llama/llama-3.3-70b": LLAMA_70B,
 }

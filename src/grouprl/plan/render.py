@@ -135,7 +135,7 @@ def _algo_rows(cfg: RunConfig, d: Derived) -> list[Row]:
         f"{f.name} x {show(f.weight)}" + (" (per group)" if f.scope == "group" else "")
         for f in cfg.reward.functions
     )
-    r = cfg.reward
+    r = cfg.reward.sandbox
     memory = "no memory limit" if r.memory_mb is None else f"{r.memory_mb} MB each"
     contained = f"in {r.workers} worker processes ({memory}), {show(r.timeout_s)} s per call"
     warmup = f", {train.warmup_steps} warmup steps" if train.warmup_steps else ""

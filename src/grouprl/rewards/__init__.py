@@ -7,25 +7,26 @@ modules its functions need, so a replaced worker starts in a fraction of a secon
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from grouprl.lazy import lazy_getattr
 
 _NAMES = {
-    "format_reward": "format",
-    "extract_answer": "math",
-    "math_answer": "math",
-    "normalize_number": "math",
-    "REWARD_FUNCTIONS": "registry",
-    "Reward": "registry",
-    "RewardError": "registry",
-    "register_reward": "registry",
-    "resolve_reward": "registry",
-    "resolve_rewards": "registry",
-    "RewardFailure": "scoring",
-    "RewardScorer": "scoring",
-    "RewardScores": "scoring",
-    "metrics": "scoring",
-    "score_completions": "scoring",
+    "format_reward": ".format",
+    "extract_answer": ".math",
+    "math_answer": ".math",
+    "normalize_number": ".math",
+    "REWARD_FUNCTIONS": ".registry",
+    "Reward": ".registry",
+    "RewardError": ".registry",
+    "register_reward": ".registry",
+    "resolve_reward": ".registry",
+    "resolve_rewards": ".registry",
+    "RewardFailure": ".scoring",
+    "RewardScorer": ".scoring",
+    "RewardScores": ".scoring",
+    "metrics": ".scoring",
+    "score_completions": ".scoring",
 }
 __all__ = [
     "REWARD_FUNCTIONS",
@@ -65,9 +66,4 @@ if TYPE_CHECKING:
     )
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _NAMES:
-        raise AttributeError(f"module 'grouprl.rewards' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"grouprl.rewards.{_NAMES[name]}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _NAMES)

@@ -1,23 +1,22 @@
 """What a reward worker process runs: one reward call, checked, by reference or by name.
 
-The driver sends a function *reference*: the function itself (a built-in, or one
-registered with ``register_reward``: pickled by reference, so it must be a module-level
-function of an importable module) or, for ``module:fn`` and ``path/to/file.py:fn``
-names, the name, which each worker resolves once with ``resolve_reward`` (a file loads
-under a generated module name the worker could not import by itself).
+The driver sends a function *reference* (``scoring.function_ref``): the function itself
+(a built-in, or one registered with ``register_reward``: pickled by reference, so it must
+be a module-level function of an importable module) or, for ``module:fn`` and
+``path/to/file.py:fn`` names, the name, which each worker resolves once (``REWARDS.load``,
+``sandbox/user_code.py``: a file loads under a generated module name the worker could not
+import by itself).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import inspect
 import math
 import numbers
 from collections.abc import Callable
 from typing import Any
 
-from grouprl.sandbox import worker_state
+from grouprl.sandbox.user_code import awaited_call
 
 FunctionRef = str | Callable[..., Any]
 """A reward function, or the import path a worker resolves it from."""
@@ -25,14 +24,14 @@ FunctionRef = str | Callable[..., Any]
 
 def score_sample(ref: FunctionRef, completion: str, *, reference: Any, row: dict) -> float:
     """``fn(completion, reference=..., row=...)`` as a finite float."""
-    return as_score(_call(_function(ref), completion, reference=reference, row=row))
+    return as_score(awaited_call(_function(ref), completion, reference=reference, row=row))
 
 
 def score_group(
     ref: FunctionRef, completions: list[str], *, references: list[Any], rows: list[dict]
 ) -> list[float]:
     """``fn(completions, references=..., rows=...)``: one finite float per completion."""
-    values = _call(_function(ref), completions, references=references, rows=rows)
+    values = awaited_call(_function(ref), completions, references=references, rows=rows)
     if hasattr(values, "tolist"):  # a numpy array or tensor
         values = values.tolist()
     if not isinstance(values, list | tuple):
@@ -75,20 +74,6 @@ def as_score(value: Any) -> float:
 def _function(ref: FunctionRef) -> Callable[..., Any]:
     if not isinstance(ref, str):
         return ref
-    from grouprl.rewards.registry import resolve_reward  # only for names: it imports config
+    from grouprl.rewards.registry import REWARDS  # only for names: it imports the built-ins
 
-    resolved = worker_state().setdefault("grouprl.rewards", {})
-    if ref not in resolved:
-        resolved[ref] = resolve_reward(ref)
-    return resolved[ref]
-
-
-def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    value = fn(*args, **kwargs)
-    if inspect.isawaitable(value):  # an `async def` reward
-        value = asyncio.run(_awaited(value))
-    return value
-
-
-async def _awaited(awaitable: Any) -> Any:
-    return await awaitable
+    return REWARDS.load(ref)

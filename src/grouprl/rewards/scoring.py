@@ -4,7 +4,7 @@
 
     completions[i], rows[i] ──► for each Reward (name, fn, weight, scope):
         scope "sample": one call per completion  ┐  all submitted at once to the
-        scope "group":  one call per prompt group ┘  WorkerPool (reward.workers processes)
+        scope "group":  one call per prompt group ┘  WorkerPool (reward.sandbox.workers)
                                     │ number(s) ─────────────────────────► parts[name][i]
                                     │ raises / NaN / not a number / past timeout_s (killed) /
                                     │ worker crash (os._exit, segfault) / MemoryError (RLIMIT_AS)
@@ -120,7 +120,8 @@ class RewardScorer:
     ) -> None:
         check_sendable(functions)
         self.functions = functions
-        self.answer_key, self.on_error, self.timeout_s = answer_key, on_error, timeout_s
+        self.answer_key, self.timeout_s = answer_key, timeout_s
+        self.on_error: Literal["zero", "abort"] = on_error
         refs = [function_ref(f) for f in functions]
         self.pool = WorkerPool(
             size=workers,

@@ -1,5 +1,7 @@
 """Drives episodes, single- and multi-turn: every episode of a batch advances one turn at
-a time, and each turn's generation is one engine call over all episodes still running.
+a time, and each turn's generation is one engine call over all episodes still running
+(``turns.py``: the engine calls, their seeds, ``env.max_turns`` and
+``rollout.max_model_len``, as the gateway's agents have them too).
 
     rows ─► env.episode(row) ─► prompt ids ─► engine (n per prompt)
         ─► step(text) ─► observation ids ─► engine (the running episodes' contexts) ─► ...
@@ -10,7 +12,7 @@ Single-turn prompting is the environment whose every step ends the episode
 (``envs/single_turn.py``): one engine call, no observation rendered.
 
 An environment that fails (``EnvFailure``: a contained step that raised, passed
-``env.step_timeout_s`` or lost its worker) ends only that episode, as ``env_error``.
+``env.sandbox.timeout_s`` or lost its worker) ends only that episode, as ``env_error``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from typing import Any
 
 from grouprl.data.prompts import chat_prompt_ids
@@ -33,6 +34,7 @@ from grouprl.envs.base import (
 )
 from grouprl.envs.contained import EnvFailure
 from grouprl.rollout.gateway.record import gateway_metrics
+from grouprl.rollout.turns import TurnEngine, TurnLimits
 from grouprl.types import Trajectory, Turn
 
 logger = logging.getLogger(__name__)
@@ -51,43 +53,46 @@ def run_episodes(
     max_model_len: int,
     prompts: list[list[int]] | None = None,
 ) -> list[Trajectory]:
-    """``settings.n`` episodes per row, prompt-major, each ending with a stop reason.
+    """``settings.group_size`` episodes per row, prompt-major, each ending with a stop reason.
 
     ``prompts``: the rows' prompt ids as rendered at load (``PromptSet``); None renders
     each row's opening through the chat template here."""
-    episodes = [env.episode(row) for row in rows for _ in range(settings.n)]
+    episodes = [env.episode(row) for row in rows for _ in range(settings.group_size)]
     template = template_kwargs_of(env)
     if prompts is None:
         prompts = [chat_prompt_ids(tokenizer, m, **template) for m in first_messages(env, rows)]
+    turns = TurnEngine(engine, settings)
+    limits = TurnLimits(
+        max_turns=max_turns,
+        max_model_len=max_model_len,
+        max_tokens=settings.max_tokens,
+        whole_turns=True,  # the running episodes' turns go out in one call, at max_tokens
+    )
     started = [False] * len(episodes)
 
     def answer(i: int) -> Step | None:
         first, started[i] = not started[i], True
         return _step(trajectories[i], episodes[i], sample=i, first=first)
 
+    def render(messages: list[dict[str, Any]]) -> list[int]:
+        return render_observation(tokenizer, messages, **template)
+
     trajectories: list[Trajectory] = []
     try:
-        for turn in range(max_turns):
-            if turn == 0:
-                trajectories = _first_turn(engine, rows=rows, prompts=prompts, settings=settings)
-            elif not _next_turn(engine, trajectories, settings=settings, turn=turn):
-                break
-            waiting = [
-                i
-                for i, t in enumerate(trajectories)
-                if not t.stop_reason and len(t.turns) == turn + 1
-            ]
+        trajectories = _first_turns(
+            turns, rows=rows, prompts=prompts, group_size=settings.group_size
+        )
+        running = list(range(len(trajectories)))
+        while running:
             # the environments answer side by side: a slow tool call holds up only its episode
             with ThreadPoolExecutor(max_workers=ENV_WORKERS) as pool:
-                steps = list(pool.map(answer, waiting))
-            for i, step in zip(waiting, steps, strict=True):
-                _settle(
-                    trajectories[i],
-                    step,
-                    last_turn=turn + 1 == max_turns,
-                    render=lambda messages: render_observation(tokenizer, messages, **template),
-                    room=max_model_len - settings.max_tokens,
-                )
+                steps = list(pool.map(answer, running))
+            for i, step in zip(running, steps, strict=True):
+                _settle(trajectories[i], step, limits=limits, render=render)
+            running = [i for i in running if not trajectories[i].stop_reason]
+            contexts = [trajectories[i].sequence_ids() for i in running]
+            for i, (completion,) in zip(running, turns.generate(contexts), strict=True):
+                trajectories[i].turns.append(Turn(completion))
     finally:
         for episode in episodes:
             close = getattr(episode, "close", None)
@@ -96,21 +101,17 @@ def run_episodes(
     return trajectories
 
 
-def _first_turn(
-    engine: RolloutEngine,
-    *,
-    rows: list[dict[str, Any]],
-    prompts: list[list[int]],
-    settings: SamplingSettings,
+def _first_turns(
+    turns: TurnEngine, *, rows: list[dict[str, Any]], prompts: list[list[int]], group_size: int
 ) -> list[Trajectory]:
-    """One engine call for ``settings.n`` first turns per prompt, prompt-major."""
-    groups = engine.generate(prompts, settings)
+    """One engine call for ``group_size`` first turns per prompt, prompt-major."""
+    groups = turns.generate(prompts, group_size=group_size)
     return [
         Trajectory(
             prompt_index=row["_index"],
             prompt_ids=prompt,
             turns=[Turn(completion)],
-            weight_version=engine.weight_version,
+            weight_version=turns.engine.weight_version,
             row=row,
         )
         for row, prompt, group in zip(rows, prompts, groups, strict=True)
@@ -118,41 +119,26 @@ def _first_turn(
     ]
 
 
-def _next_turn(
-    engine: RolloutEngine, trajectories: list[Trajectory], *, settings: SamplingSettings, turn: int
-) -> bool:
-    """One engine call continuing every running episode; False when none runs."""
-    running = [i for i, t in enumerate(trajectories) if not t.stop_reason]
-    if not running:
-        return False
-    contexts = [trajectories[i].sequence_ids() for i in running]
-    seed = None if settings.seed is None else settings.seed + turn * 7919
-    turn_settings = replace(settings, n=1, seed=seed)
-    for i, (completion,) in zip(running, engine.generate(contexts, turn_settings), strict=True):
-        trajectories[i].turns.append(Turn(completion))
-    return True
-
-
 def _settle(
     traj: Trajectory,
     step: Step | None,
     *,
-    last_turn: bool,
+    limits: TurnLimits,
     render: Callable[[list[dict[str, Any]]], list[int]],
-    room: int,
 ) -> None:
-    """Ends the episode (a stop reason) or renders the environment's reply after the turn;
-    ``room``: the context a next turn may start at, at most (its tokens must fit after)."""
+    """Ends the episode (a stop reason) or renders the environment's reply after the turn,
+    when the next turn is within ``limits``."""
     if step is None or step.done:
         traj.stop_reason = "max_tokens" if step is None else step.stop_reason or "answered"
-    elif last_turn:
-        traj.stop_reason = "max_turns"
-    else:
+        return
+    hit = limits.turn_limit(len(traj.turns))
+    if hit is None:
         observation = render(step.messages)
-        if len(traj.sequence_ids()) + len(observation) > room:
-            traj.stop_reason = "context_overflow"
-        else:
+        hit = limits.context_limit(len(traj.sequence_ids()) + len(observation))
+        if hit is None:
             traj.turns[-1].observation_ids = observation
+            return
+    traj.stop_reason = hit.stop_reason
 
 
 def _step(traj: Trajectory, episode, *, sample: int, first: bool) -> Step | None:

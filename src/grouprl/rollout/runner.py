@@ -1,7 +1,8 @@
 """Scoring episodes and timing the reward functions.
 
     trajectories (P*G, prompt-major) ─► reward functions on each last turn ─► RewardScores
-                                        └─► Trajectory.reward, reward_parts, correct
+                    └─► Trajectory.reward_parts (scores, functions, turns), correct
+                        (and Trajectory.reward, from the parts: rollout/reward.py)
 
 Episodes, single- and multi-turn, run in ``rollout.episodes``; ``score_trajectories``
 scores them all (the outcome reward functions read the last turn).
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from grouprl.rewards.scoring import RewardScores
+from grouprl.rollout.reward import record_parts
 from grouprl.types import Trajectory
 
 ScoreFn = Callable[..., RewardScores]
@@ -47,17 +49,23 @@ def score_trajectories(
     correct_function: str | None,
     group_size: int | None = None,
 ) -> RewardScores:
-    """Runs the reward functions on each trajectory's last turn and records the results.
-    ``group_size``: trajectories per prompt (prompt-major), for group rewards; None: runs
-    of trajectories with the same row ``_index``."""
+    """Runs the reward functions on each trajectory's last turn and records the results
+    as parts of its reward (with the environment's per-turn rewards, where any is
+    non-zero). ``group_size``: trajectories per prompt (prompt-major), for group rewards;
+    None: runs of trajectories with the same row ``_index``."""
     scores = score(
         completions=[t.completion.text for t in trajectories],
         rows=[t.row for t in trajectories],
         group_size=group_size,
     )
     for i, traj in enumerate(trajectories):
-        traj.reward = scores.total[i]
-        traj.reward_parts = {name: values[i] for name, values in scores.parts.items()}
+        turns = tuple(turn.reward for turn in traj.turns)
+        record_parts(
+            traj,
+            scores={name: values[i] for name, values in scores.parts.items()},
+            functions=scores.total[i],
+            turns=turns if any(turns) else (),
+        )
         if correct_function is not None and correct_function in scores.parts:
             traj.correct = scores.parts[correct_function][i] >= 1.0
     return scores

@@ -19,6 +19,7 @@ from grouprl.envs.single_turn import SingleTurnEnv
 from grouprl.rewards.registry import resolve_rewards
 from grouprl.rewards.scoring import RewardScorer, RewardScores
 from grouprl.rollout.episodes import run_episodes
+from grouprl.rollout.reward import fail
 from grouprl.rollout.runner import ScoreFn, score_trajectories
 from grouprl.types import Trajectory
 
@@ -62,15 +63,15 @@ def load_prompt_set(
 
 
 def make_score_fn(reward: RewardConfig, *, answer_key: str) -> RewardScorer:
-    """The reward functions in ``reward.workers`` contained processes, for the whole run:
+    """The reward functions in ``reward.sandbox.workers`` processes, for the whole run:
     ``close()`` it when the run ends."""
     return RewardScorer(
         functions=resolve_rewards(reward.functions),
         answer_key=answer_key,
         on_error=reward.on_error,
-        timeout_s=reward.timeout_s,
-        workers=reward.workers,
-        memory_mb=reward.memory_mb,
+        timeout_s=reward.sandbox.timeout_s,
+        workers=reward.sandbox.workers,
+        memory_mb=reward.sandbox.memory_mb,
     )
 
 
@@ -106,7 +107,7 @@ def make_rollout(
             max_model_len=cfg.rollout.max_model_len,
         )
         scores = score_trajectories(
-            trajectories, score=score, correct_function=correct, group_size=settings.n
+            trajectories, score=score, correct_function=correct, group_size=settings.group_size
         )
         zero_failed_episodes(trajectories)
         return trajectories, scores
@@ -115,12 +116,11 @@ def make_rollout(
 
 
 def zero_failed_episodes(trajectories: list[Trajectory]) -> None:
-    """Episodes the environment failed (``env_error``) score 0, whatever their last turn
-    would have scored: the failure is the environment's, not the policy's to learn from."""
+    """Episodes the environment failed (``env_error``) are failed samples
+    (``rollout/reward.fail``): the failure is the environment's, not the policy's."""
     for traj in trajectories:
         if traj.stop_reason == "env_error":
-            traj.reward, traj.correct = 0.0, False
-            traj.reward_parts = dict.fromkeys(traj.reward_parts, 0.0)
+            fail(traj, reason="env_error")
 
 
 def start_engine(
@@ -147,6 +147,6 @@ def start_engine(
 
     return in_driver(
         make_engine(
-            cfg, model_dir=model_dir, tokenizer=tokenizer, device=device, cache_dir=cache_dir
+            cfg, model_dir=model_dir, tokenizer=tokenizer, device=device, cache_dir=str(cache_dir)
         )
     )

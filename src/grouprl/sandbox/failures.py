@@ -29,7 +29,7 @@ class CallFailed(Exception):
         exit_code: int | None = None,
     ) -> None:
         super().__init__(message)
-        self.kind = kind
+        self.kind: FailureKind = kind
         self.message = message
         self.error_type = error_type or _DEFAULT_TYPES[kind]
         self.exit_code = exit_code

@@ -114,7 +114,7 @@ class WorkerPool:
         self._slots = [_Slot(k) for k in range(size)]
         self._queue: deque[_Call] = deque()
         self._pinned: list[deque[_Call]] = [deque() for _ in range(size)]
-        self._stats = dict.fromkeys(
+        self._stats: dict[str, int] = dict.fromkeys(
             ("calls", "timeouts", "crashes", "memory", "errors", "restarts"), 0
         )
         self._boot_failures = 0
@@ -286,6 +286,7 @@ class WorkerPool:
 
     def _adopt_spare(self, slot: _Slot) -> None:
         spare = self._spare
+        assert spare is not None, "called only when a spare is started"
         slot.process, slot.conn, slot.ready = spare.process, spare.conn, spare.ready
         slot.started_at = spare.started_at
         slot.restart_wanted = False

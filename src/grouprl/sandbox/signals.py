@@ -106,7 +106,7 @@ def own_session(scratch_dir: str | os.PathLike) -> Iterator[list[int]]:
     finally:
         spawn.set_executable(previous)
         # (a child may not have left the group yet: its wrapper runs for a few ms)
-        started += [p.pid for p in active_children() if p.pid not in before]
+        started += [p.pid for p in active_children() if p.pid is not None and p.pid not in before]
         with _SESSIONS_LOCK:
             _SESSIONS.update(started)
 

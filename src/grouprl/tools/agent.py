@@ -11,7 +11,7 @@ thread with a timeout (``envs.tool_runner.ToolRunner``); arguments that are not 
 unknown tool, arguments that do not fit, an exception or a hang become an ``Error: ...``
 tool message the model reads next turn, never an exception in the agent. A tool that
 hangs past its timeout leaves its thread running; the agent's deadline
-(``env.agent_timeout_s``) bounds the whole episode.
+(``env.agent.timeout_s``) bounds the whole episode.
 """
 
 from __future__ import annotations
@@ -58,12 +58,12 @@ class AgentTools:
             try:
                 arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
             except ValueError as err:
-                arguments = None
                 result = ToolResult(name, "", f"arguments are not JSON ({err})", 0.0)
-            if isinstance(arguments, dict):
-                result = self.runner.call(ToolCall(name, arguments), timeout_s=self.timeout_s)
-            elif arguments is not None:
-                result = ToolResult(name, "", "arguments must be a JSON object", 0.0)
+            else:  # "null" too: it is JSON, not an object
+                if isinstance(arguments, dict):
+                    result = self.runner.call(ToolCall(name, arguments), timeout_s=self.timeout_s)
+                else:
+                    result = ToolResult(name, "", "arguments must be a JSON object", 0.0)
             self.calls += 1
             self.errors += result.error is not None
             content = result.content if result.error is None else f"Error: {result.error}"

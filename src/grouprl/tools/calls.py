@@ -1,8 +1,8 @@
-"""Parsing the model's tool calls, and checking their arguments against the tools' schemas.
+"""Parsing the model's tool calls.
 
 Nothing the model writes makes parsing raise: malformed calls are ``ParsedCall.error``
-entries. ``check_arguments`` raises ``ToolArgumentError`` for arguments that do not fit the
-schema; the runner (``tool_runner``) turns that into an error result, the tool not run.
+entries. Their arguments are checked against the tools' schemas when they run
+(``arguments.check_arguments``, in ``runner``) or reach an agent (``wire``).
 
 Call formats (``CALL_FORMATS``)::
 
@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from grouprl.tools.arguments import clip, json_type
 from grouprl.tools.spec import Tool, ToolSet
 
 # --- parsing the model's calls --------------------------------------------------------------
@@ -79,7 +80,7 @@ def _qwen_call(body: str, raw: str, tools: ToolSet) -> ParsedCall:
         error = f"tool call is not valid JSON ({err}); write {_QWEN_SHAPE}"
         return ParsedCall(raw=raw, error=error)
     if not isinstance(obj, dict):
-        error = f"tool call must be a JSON object, got {_json_type(obj)}; write {_QWEN_SHAPE}"
+        error = f"tool call must be a JSON object, got {json_type(obj)}; write {_QWEN_SHAPE}"
         return ParsedCall(raw=raw, error=error)
     name = obj.get("name")
     if not isinstance(name, str) or not name:
@@ -88,13 +89,20 @@ def _qwen_call(body: str, raw: str, tools: ToolSet) -> ParsedCall:
         return ParsedCall(raw=raw, error=_unknown_tool(name, tools))
     arguments = obj.get("arguments", {})  # absent: no arguments (the check names missing ones)
     if not isinstance(arguments, dict):
-        error = f'"arguments" of tool {name!r} must be a JSON object, got {_json_type(arguments)}'
+        error = f'"arguments" of tool {name!r} must be a JSON object, got {json_type(arguments)}'
         return ParsedCall(raw=raw, error=error)
     return ParsedCall(raw=raw, call=ToolCall(name, arguments))
 
 
 _OPEN_TAG = re.compile(r"<([A-Za-z_][\w.-]*)>")
 _SPACE = re.compile(r"\s*")
+
+
+def _after_space(text: str, pos: int) -> int:
+    """The first position from ``pos`` that is not whitespace (or the end)."""
+    match = _SPACE.match(text, pos)
+    assert match is not None  # \s* matches everywhere
+    return match.end()
 
 
 def _parse_xml(text: str, tools: ToolSet) -> list[ParsedCall]:
@@ -125,11 +133,11 @@ def _xml_call(tool: Tool, body: str, raw: str) -> ParsedCall:
     if bare is not None and not (first and first[1] in tool.parameters):
         return ParsedCall(raw=raw, call=ToolCall(tool.name, {bare: body}))
     arguments: dict[str, Any] = {}
-    pos = _SPACE.match(body).end()
+    pos = _after_space(body, 0)
     while pos < len(body):
         tag = _OPEN_TAG.match(body, pos)
         if tag is None:
-            outside = _clip(body[pos:])
+            outside = clip(body[pos:])
             error = f"<{tool.name}> takes arguments as tags <arg>value</arg>; found {outside}"
             return ParsedCall(raw=raw, error=error)
         arg, close = tag[1], f"</{tag[1]}>"
@@ -139,7 +147,7 @@ def _xml_call(tool: Tool, body: str, raw: str) -> ParsedCall:
         if arg in arguments:
             return ParsedCall(raw=raw, error=f"argument <{arg}> given twice in <{tool.name}>")
         arguments[arg] = _from_text(body[tag.end() : end].strip(), tool.parameters.get(arg))
-        pos = _SPACE.match(body, end + len(close)).end()
+        pos = _after_space(body, end + len(close))
     return ParsedCall(raw=raw, call=ToolCall(tool.name, arguments))
 
 
@@ -204,90 +212,6 @@ def parse_tool_calls(text: str, *, tools: ToolSet, fmt: str) -> list[ParsedCall]
         p if p.call is None else replace(p, call=replace(p.call, id=f"call_{i}"))
         for i, p in enumerate(found)
     ]
-
-
-# --- checking arguments ---------------------------------------------------------------------
-
-
-class ToolArgumentError(ValueError):
-    """A call's arguments do not fit its tool's schema; the message is shown to the model."""
-
-
-def check_arguments(tool: Tool, arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """``arguments`` checked against ``tool``'s schema, with ints given for numbers as floats.
-
-    No other coercion: ``"3"`` for an integer, ``3.0`` for an integer and ``true`` for a
-    number are errors. Raises ``ToolArgumentError`` naming the tool and every problem found.
-    """
-    params = tool.parameters
-    problems = [
-        f"missing required argument {name!r} ({_type_label(params[name])})"
-        for name in tool.required
-        if name not in arguments
-    ]
-    extra = [name for name in arguments if name not in params]
-    if extra:
-        takes = ", ".join(params) or "no arguments"
-        problems.append(f"unexpected argument(s) {', '.join(map(repr, extra))}; it takes: {takes}")
-    checked: dict[str, Any] = {}
-    for name, value in arguments.items():
-        if name in params:
-            checked[name], problem = _check_value(value, params[name], f"argument {name!r}")
-            problems += [problem] if problem else []
-    if problems:
-        raise ToolArgumentError(f"tool {tool.name!r}: " + "; ".join(problems))
-    return checked
-
-
-def _check_value(value: Any, prop: dict[str, Any], where: str) -> tuple[Any, str | None]:
-    expected = _type_label(prop)
-    if value is None:
-        return None, None if prop.get("nullable") else f"{where} expects {expected}, got null"
-    kind = prop["type"]
-    if kind == "number" and type(value) is int:  # JSON has one number type; 2 means 2.0
-        try:
-            value = float(value)
-        except OverflowError:
-            return value, f"{where} expects {expected}, got an integer too large for one"
-    if _json_type(value) != kind:
-        return value, f"{where} expects {expected}, got {_json_type(value)} {_clip(value)}"
-    if "enum" in prop and value not in prop["enum"]:
-        return value, f"{where} expects {expected}, got {_clip(value)}"
-    if kind == "array":
-        items = []
-        for i, item in enumerate(value):
-            item, problem = _check_value(item, prop["items"], f"{where} item {i}")
-            if problem:
-                return value, problem
-            items.append(item)
-        value = items
-    return value, None
-
-
-def _type_label(prop: dict[str, Any]) -> str:
-    label = prop["type"]
-    if "enum" in prop:
-        label = "one of " + ", ".join(json.dumps(v) for v in prop["enum"])
-    elif label == "array":
-        label = f"array of {_type_label(prop['items'])}"
-    return f"{label} or null" if prop.get("nullable") else label
-
-
-def _json_type(value: Any) -> str:
-    if value is None or isinstance(value, bool):
-        return "null" if value is None else "boolean"
-    for kind, name in ((int, "integer"), (float, "number"), (str, "string"), (list, "array")):
-        if isinstance(value, kind):
-            return name
-    return "object" if isinstance(value, dict) else type(value).__name__
-
-
-def _clip(value: Any, limit: int = 60) -> str:
-    try:
-        text = repr(value)
-    except RecursionError:
-        return f"<deeply nested {type(value).__name__}>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _unknown_tool(name: str, tools: ToolSet) -> str:

@@ -21,13 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from grouprl.tools.calls import (
-    ParsedCall,
-    ToolArgumentError,
-    ToolCall,
-    _unknown_tool,
-    check_arguments,
-)
+from grouprl.tools.arguments import ToolArgumentError, check_arguments
+from grouprl.tools.calls import ParsedCall, ToolCall, _unknown_tool
 from grouprl.tools.spec import ToolSet
 
 
@@ -84,6 +79,7 @@ class ToolRunner:
     def run(self, parsed: ParsedCall, *, timeout_s: float) -> ToolResult:
         """``call`` for a parsed call; a parse error becomes an error result (the tool not run)."""
         if parsed.call is None:
+            assert parsed.error is not None, "a ParsedCall holds a call or an error"
             return ToolResult(name="", content="", error=self._cut(parsed.error), seconds=0.0)
         return self.call(parsed.call, timeout_s=timeout_s)
 

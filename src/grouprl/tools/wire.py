@@ -11,10 +11,9 @@
         ▼     ──► content=text (the blocks as written), finish_reason "stop", counted as an error
 
 All or nothing: one bad block in a turn returns the whole turn as text, so an agent never
-runs half of what the model asked for. ``check_schema`` covers the JSON Schema an OpenAI
-tool's ``parameters`` use: ``type`` (a name or a list), ``enum``, ``const``, ``required``,
-``properties``, ``additionalProperties: false``, ``items``, ``anyOf``/``oneOf``; other
-keywords are not checked.
+runs half of what the model asked for. Arguments are checked by ``jsonschema`` against the
+tool's ``parameters`` (``arguments.argument_problems``: Draft 2020-12, and OpenAPI's
+``nullable``); a request whose ``parameters`` are not a JSON Schema is refused.
 """
 
 from __future__ import annotations
@@ -24,18 +23,9 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from grouprl.tools.arguments import argument_problems, check_parameters
 from grouprl.tools.calls import parse_tool_calls
 from grouprl.tools.spec import Tool, ToolSet
-
-_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "array": (list,),
-    "object": (dict,),
-    "null": (type(None),),
-}
 
 
 @dataclass
@@ -58,18 +48,26 @@ class AssistantReply:
 
 def request_tools(tools: Any) -> ToolSet:
     """The request's ``tools`` (OpenAI function tools) as a ToolSet to parse calls against.
-    Raises ValueError with the problem for a list that is not OpenAI-shaped."""
+    Raises ValueError with the problem for a list that is not OpenAI-shaped, or whose
+    ``parameters`` are not a JSON Schema."""
     if not isinstance(tools, list):
         raise ValueError(f"tools must be a list of function tools, got {type(tools).__name__}")
     found: list[Tool] = []
     for i, item in enumerate(tools):
         fn = item.get("function") if isinstance(item, dict) else None
         name = fn.get("name") if isinstance(fn, dict) else None
-        if item.get("type", "function") != "function" or not isinstance(name, str) or not name:
+        if (
+            not isinstance(fn, dict)  # item is a dict too
+            or not isinstance(name, str)
+            or not name
+            or item.get("type", "function") != "function"
+        ):
             raise ValueError(
                 f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ..., "
                 "'parameters': {...}}}"
             )
+        if fn.get("parameters") is not None:
+            check_parameters(fn["parameters"], where=f"tools[{i}].function.parameters")
         found.append(Tool(name=name, fn=_not_run, schema={"type": "function", "function": fn}))
     return ToolSet(found)
 
@@ -92,9 +90,9 @@ def assistant_reply(text: str, *, tools: ToolSet | None) -> AssistantReply:
         if p.call is None:
             continue
         schema = tools[p.call.name].schema["function"].get("parameters") or {}
-        problem = check_schema(p.call.arguments, schema, where="arguments")
-        if problem:
-            errors.append(f"tool {p.call.name!r}: {problem}")
+        problems = argument_problems(p.call.arguments, schema, strict_integers=False)
+        if problems:
+            errors.append(f"tool {p.call.name!r}: " + "; ".join(problems))
             continue
         calls.append(
             {
@@ -111,60 +109,3 @@ def assistant_reply(text: str, *, tools: ToolSet | None) -> AssistantReply:
     return AssistantReply(
         content=outside.strip() or None, tool_calls=calls, calls_found=len(parsed)
     )
-
-
-def check_schema(value: Any, schema: Any, *, where: str) -> str | None:
-    """Why ``value`` does not fit the JSON ``schema`` (the first problem), or None."""
-    if not isinstance(schema, dict):
-        return None
-    for key in ("anyOf", "oneOf"):
-        options = schema.get(key)
-        if isinstance(options, list) and options:
-            if all(check_schema(value, option, where=where) for option in options):
-                return f"{where}={_clip(value)} fits none of its {key} schemas"
-    kinds = schema.get("type")
-    if kinds is not None:
-        kinds = [kinds] if isinstance(kinds, str) else list(kinds)
-        if schema.get("nullable"):
-            kinds.append("null")
-        if not any(_is_type(value, kind) for kind in kinds):
-            return f"{where} expects {' or '.join(kinds)}, got {_clip(value)}"
-    if "enum" in schema and value not in schema["enum"]:
-        return f"{where} expects one of {schema['enum']}, got {_clip(value)}"
-    if "const" in schema and value != schema["const"]:
-        return f"{where} expects {schema['const']!r}, got {_clip(value)}"
-    if isinstance(value, dict):
-        properties = schema.get("properties") or {}
-        missing = [name for name in schema.get("required") or [] if name not in value]
-        if missing:
-            return f"{where} is missing required {', '.join(map(repr, missing))}"
-        if schema.get("additionalProperties") is False:
-            extra = [name for name in value if name not in properties]
-            if extra:
-                return f"{where} has unexpected {', '.join(map(repr, extra))}"
-        for name, item in value.items():
-            if name in properties:
-                problem = check_schema(item, properties[name], where=f"{where}.{name}")
-                if problem:
-                    return problem
-    if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        for i, item in enumerate(value):
-            problem = check_schema(item, schema["items"], where=f"{where}[{i}]")
-            if problem:
-                return problem
-    return None
-
-
-def _is_type(value: Any, kind: str) -> bool:
-    if kind not in _TYPES:
-        return True  # not a JSON Schema type name: not checked
-    if isinstance(value, bool) and kind != "boolean":
-        return False
-    if kind == "integer" and isinstance(value, float):
-        return value.is_integer()
-    return isinstance(value, _TYPES[kind])
-
-
-def _clip(value: Any, limit: int = 60) -> str:
-    text = json.dumps(value, default=str)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
+
 import torch
 import torch.distributed as dist
+from torch import Tensor
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
 from grouprl.config.schema import RunConfig
@@ -12,6 +17,10 @@ from grouprl.types import TrainingBatch
 from grouprl.workers.fsdp import shard
 from grouprl.workers.optim import states_on_host
 from grouprl.workers.rank import Rank
+from grouprl.workers.update import MicroBatching, no_grad_scores
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 def loads_weights(rank: Rank) -> bool:
@@ -21,14 +30,15 @@ def loads_weights(rank: Rank) -> bool:
     return rank.rank == 0
 
 
-def prepare(scorer: torch.nn.Module, model: torch.nn.Module, *, rank: Rank, cfg: RunConfig) -> None:
+def prepare(scorer: torch.nn.Module, model: PreTrainedModel, *, rank: Rank, cfg: RunConfig) -> None:
     """Turns on activation checkpointing if asked (it acts in training mode only) and
     places ``model`` on the rank's device; on a multi-rank group, shards it and fills
     every rank's shards from rank 0's weights."""
     if cfg.train.activation_checkpointing:
         checkpoint_activations(model)
     if not rank.distributed:
-        model.to(rank.device)
+        # transformers wraps PreTrainedModel.to with functools.wraps, which pyright cannot bind
+        model.to(rank.device)  # pyright: ignore[reportArgumentType]
         return
     full = model.state_dict() if loads_weights(rank) else {}
     shard(scorer, model, offload=cfg.cluster.offload)
@@ -59,7 +69,21 @@ def my_rows(batch: TrainingBatch, rank: Rank) -> TrainingBatch:
     return batch.select(rank.block(len(batch))).to(torch.device(rank.device))
 
 
-def checkpoint_activations(model: torch.nn.Module) -> None:
+def my_scores(
+    score: Callable[[TrainingBatch], Tensor],
+    batch: TrainingBatch,
+    *,
+    rank: Rank,
+    cfg: RunConfig,
+    autocast: Callable[[], AbstractContextManager],
+) -> Tensor:
+    """``score`` (``no_grad_scores``) of this rank's block of ``batch``, on the CPU."""
+    micro = MicroBatching.of(cfg.train)
+    rows = my_rows(batch, rank)
+    return no_grad_scores(score, rows, micro=micro, autocast=autocast, rank=rank).cpu()
+
+
+def checkpoint_activations(model: PreTrainedModel) -> None:
     """Each decoder layer keeps only its input and recomputes the rest in the backward
     pass (transformers' gradient checkpointing, non-reentrant: works under FSDP2)."""
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -14,7 +14,7 @@ from grouprl.types import TrainingBatch
 from grouprl.workers.common import (
     autocast,
     loads_weights,
-    my_rows,
+    my_scores,
     place_optimizer_states,
     prepare,
 )
@@ -22,7 +22,6 @@ from grouprl.workers.rank import Rank
 from grouprl.workers.update import MicroBatching
 from grouprl.workers.value_model import (
     ValueScorer,
-    batch_values,
     critic_update,
     load_critic,
     make_critic_optimizer,
@@ -34,7 +33,7 @@ class CriticWorker:
 
     def __init__(self, rank: Rank, *, cfg: RunConfig) -> None:
         assert cfg.critic is not None, "a CriticWorker needs a critic: section"
-        self.rank, self.cfg = rank, cfg
+        self.rank, self.cfg, self.critic_cfg = rank, cfg, cfg.critic
         self.model = load_critic(
             cfg.critic, cfg.model, device=torch.device("cpu"), weights=loads_weights(rank)
         )
@@ -46,13 +45,7 @@ class CriticWorker:
 
     def values(self, batch: TrainingBatch) -> Tensor:
         """Values of this rank's block of ``batch`` (CPU)."""
-        return batch_values(
-            self.scorer,
-            my_rows(batch, self.rank),
-            micro=MicroBatching.of(self.cfg.train),
-            autocast=self.autocast,
-            rank=self.rank,
-        ).cpu()
+        return my_scores(self.scorer, batch, rank=self.rank, cfg=self.cfg, autocast=self.autocast)
 
     def update(self, batch: TrainingBatch, *, mini_batch_size: int) -> dict[str, float]:
         """Regresses values on ``batch.returns_BT``; metrics summed over the ranks."""
@@ -61,7 +54,7 @@ class CriticWorker:
             scorer=self.scorer,
             optimizer=self.optimizer,
             batch=batch.to(torch.device(self.rank.device)),
-            cfg=self.cfg.critic,
+            cfg=self.critic_cfg,
             num_iterations=self.cfg.algo.num_iterations,
             mini_batch_size=mini_batch_size,
             micro=MicroBatching.of(self.cfg.train),

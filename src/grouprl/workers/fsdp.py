@@ -10,11 +10,16 @@ ranks, not averaged: loss denominators already count the whole mini-batch.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, OffloadPolicy, fully_shard
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
-def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+
+def decoder_layers(model: PreTrainedModel) -> torch.nn.ModuleList:
     """The repeated blocks of a Hugging Face decoder (``model.model.layers`` for
     Qwen2/Llama; the critic's ``base_model_prefix`` names its decoder the same way)."""
     decoder = getattr(model, model.base_model_prefix)
@@ -28,7 +33,7 @@ def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
     return layers
 
 
-def shard(scorer: torch.nn.Module, model: torch.nn.Module, *, offload: bool) -> None:
+def shard(scorer: torch.nn.Module, model: PreTrainedModel, *, offload: bool) -> None:
     """Shards ``model`` (held inside ``scorer``) over the default process group, in place.
     ``offload`` keeps parameters, gradients and optimizer states in CPU memory between
     uses (FSDP2's CPU offload)."""

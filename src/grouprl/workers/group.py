@@ -52,13 +52,17 @@ class WorkerGroup(Protocol):
         Ray group's results may be passed on to another ``submit`` unresolved)."""
         ...
 
-    def gather(self, started: list[Any], *, what: str) -> list[Any]: ...
+    def gather(self, started: list[Any], /, *, what: str) -> list[Any]: ...
 
     def close(self) -> None: ...
 
 
 def build_role(
-    cls: type[W], rank: Rank, roles: dict[str, Any], uses: Sequence[str], kwargs: dict[str, Any]
+    cls: Callable[..., W],
+    rank: Rank,
+    roles: dict[str, Any],
+    uses: Sequence[str],
+    kwargs: dict[str, Any],
 ) -> W:
     """``cls(rank, **kwargs)``, with ``parts=[...]`` the rank's roles named in ``uses``."""
     if uses:

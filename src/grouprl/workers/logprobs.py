@@ -20,12 +20,19 @@ differ from it by the log of the kept mass (``engines/vllm_engine.py``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from grouprl.config.schema import RunConfig
+from grouprl.types import TrainingBatch
 from grouprl.workers.packing import Packing, decoder_states, use_packed_attention
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 def _chunk_logprobs(
@@ -48,7 +55,7 @@ def _chunk_logprobs(
 
 
 def token_logprobs(
-    model: torch.nn.Module,
+    model: PreTrainedModel,
     *,
     input_ids_BT: Tensor,
     attention_mask_BT: Tensor,
@@ -77,6 +84,8 @@ def token_logprobs(
     if packing is not None:  # one row of the real tokens: B = 1, T = N
         input_ids_BT, wanted_BT = packing.pack(input_ids_BT), packing.pack(wanted_BT)
     head = model.get_output_embeddings()
+    if head is None:
+        raise TypeError(f"{type(model).__name__} has no LM head (output embeddings) to score")
     # position t - 1 predicts token t
     hidden_NH = hidden_BTH[:, :-1][wanted_BT[:, 1:]]
     targets_N = input_ids_BT[wanted_BT]
@@ -117,7 +126,7 @@ class TokenScorer(torch.nn.Module):
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: PreTrainedModel,
         *,
         chunk_tokens: int,
         packed: bool = False,
@@ -128,6 +137,22 @@ class TokenScorer(torch.nn.Module):
         self.chunk_tokens, self.packed, self.temperature = chunk_tokens, packed, temperature
         if packed:
             use_packed_attention(model)
+
+    @classmethod
+    def of(cls, model: PreTrainedModel, cfg: RunConfig) -> TokenScorer:
+        """The run's scorer of ``model``: ``train``'s chunks and packing, at the sampling
+        temperature (policy, old and reference logprobs are all of it)."""
+        return cls(
+            model,
+            chunk_tokens=cfg.train.logprob_chunk_tokens,
+            packed=cfg.train.packing,
+            temperature=cfg.rollout.temperature,
+        )
+
+    def loss_logprobs(self, batch: TrainingBatch) -> Tensor:
+        """Float32 logprobs of ``batch``'s loss tokens (0 elsewhere), as wide as ``batch``."""
+        logprobs_BT, _ = self(batch.input_ids_BT, batch.attention_mask_BT, batch.loss_mask_BT)
+        return logprobs_BT.float()
 
     def forward(
         self, input_ids_BT: Tensor, attention_mask_BT: Tensor, score_mask_BT: Tensor | None = None

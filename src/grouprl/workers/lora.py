@@ -17,14 +17,18 @@ follow:
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 
 from grouprl.config.schema import LoraConfig
 from grouprl.lora_weights import ADAPTER
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
-def add_lora(model: torch.nn.Module, cfg: LoraConfig) -> torch.nn.Module:
+
+def add_lora(model: PreTrainedModel, cfg: LoraConfig) -> PreTrainedModel:
     """Injects adapters into ``model`` in place and freezes everything else; returns
     ``model`` (its class and forward unchanged)."""
     from peft import LoraConfig as PeftLoraConfig
@@ -33,7 +37,8 @@ def add_lora(model: torch.nn.Module, cfg: LoraConfig) -> torch.nn.Module:
     targets = cfg.target_modules
     config = PeftLoraConfig(
         r=cfg.rank,
-        lora_alpha=cfg.alpha,
+        # peft annotates lora_alpha as int, but only divides it by r: a float is fine
+        lora_alpha=cfg.alpha,  # pyright: ignore[reportArgumentType]
         lora_dropout=cfg.dropout,
         target_modules=targets if isinstance(targets, str) else list(targets),
         bias="none",
@@ -42,8 +47,14 @@ def add_lora(model: torch.nn.Module, cfg: LoraConfig) -> torch.nn.Module:
     inject_adapter_in_model(config, model, adapter_name=ADAPTER)
     for name, param in model.named_parameters():
         param.requires_grad_(".lora_" in name)
-    model.lora_scaling = cfg.alpha / cfg.rank
+    # a plain attribute (nn.Module.__setattr__ is annotated for tensors and modules only)
+    model.lora_scaling = cfg.alpha / cfg.rank  # pyright: ignore[reportArgumentType]
     return model
+
+
+def lora_scaling(model: torch.nn.Module) -> float:
+    """``alpha / rank`` of the adapters ``add_lora`` put into ``model``."""
+    return float(model.__dict__["lora_scaling"])
 
 
 def has_lora(model: torch.nn.Module) -> bool:

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from grouprl.assets import resolve_model_path
 from grouprl.config.schema import ModelConfig
@@ -31,7 +37,7 @@ def load_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
 
 def load_causal_lm(
     cfg: ModelConfig, *, dtype: torch.dtype, device: torch.device, weights: bool = True
-):
+) -> PreTrainedModel:
     """The model with its weights, or (``weights=False``) its structure on the meta
     device, to be filled from another rank."""
     path = resolve_model_path(cfg.path)
@@ -49,4 +55,5 @@ def load_causal_lm(
             f"model.path={cfg.path!r}: the model could not be loaded ({err}). Give a local "
             "model directory, a hub name reachable from this machine, or builtin:tiny-arith."
         ) from None
-    return model.to(device)
+    # transformers wraps PreTrainedModel.to with functools.wraps, which pyright cannot bind
+    return model.to(device)  # pyright: ignore[reportArgumentType]

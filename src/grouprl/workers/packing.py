@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from transformers import AttentionInterface
+from transformers import AttentionInterface, PreTrainedModel
 
 ATTENTION = "grouprl_segments"
 """The attention implementation ``use_packed_attention`` gives a model."""
@@ -110,7 +110,7 @@ def segment_attention(
 AttentionInterface.register(ATTENTION, segment_attention)
 
 
-def use_packed_attention(model: torch.nn.Module) -> None:
+def use_packed_attention(model: PreTrainedModel) -> None:
     """Gives ``model`` per-sample attention for packed rows (a flash-attention model keeps
     its own kernel, which reads the same boundaries)."""
     if model.config._attn_implementation in VARLEN_KERNELS:
@@ -119,7 +119,7 @@ def use_packed_attention(model: torch.nn.Module) -> None:
 
 
 def decoder_states(
-    model: torch.nn.Module, input_ids_BT: Tensor, attention_mask_BT: Tensor, packing: Packing | None
+    model: PreTrainedModel, input_ids_BT: Tensor, attention_mask_BT: Tensor, packing: Packing | None
 ) -> Tensor:
     """The last hidden states of ``model``'s decoder: ``(B, T, H)``, or ``(1, N, H)`` over
     the packed row when ``packing`` is given."""

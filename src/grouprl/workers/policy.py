@@ -22,16 +22,16 @@ from grouprl.types import TrainingBatch
 from grouprl.workers.common import (
     autocast,
     loads_weights,
-    my_rows,
+    my_scores,
     place_optimizer_states,
     prepare,
 )
 from grouprl.workers.logprobs import TokenScorer
-from grouprl.workers.lora import adapters_off, add_lora, has_lora
+from grouprl.workers.lora import adapters_off, add_lora, has_lora, lora_scaling
 from grouprl.workers.model import load_causal_lm
 from grouprl.workers.optim import make_optimizer, make_scheduler
 from grouprl.workers.rank import Rank
-from grouprl.workers.update import MicroBatching, batch_logprobs, policy_update
+from grouprl.workers.update import policy_update
 
 
 class PolicyWorker:
@@ -46,12 +46,7 @@ class PolicyWorker:
             add_lora(self.model, cfg.train.lora)
         # scored at the sampling temperature: the policy, old and (LoRA) reference
         # logprobs are all of softmax(logits / rollout.temperature) (workers/logprobs.py)
-        self.scorer = TokenScorer(
-            self.model,
-            chunk_tokens=cfg.train.logprob_chunk_tokens,
-            packed=cfg.train.packing,
-            temperature=cfg.rollout.temperature,
-        )
+        self.scorer = TokenScorer.of(self.model, cfg)
         prepare(self.scorer, self.model, rank=rank, cfg=cfg)
         self.optimizer = make_optimizer(self.model, cfg.train)
         place_optimizer_states(self.optimizer, rank=rank, cfg=cfg)
@@ -61,18 +56,17 @@ class PolicyWorker:
     def logprobs(self, batch: TrainingBatch, *, adapters: bool = True) -> Tensor:
         """Logprobs of this rank's block of ``batch`` under the current weights (CPU);
         ``adapters=False``: under the base model (the KL reference of a LoRA policy)."""
-        rows = my_rows(batch, self.rank)
         with nullcontext() if adapters else adapters_off(self.model):
-            return batch_logprobs(
-                self.scorer,
-                rows,
-                micro=MicroBatching.of(self.cfg.train),
-                autocast=self.autocast,
+            return my_scores(
+                self.scorer.loss_logprobs,
+                batch,
                 rank=self.rank,
-            ).cpu()
+                cfg=self.cfg,
+                autocast=self.autocast,
+            )
 
     def update(
-        self, batch: TrainingBatch, *, kl_coef: float, mini_batch_size: int
+        self, batch: TrainingBatch, *, beta: float, mini_batch_size: int
     ) -> dict[str, float]:
         """The policy's optimizer steps for one training step, then one LR-schedule step.
         Metrics are summed over the ranks (the same on every rank)."""
@@ -85,7 +79,7 @@ class PolicyWorker:
             algo=self.cfg.algo,
             train=self.cfg.train,
             mini_batch_size=mini_batch_size,
-            kl_coef=kl_coef,
+            beta=beta,
             autocast=self.autocast,
             rank=self.rank,
         )
@@ -116,13 +110,14 @@ class PolicyWorker:
             if isinstance(t, DTensor):
                 if t.device.type != t.device_mesh.device_type:  # cluster.offload: CPU shards
                     t = t.to(t.device_mesh.device_type)
+                    assert isinstance(t, DTensor)  # .to keeps a DTensor a DTensor
                 t = t.full_tensor()  # a collective: every rank takes part
             if keep:  # one process: the live tensors, as the engine here copies them
                 full[name] = t.cpu() if self.rank.distributed else t
         if not keep:
             return None
         if has_lora(self.model):
-            full = merged_weights(full, scaling=self.model.lora_scaling)
+            full = merged_weights(full, scaling=lora_scaling(self.model))
         return full
 
     def push_weights(

@@ -110,7 +110,8 @@ class RayGroup:
         _wait_for_placement(bundles, cfg, bundle)
         device = "cuda" if c.gpus_per_node else "cpu"
         actor = ray.remote(WorkerHost)
-        hosts = [
+        # Ray actor handles: each method is called through its .remote (untyped proxies)
+        hosts: list[Any] = [
             actor.options(
                 num_cpus=c.cpus_per_worker,
                 num_gpus=1 if c.gpus_per_node else 0,

@@ -16,11 +16,10 @@ from torch import Tensor
 from grouprl.config.schema import RunConfig
 from grouprl.device import resolve_dtype
 from grouprl.types import TrainingBatch
-from grouprl.workers.common import autocast, loads_weights, my_rows, prepare
+from grouprl.workers.common import autocast, loads_weights, my_scores, prepare
 from grouprl.workers.logprobs import TokenScorer
 from grouprl.workers.model import load_causal_lm
 from grouprl.workers.rank import Rank
-from grouprl.workers.update import MicroBatching, batch_logprobs
 
 
 class ReferenceWorker:
@@ -33,21 +32,12 @@ class ReferenceWorker:
             cfg.model, dtype=dtype, device=torch.device("cpu"), weights=loads_weights(rank)
         )
         self.model.eval().requires_grad_(False)
-        self.scorer = TokenScorer(
-            self.model,
-            chunk_tokens=cfg.train.logprob_chunk_tokens,
-            packed=cfg.train.packing,
-            temperature=cfg.rollout.temperature,
-        )
+        self.scorer = TokenScorer.of(self.model, cfg)
         prepare(self.scorer, self.model, rank=rank, cfg=cfg)
         self.autocast = autocast(cfg, rank)
 
     def logprobs(self, batch: TrainingBatch) -> Tensor:
         """Reference logprobs of this rank's block of ``batch`` (CPU)."""
-        return batch_logprobs(
-            self.scorer,
-            my_rows(batch, self.rank),
-            micro=MicroBatching.of(self.cfg.train),
-            autocast=self.autocast,
-            rank=self.rank,
-        ).cpu()
+        return my_scores(
+            self.scorer.loss_logprobs, batch, rank=self.rank, cfg=self.cfg, autocast=self.autocast
+        )

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -89,22 +89,24 @@ def micro_batches(batch: TrainingBatch, plan: MicroBatching, rank: Rank = SINGLE
         yield rows.start, trimmed(batch.select(slice(rows.start, rows.stop)))
 
 
-def batch_logprobs(
-    scorer: TokenScorer,
+def no_grad_scores(
+    score: Callable[[TrainingBatch], Tensor],
     batch: TrainingBatch,
     *,
     micro: MicroBatching,
-    autocast=nullcontext,
+    autocast: Callable[[], AbstractContextManager] = nullcontext,
     rank: Rank = SINGLE,
-) -> torch.Tensor:
-    """Logprobs of the batch's loss tokens under ``scorer``, no gradient, full width."""
-    out = torch.zeros_like(batch.engine_logprobs_BT)
+) -> Tensor:
+    """``score`` of each micro-batch (``TokenScorer.loss_logprobs``, a ``ValueScorer``),
+    without gradient, put together in float32 at the batch's full width (a micro-batch
+    is as wide as its longest row; zeros past it)."""
+    out_BT = torch.zeros_like(batch.loss_mask_BT, dtype=torch.float32)
     with torch.no_grad():
         for start, part in micro_batches(batch, micro, rank):
             with autocast():
-                lp, _ = scorer(part.input_ids_BT, part.attention_mask_BT, part.loss_mask_BT)
-            out[start : start + len(part), : lp.shape[1]] = lp.float()
-    return out
+                scores_BT = score(part)
+            out_BT[start : start + len(part), : scores_BT.shape[1]] = scores_BT
+    return out_BT
 
 
 def run_updates(
@@ -190,8 +192,8 @@ def policy_update(
     algo: AlgoConfig,
     train: TrainConfig,
     mini_batch_size: int,
-    kl_coef: float = 0.0,
-    autocast=nullcontext,
+    beta: float = 0.0,
+    autocast: Callable[[], AbstractContextManager] = nullcontext,
     rank: Rank = SINGLE,
 ) -> dict[str, float]:
     """Runs the policy's update and returns metrics averaged over its optimizer steps."""
@@ -202,8 +204,12 @@ def policy_update(
         # the sampling policy's logprobs, once, for the rows this rank trains on
         rows = rank.rows(len(batch), mini_batch_size=mini_batch_size)
         old_BT = torch.zeros_like(batch.engine_logprobs_BT)
-        old_BT[rows] = batch_logprobs(
-            scorer, batch.select(rows), micro=MicroBatching.of(train), autocast=autocast, rank=rank
+        old_BT[rows] = no_grad_scores(
+            scorer.loss_logprobs,
+            batch.select(rows),
+            micro=MicroBatching.of(train),
+            autocast=autocast,
+            rank=rank,
         )
         batch.old_logprobs_BT = old_BT
 
@@ -226,7 +232,7 @@ def policy_update(
             loss_mask_BT=micro.loss_mask_BT,
             norm=LossNorm(norm.tokens, norm.sequences, algo.norm_tokens),
             cfg=algo,
-            kl_coef=kl_coef,
+            beta=beta,
         )
         metrics["entropy"] = token_mean(entropy_BT, micro.loss_mask_BT, norm=norm)
         if iteration == 0:

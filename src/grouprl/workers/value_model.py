@@ -11,11 +11,12 @@ before token t, read from the hidden state at t - 1.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 from torch import Tensor
-from transformers import AutoConfig, AutoModelForTokenClassification
+from transformers import AutoConfig, AutoModelForTokenClassification, PreTrainedModel
 
 from grouprl.algo.aggregate import LossNorm, token_mean
 from grouprl.algo.value import clipped_value_loss
@@ -26,7 +27,7 @@ from grouprl.workers.model import ModelLoadError
 from grouprl.workers.optim import decay_param_groups
 from grouprl.workers.packing import Packing, decoder_states, use_packed_attention
 from grouprl.workers.rank import SINGLE, Rank
-from grouprl.workers.update import MicroBatching, micro_batches, run_updates
+from grouprl.workers.update import MicroBatching, no_grad_scores, run_updates
 
 
 def load_critic(
@@ -62,11 +63,11 @@ def make_critic_optimizer(critic: torch.nn.Module, cfg: CriticConfig) -> torch.o
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
 
 
-def token_values(critic: torch.nn.Module, batch: TrainingBatch, *, packed: bool = False) -> Tensor:
+def token_values(critic: PreTrainedModel, batch: TrainingBatch, *, packed: bool = False) -> Tensor:
     """The value of the prefix before each loss-mask token; 0 elsewhere."""
     packing = Packing.of(batch.attention_mask_BT) if packed else None
     hidden = decoder_states(critic, batch.input_ids_BT, batch.attention_mask_BT, packing)
-    head_BT = critic.score(hidden).squeeze(-1).float()
+    head_BT = critic.get_submodule("score")(hidden).squeeze(-1).float()
     if packing is not None:
         head_BT = packing.unpack(head_BT)
     values_BT = torch.zeros_like(head_BT)
@@ -78,7 +79,7 @@ class ValueScorer(torch.nn.Module):
     """``token_values`` as one module: the FSDP2 root unit of a sharded critic, so its
     embeddings and value head are gathered for the whole computation."""
 
-    def __init__(self, critic: torch.nn.Module, *, packed: bool = False) -> None:
+    def __init__(self, critic: PreTrainedModel, *, packed: bool = False) -> None:
         super().__init__()
         self.critic, self.packed = critic, packed
         if packed:
@@ -88,22 +89,8 @@ class ValueScorer(torch.nn.Module):
         return token_values(self.critic, batch, packed=self.packed)
 
 
-def batch_values(
-    scorer: ValueScorer,
-    batch: TrainingBatch,
-    *,
-    micro: MicroBatching,
-    autocast=nullcontext,
-    rank: Rank = SINGLE,
-) -> Tensor:
-    """Values for the whole batch, no gradient, full width."""
-    out = torch.zeros_like(batch.loss_mask_BT)
-    with torch.no_grad():
-        for start, part in micro_batches(batch, micro, rank):
-            with autocast():
-                values_BT = scorer(part)
-            out[start : start + len(part), : values_BT.shape[1]] = values_BT
-    return out
+# a ValueScorer scores a batch: its values, no gradient, full width
+batch_values = no_grad_scores
 
 
 def explained_variance(values_BT: Tensor, returns_BT: Tensor, mask_BT: Tensor) -> float:
@@ -126,21 +113,23 @@ def critic_update(
     num_iterations: int,
     mini_batch_size: int,
     micro: MicroBatching,
-    autocast=nullcontext,
+    autocast: Callable[[], AbstractContextManager] = nullcontext,
     rank: Rank = SINGLE,
 ) -> dict[str, float]:
     """Regress values on ``batch.returns_BT`` with the same schedule as the policy.
     Needs ``batch.old_values_BT`` (the values the advantages were computed with)."""
-    explained = explained_variance(batch.old_values_BT, batch.returns_BT, batch.loss_mask_BT)
+    old_values_BT, returns_BT = _critic_targets(batch)
+    explained = explained_variance(old_values_BT, returns_BT, batch.loss_mask_BT)
 
     def micro_loss(micro: TrainingBatch, norm: LossNorm, iteration: int):
         del iteration
         with autocast():
             values_BT = scorer(micro)
+        micro_old_values_BT, micro_returns_BT = _critic_targets(micro)
         loss_BT, clipped_BT = clipped_value_loss(
             values_BT=values_BT,
-            old_values_BT=micro.old_values_BT,
-            returns_BT=micro.returns_BT,
+            old_values_BT=micro_old_values_BT,
+            returns_BT=micro_returns_BT,
             clip=cfg.value_clip,
         )
         metrics = {"clip_frac": token_mean(clipped_BT.float(), micro.loss_mask_BT, norm=norm)}
@@ -160,6 +149,13 @@ def critic_update(
     out = {f"critic/{name}": value for name, value in metrics.items()}
     out["critic/explained_variance"] = explained
     out["critic/value_mean"] = float(
-        (batch.old_values_BT * batch.loss_mask_BT).sum() / batch.loss_mask_BT.sum().clamp(min=1)
+        (old_values_BT * batch.loss_mask_BT).sum() / batch.loss_mask_BT.sum().clamp(min=1)
     )
     return out
+
+
+def _critic_targets(batch: TrainingBatch) -> tuple[Tensor, Tensor]:
+    """``old_values_BT`` and ``returns_BT``, which a critic update needs."""
+    if batch.old_values_BT is None or batch.returns_BT is None:
+        raise ValueError("a critic update needs the batch's old_values_BT and returns_BT")
+    return batch.old_values_BT, batch.returns_BT

@@ -6,15 +6,15 @@ the rollout engine (docs/gateway.md).
 
     rows ─► rollout.n episodes per row ─► gateway.open ─► pool.submit(run_agent, deadline)
         agent ⇄ HTTP ⇄ gateway ⇄ engine (requests of all live episodes batched)
-        agent returns a reward | None | fails (raises, crashes, past env.agent_timeout_s)
+        agent returns a reward | None | fails (raises, crashes, past env.agent.timeout_s)
     ─► one Trajectory per episode (gateway_record: token-exact, the last segment)
     ─► reward functions score every episode's last assistant message
     ─► the agent's reward (returned, else reported with POST /reward) replaces their total
     ─► a failed agent scores 0: a RewardFailure("env.agent", sample, row), logged, counted
 
 Episodes stay prompt-major (sample g of row p at ``p * n + g``), as the group estimators
-need. The pool (``env.workers`` processes, ``env.agent_concurrency`` agents at once in
-each) lives as long as this object; ``env.workers=0`` runs agents on threads here,
+need. The pool (``env.sandbox.workers`` processes, ``env.agent.concurrency`` agents at once
+in each) lives as long as this object; ``env.sandbox.workers=0`` runs agents on threads here,
 uncontained (for debugging: a crash ends the run, a hang is only refused by the gateway).
 """
 
@@ -32,6 +32,7 @@ from grouprl.rewards.scoring import RewardFailure, RewardScores
 from grouprl.rollout.gateway.record import EpisodeRecord
 from grouprl.rollout.gateway.server import Gateway
 from grouprl.rollout.gateway.worker import portable, run_agent
+from grouprl.rollout.reward import fail, record_parts
 from grouprl.rollout.runner import ScoreFn, score_trajectories
 from grouprl.sandbox import CallFailed, WorkerPool
 from grouprl.types import Trajectory
@@ -53,14 +54,14 @@ class AgentRollout:
     def __init__(self, cfg: RunConfig, *, engine: RolloutEngine, tokenizer, score: ScoreFn) -> None:
         assert cfg.env.agent is not None
         self.cfg, self.engine, self.tokenizer, self.score = cfg, engine, tokenizer, score
-        self.spec = portable(cfg.env.agent)
-        self.timeout_s = cfg.env.agent_timeout_s
+        self.spec = portable(cfg.env.agent.name)
+        self.timeout_s = cfg.env.agent.timeout_s
         self._pool: WorkerPool | ThreadPoolExecutor | None = None
 
     def __call__(
         self, prompt_set, settings: SamplingSettings
     ) -> tuple[list[Trajectory], RewardScores]:
-        n = settings.n
+        n = settings.group_size
         gateway = Gateway(
             engine=self.engine,
             tokenizer=self.tokenizer,
@@ -93,13 +94,13 @@ class AgentRollout:
         return trajectories, scores
 
     def _run_agents(
-        self, gateway: Gateway, rows: list[dict[str, Any]], n: int
+        self, gateway: Gateway, rows: list[dict[str, Any]], group_size: int
     ) -> tuple[list[str], list[AgentOutcome]]:
-        """Starts ``n`` episodes per row (prompt-major) and waits for each agent."""
+        """Starts ``group_size`` episodes per row (prompt-major) and waits for each agent."""
         keys, futures = [], []
         for p, row in enumerate(rows):
-            for g in range(n):
-                key = gateway.open(index=p * n + g, row=row)
+            for g in range(group_size):
+                key = gateway.open(index=p * group_size + g, row=row)
                 future = self._submit(gateway.base_url(key), dict(row), key)
                 future.add_done_callback(lambda _, key=key: gateway.finish(key))
                 keys.append(key)
@@ -113,14 +114,15 @@ class AgentRollout:
     def _submit(self, base_url: str, task: dict[str, Any], key: str) -> Future:
         kwargs = {"model": "grouprl-policy", "api_key": key}
         if self._pool is None:
-            env = self.cfg.env
-            if env.workers == 0:
-                self._pool = ThreadPoolExecutor(max_workers=env.agent_concurrency)
+            sandbox, agent = self.cfg.env.sandbox, self.cfg.env.agent
+            assert agent is not None, "an AgentRollout is made only for env.agent"
+            if sandbox.workers == 0:
+                self._pool = ThreadPoolExecutor(max_workers=agent.concurrency)
             else:
                 self._pool = WorkerPool(
-                    size=env.workers,
-                    memory_mb=env.memory_mb,
-                    concurrency=env.agent_concurrency,
+                    size=sandbox.workers,
+                    memory_mb=sandbox.memory_mb,
+                    concurrency=agent.concurrency,
                     name="agent",
                 )
         if isinstance(self._pool, ThreadPoolExecutor):
@@ -137,7 +139,7 @@ class AgentRollout:
             return AgentOutcome(reward=future.result(timeout=wait))
         except FutureTimeout:
             gateway.finish(key)
-            error_type, message = "TimeoutError", f"past env.agent_timeout_s={self.timeout_s:g}"
+            error_type, message = "TimeoutError", f"past env.agent.timeout_s={self.timeout_s:g}"
         except CallFailed as err:
             error_type = _FAILURE_TYPES.get(err.kind, err.error_type or "Exception")
             message = err.message.removeprefix(f"{err.error_type}: ")
@@ -162,8 +164,9 @@ def _apply_outcomes(
     outcomes: list[AgentOutcome],
     scores: RewardScores,
 ) -> None:
-    """The agent's reward (returned, else reported) replaces the reward functions' total;
-    a failed agent scores 0 (``env_error``), counted and logged with its index."""
+    """The agent's reward (returned, else reported) is the ``agent`` part of the sample's
+    reward, which replaces the reward functions' total; a failed agent fails its sample
+    (``env_error``, ``rollout/reward.fail``), counted and logged with its index."""
     agent_rewards = []
     for i, (traj, record, outcome) in enumerate(zip(trajectories, records, outcomes, strict=True)):
         reward = outcome.reward if outcome.reward is not None else record.reported_reward
@@ -171,14 +174,16 @@ def _apply_outcomes(
             failure=None if outcome.failure is None else outcome.failure.error_type
         )
         if outcome.failure is not None:
-            reward, traj.stop_reason = 0.0, "env_error"
+            traj.stop_reason = "env_error"
+            fail(traj, reason="env_error")
             scores.errors.append(outcome.failure)
-        if reward is None:
-            continue
-        traj.reward = scores.total[i] = reward
-        traj.reward_parts = {"agent": reward}
-        traj.correct = reward >= 1.0
-        agent_rewards.append(reward)
+        elif reward is not None:
+            record_parts(traj, agent=reward)
+            traj.correct = reward >= 1.0
+        else:
+            continue  # the reward functions' total stands
+        scores.total[i] = traj.reward
+        agent_rewards.append(traj.reward)
     if agent_rewards:
         scores.parts["agent"] = agent_rewards
     failures = [o.failure for o in outcomes if o.failure is not None]

@@ -7,9 +7,10 @@ that run their own loop (``env.agent``); it records every call token-exactly.
         │ POST /chat/completions {messages, tools, max_tokens}       (HTTP thread per call)
         ▼
     EpisodeRecord.plan_chat ──► context ids (extends the episode, or a new segment)
+        │ TurnLimits (rollout/turns.py): env.max_turns, rollout.max_model_len ──► refused
         │ pending requests ──► batcher thread: waits until every live episode has a
-        │                      request waiting, or BATCH_WAIT_S pass, then one
-        ▼                      engine.generate per distinct max_tokens
+        │                      request waiting, or BATCH_WAIT_S pass, then TurnEngine:
+        ▼                      one engine.generate per distinct max_tokens
     Completion (engine ids, logprobs) ──► assistant message (tool calls parsed) ──► agent
         └─► EpisodeRecord.record ──► Trajectory (gateway_record.py)
 
@@ -37,11 +38,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from http.server import ThreadingHTTPServer
-from typing import Any
+from typing import Any, NoReturn
 
 from grouprl.engines.base import RolloutEngine, SamplingSettings
 from grouprl.rollout.gateway.http import GatewayError, GatewayHandler
 from grouprl.rollout.gateway.record import EpisodeRecord, Plan
+from grouprl.rollout.turns import LimitHit, TurnEngine, TurnLimits
 from grouprl.tools.wire import assistant_reply, request_tools
 from grouprl.types import Completion
 
@@ -49,6 +51,9 @@ logger = logging.getLogger(__name__)
 
 BATCH_WAIT_S = 0.02
 """How long the first waiting request waits for other live episodes' requests."""
+
+_REFUSALS = {"max_turns": "max_turns_exceeded", "context_overflow": "context_length_exceeded"}
+"""The error code of a call refused at a limit, by the episode's stop reason."""
 
 
 @dataclass
@@ -85,8 +90,13 @@ class Gateway:
         batch_wait_s: float = BATCH_WAIT_S,
     ) -> None:
         self.engine, self.tokenizer = engine, tokenizer
-        self.settings = replace(settings, n=1)
-        self.max_model_len, self.max_turns = max_model_len, max_turns
+        self.turns = TurnEngine(engine, replace(settings, group_size=1))
+        self.limits = TurnLimits(
+            max_turns=max_turns,
+            max_model_len=max_model_len,
+            max_tokens=settings.max_tokens,
+            whole_turns=False,  # each call gets the room left in its context
+        )
         self.model_name, self.batch_wait_s = model_name, batch_wait_s
         eos = tokenizer.eos_token
         self._eos_id = tokenizer.convert_tokens_to_ids(eos) if eos else None
@@ -181,28 +191,25 @@ class Gateway:
             self._generate(batch)
 
     def _generate(self, batch: list[_Request]) -> None:
-        """One engine call per distinct ``max_tokens`` in the batch."""
-        by_length: dict[int, list[_Request]] = {}
-        for req in batch:
-            by_length.setdefault(req.max_tokens, []).append(req)
-        for max_tokens, reqs in by_length.items():
-            seed = self.settings.seed
-            seed = None if seed is None else seed + 7919 * self.stats.engine_calls
-            settings = replace(self.settings, max_tokens=max_tokens, seed=seed)
-            try:
-                groups = self.engine.generate([r.context_ids for r in reqs], settings)
-            except BaseException as err:  # the rollout re-raises it (``engine_error``)
-                logger.exception("the rollout engine failed on a gateway batch")
-                self.engine_error = err
-                for req in reqs:
-                    req.error = GatewayError(500, f"engine error: {err}", code="engine_error")
-                    req.done.set()
-                continue
-            self.stats.engine_calls += 1
-            self.stats.batched += len(reqs)
-            for req, (completion,) in zip(reqs, groups, strict=True):
-                req.completion = completion
+        """The batch's completions (``TurnEngine``: one engine call per distinct max_tokens);
+        an engine failure fails the whole batch."""
+        try:
+            groups = self.turns.generate(
+                [r.context_ids for r in batch], max_tokens=[r.max_tokens for r in batch]
+            )
+        except BaseException as err:  # the rollout re-raises it (``engine_error``)
+            logger.exception("the rollout engine failed on a gateway batch")
+            self.engine_error = err
+            for req in batch:
+                req.error = GatewayError(500, f"engine error: {err}", code="engine_error")
                 req.done.set()
+            return
+        finally:
+            self.stats.engine_calls = self.turns.calls
+        self.stats.batched += len(batch)
+        for req, (completion,) in zip(batch, groups, strict=True):
+            req.completion = completion
+            req.done.set()
 
     # --- requests --------------------------------------------------------------------------
 
@@ -271,32 +278,19 @@ class Gateway:
 
     def _complete(self, record: EpisodeRecord, plan: Plan, body: dict[str, Any]) -> Completion:
         """The engine's completion of ``plan``'s context, through the batcher."""
-        if len(record.calls) >= self.max_turns:
-            record.stop_reason = "max_turns"
-            record.refused += 1
-            self.stats.refused += 1
-            raise GatewayError(
-                400,
-                f"the episode made its {self.max_turns} model calls (env.max_turns)",
-                code="max_turns_exceeded",
-            )
+        hit = self.limits.turn_limit(len(record.calls))
+        if hit is not None:
+            self._refuse(record, hit)
         asked = body.get("max_completion_tokens") or body.get("max_tokens")
         if asked is not None and (not isinstance(asked, int) or asked < 1):
             raise GatewayError(
                 400, f"max_tokens={asked!r} must be a positive integer", code="invalid_max_tokens"
             )
-        room = self.max_model_len - len(plan.context_ids)
-        max_tokens = min(self.settings.max_tokens, room, asked or room)
-        if max_tokens < 1:
-            record.stop_reason = "context_overflow"
-            record.refused += 1
-            self.stats.refused += 1
-            raise GatewayError(
-                400,
-                f"the context is {len(plan.context_ids)} tokens, which leaves no room for a "
-                f"completion in rollout.max_model_len={self.max_model_len}",
-                code="context_length_exceeded",
-            )
+        context_len = len(plan.context_ids)
+        hit = self.limits.context_limit(context_len)
+        if hit is not None:
+            self._refuse(record, hit)
+        max_tokens = self.limits.turn_tokens(context_len, asked=asked)
         req = _Request(record, plan.context_ids, max_tokens)
         with self._cond:
             if record.key not in self._live:
@@ -309,6 +303,13 @@ class Gateway:
             raise req.error
         assert req.completion is not None
         return req.completion
+
+    def _refuse(self, record: EpisodeRecord, hit: LimitHit) -> NoReturn:
+        """Refuses a call at a limit, which ends the episode (its stop reason)."""
+        record.stop_reason = hit.stop_reason
+        record.refused += 1
+        self.stats.refused += 1
+        raise GatewayError(400, hit.message, code=_REFUSALS[hit.stop_reason])
 
     def _record(self, record, plan, completion, reply, info) -> None:
         with self._cond:

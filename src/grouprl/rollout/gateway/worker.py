@@ -15,51 +15,59 @@ let ``reward.functions`` score the last assistant message. An ``async def solve`
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import math
 import numbers
-import threading
 from typing import Any
 
 from grouprl.config.errors import ConfigError
-from grouprl.config.imports import absent_here, absolute_import_path, is_import_path, load_attr
-from grouprl.sandbox import worker_state
+from grouprl.config.schema import EnvConfig
+from grouprl.sandbox.user_code import UserCode, a_function, awaited_call
 
 AgentFn = Any
+
+AGENTS = UserCode(
+    kind="agent",
+    key="env.agent",
+    noun="agent",
+    error=ConfigError,
+    expects=a_function(
+        "; point it at `def solve(base_url: str, task: dict, **kwargs) -> float | None`"
+    ),
+    signature="solve(base_url, task, **kwargs) -> float | None",
+    unknown=(
+        "{key}={name!r} is not an import path; write `my_pkg.agent:solve` or "
+        "`path/to/agent.py:solve` (docs/gateway.md)"
+    ),
+    members="classes and functions",
+    workers="the agent worker processes",
+)
+"""Agents, by import path (none are registered)."""
 
 
 def resolve_agent(spec: str) -> AgentFn:
     """The function ``env.agent`` names; ConfigError naming ``env.agent`` otherwise."""
-    _, fn = load_attr(spec, key="env.agent", error=ConfigError, kind="agent")
-    if not callable(fn):
-        attr = spec.rpartition(":")[2]
-        raise ConfigError(
-            f"env.agent={spec!r}: {attr!r} is a {type(fn).__name__}, not a function; point it "
-            "at `def solve(base_url: str, task: dict, **kwargs) -> float | None`"
-        )
-    return fn
+    return AGENTS.resolve(spec)
 
 
-def agent_problems(*, agent: str | None, env_name: str, missing_ok: bool = False) -> list[str]:
+def agent_problems(env: EnvConfig, *, missing_ok: bool = False) -> list[str]:
     """Why ``env.agent`` would not run ([] when unset or when it resolves): it is imported
     (a file is run), as the workers will. ``missing_ok``: a module or file absent here is
     left to the machine that runs the job (``grouprl submit``)."""
+    agent = _agent(env)
     if agent is None:
         return []
-    if env_name != "single_turn":
+    if env.name != "single_turn":
         return [
-            f"env.agent={agent!r} runs your agent against the gateway, but env.name={env_name!r} "
+            f"env.agent={agent!r} runs your agent against the gateway, but env.name={env.name!r} "
             "names an environment too; an agent drives its own episodes. Fix: remove env.name "
             "(keep the default single_turn), or remove env.agent"
         ]
-    if missing_ok and is_import_path(agent) and absent_here(agent):
-        return []
-    try:
-        resolve_agent(agent)
-    except ConfigError as err:
-        return [str(err)]
-    return []
+    return AGENTS.problems(agent, missing_ok=missing_ok)
+
+
+def _agent(env: EnvConfig) -> str | None:
+    """``env.agent``'s import path, or None."""
+    return None if env.agent is None else env.agent.name
 
 
 def run_agent(
@@ -68,15 +76,7 @@ def run_agent(
     """Runs ``solve`` for one episode in a pool worker (resolved there once per worker, so
     file paths work in the child); returns its reward or None. Raises TypeError for any
     other return value."""
-    state = worker_state()
-    cache = state.setdefault("grouprl.agents", {})
-    with state.setdefault("grouprl.agents.lock", threading.Lock()):  # agents start at once
-        fn = cache.get(spec)
-        if fn is None:
-            fn = cache[spec] = resolve_agent(spec)
-    value = fn(base_url, task, **kwargs)
-    if inspect.isawaitable(value):
-        value = asyncio.run(_awaited(value))
+    value = awaited_call(AGENTS.load(spec), base_url, task, **kwargs)
     if value is None:
         return None
     if not isinstance(value, numbers.Real) and hasattr(value, "item"):
@@ -89,10 +89,6 @@ def run_agent(
     return float(value)
 
 
-async def _awaited(awaitable: Any) -> Any:
-    return await awaitable
-
-
 def portable(spec: str) -> str:
-    """``spec`` with a file path made absolute, for the worker processes."""
-    return absolute_import_path(spec)
+    """``spec`` as the worker processes get it (a file path made absolute)."""
+    return AGENTS.ref(spec)

@@ -1,0 +1,144 @@
+"""The rollout side of a run, built part by part and closed in reverse order: one builder
+for training (``driver/run.py``), evaluation (``driver/evaluate.py``) and so the Python
+API, which goes through them.
+
+::
+
+    with RolloutBuilder(cfg, tokenizer=tok, device=device, cache_dir=cache) as side:
+        side.environment()          env.name's environment (a contained one: its workers)
+        side.prompt_set(...)        prompt token ids, each row's opening in the environment
+        side.closing(group)         the caller's own parts (the training ranks) join the order
+        side.start(places=...)      the engine or its replicas (Ray actors), the scorer (its
+                                    reward workers), the rollout function (env.agent's workers)
+        ... the run ...
+    leaving the block, by an error or not: every part that started is closed, the newest
+    first; a part that fails to start leaves none of the others running, and its error
+    reaches the caller unchanged
+
+A part is closed because its type has ``close()`` (``Closeable``), never because an
+attribute happens to be there: the engines (``ReplicaSet``), the scorer (``TimedScore``)
+and the caller's parts always; the environment and the rollout function when theirs
+does (a contained environment, an agent's rollout).
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+
+from grouprl.config.schema import DataSource, RunConfig
+from grouprl.engines.replicas import ReplicaSet
+from grouprl.envs.base import Environment
+from grouprl.envs.factory import make_env
+from grouprl.rollout.runner import TimedScore
+from grouprl.rollout.setup import (
+    PromptSet,
+    RolloutFn,
+    load_prompt_set,
+    make_rollout,
+    make_score_fn,
+    start_engine,
+)
+from grouprl.runtime import shared_cache
+
+if TYPE_CHECKING:
+    import torch
+
+
+@runtime_checkable
+class Closeable(Protocol):
+    """A part that holds processes, threads, actors or memory until ``close()``."""
+
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=Closeable)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RolloutParts:
+    """What ``RolloutBuilder.start`` started: they close with the builder's block."""
+
+    engine: ReplicaSet  # one engine in this process, or replicas in Ray actors
+    score: TimedScore  # the reward functions in their worker processes, timed
+    rollout: RolloutFn  # episodes for a prompt set, scored (single-, multi-turn, agent)
+
+
+class RolloutBuilder:
+    """Builds the rollout side of a run inside a ``with`` block (an ``ExitStack``), which
+    closes each part it started, and each part given to ``closing``, in reverse order."""
+
+    def __init__(
+        self, cfg: RunConfig, *, tokenizer: Any, device: torch.device, cache_dir: Path
+    ) -> None:
+        """``cache_dir``: the engines' (the run's ``cache`` folder); the environment's is
+        the one runs share (``runtime.shared_cache``)."""
+        self.cfg, self.tokenizer, self.device, self.cache_dir = cfg, tokenizer, device, cache_dir
+        self.env: Environment | None = None
+        self._stack = ExitStack()
+
+    def __enter__(self) -> RolloutBuilder:
+        self._stack.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        """Closes the parts, newest first; an error leaving the block is raised on as it is
+        (the parts' callbacks return nothing, so the stack never swallows it)."""
+        self._stack.__exit__(*exc_info)
+
+    def closing(self, part: C) -> C:
+        """``part``, closed when the block exits, before every part started earlier."""
+        self._stack.callback(part.close)
+        return part
+
+    def environment(self) -> Environment:
+        """The environment ``env.name`` names; a contained one's worker processes close
+        with the block. Build it before the prompt sets, which it renders."""
+        cfg = self.cfg
+        self.env = self._closing_if_closeable(
+            make_env(cfg.env, cfg.data, cache_dir=shared_cache(cfg))
+        )
+        return self.env
+
+    def prompt_set(self, source: DataSource, *, config_key: str) -> PromptSet:
+        """``source``'s rows and their prompt ids: each row's opening in the environment."""
+        return load_prompt_set(
+            source,
+            tokenizer=self.tokenizer,
+            data=self.cfg.data,
+            config_key=config_key,
+            env=self._env(),
+        )
+
+    def start(self, *, places: list[dict[str, Any]] | None = None) -> RolloutParts:
+        """The engine (replicas on the training ranks' nodes at ``places``, or one here),
+        the scorer, and the function that runs and scores episodes, in that order."""
+        cfg = self.cfg
+        engine = self.closing(
+            start_engine(
+                cfg,
+                tokenizer=self.tokenizer,
+                device=self.device,
+                cache_dir=self.cache_dir,
+                places=places,
+            )
+        )
+        score = self.closing(TimedScore(make_score_fn(cfg.reward, answer_key=cfg.data.answer_key)))
+        rollout = self._closing_if_closeable(
+            make_rollout(cfg, engine=engine, tokenizer=self.tokenizer, score=score, env=self._env())
+        )
+        return RolloutParts(engine=engine, score=score, rollout=rollout)
+
+    def _env(self) -> Environment:
+        assert self.env is not None, "RolloutBuilder.environment() comes first"
+        return self.env
+
+    def _closing_if_closeable(self, part: T) -> T:
+        """``part``, closed with the block if its type has ``close()``: an environment or
+        a rollout function may hold worker processes, and need not."""
+        if isinstance(part, Closeable):
+            self._stack.callback(part.close)
+        return part
