@@ -8,12 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from grouprl.driver import run as run_module
+from grouprl.rollout import side
 from shared_engines import SharedEngines
 
 
 @pytest.fixture(scope="module", autouse=True)
 def engines_of_the_session(shared_engines: SharedEngines) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(run_module, "start_engine", shared_engines.start_engine)
+        patch.setattr(side, "start_engine", shared_engines.start_engine)
         yield
