@@ -27,6 +27,7 @@ def test_a_cuda_image_with_torch_and_transformers_gets_what_it_was_seen_to_lack(
         *("pydantic", "pydantic-core", "annotated-types", "typing-inspection"),
         *("boto3", "botocore", "s3transfer", "jmespath"),
         *("datasets", "dill", "multiprocess", "bm25s"),
+        *("jsonschema", "jsonschema-specifications", "referencing", "rpds-py", "attrs"),
     }
     assert all("==" in pin for pin in pins.values())  # the versions tested here
     [core] = [r for r in gpu_wheels._needs("pydantic") if r.name == "pydantic-core"]

@@ -15,8 +15,8 @@ from grouprl.workers.common import checkpoint_activations
 from grouprl.workers.logprobs import TokenScorer, token_logprobs
 from grouprl.workers.optim import make_optimizer, states_on_host
 from grouprl.workers.rank import Rank
-from grouprl.workers.update import MicroBatching, policy_update
-from grouprl.workers.value_model import ValueScorer, batch_values, critic_update, token_values
+from grouprl.workers.update import MicroBatching, no_grad_scores, policy_update
+from grouprl.workers.value_model import ValueScorer, critic_update, token_values
 
 
 @pytest.fixture(scope="module")
@@ -261,14 +261,14 @@ def test_values_are_read_from_the_position_before_each_generated_token(critic):
 
 def test_critic_update_moves_values_towards_the_returns(critic):
     batch = build_batch(_trajectories(8, seed=13), pad_id=0)
-    batch.old_values_BT = batch_values(ValueScorer(critic), batch, micro=MicroBatching(4))
+    batch.old_values_BT = no_grad_scores(ValueScorer(critic), batch, micro=MicroBatching(4))
     batch.returns_BT = torch.where(batch.loss_mask_BT.bool(), 1.0, 0.0)
     m = copy.deepcopy(critic)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
 
     def error() -> float:
         with torch.no_grad():
-            values_BT = batch_values(ValueScorer(m), batch, micro=MicroBatching(4))
+            values_BT = no_grad_scores(ValueScorer(m), batch, micro=MicroBatching(4))
         return float(((values_BT - batch.returns_BT) ** 2).sum())
 
     before = error()

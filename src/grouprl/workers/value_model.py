@@ -27,7 +27,7 @@ from grouprl.workers.model import ModelLoadError
 from grouprl.workers.optim import decay_param_groups
 from grouprl.workers.packing import Packing, decoder_states, use_packed_attention
 from grouprl.workers.rank import SINGLE, Rank
-from grouprl.workers.update import MicroBatching, no_grad_scores, run_updates
+from grouprl.workers.update import MicroBatching, run_updates
 
 
 def load_critic(
@@ -87,10 +87,6 @@ class ValueScorer(torch.nn.Module):
 
     def forward(self, batch: TrainingBatch) -> Tensor:
         return token_values(self.critic, batch, packed=self.packed)
-
-
-# a ValueScorer scores a batch: its values, no gradient, full width
-batch_values = no_grad_scores
 
 
 def explained_variance(values_BT: Tensor, returns_BT: Tensor, mask_BT: Tensor) -> float:
