@@ -119,16 +119,3 @@ def test_rollout_smoke():
 @pytest.mark.parametrize("name", list(VLLM_SMOKES))
 def test_vllm_benchmark_smoke(name):
     check(VLLM_SMOKES[name], run(VLLM_SMOKES[name]))
-
-
-@pytest.mark.ray
-def test_rollout_replicas_smoke(ray_cluster):
-    """On the session's 2-node cluster: 1 then 2 hf-engine replicas in actors."""
-    check(REPLICAS, run(REPLICAS, "--address", ray_cluster.address))
-
-
-@pytest.mark.ray
-@pytest.mark.slow
-@VLLM_ONLY_IN_LONG
-def test_rollout_replicas_vllm_smoke(ray_cluster):
-    check(REPLICAS, run(REPLICAS, "--address", ray_cluster.address, "--engine", "vllm"))
