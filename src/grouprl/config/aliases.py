@@ -20,8 +20,11 @@ a hint names the new key.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 AR = "actor_rollout_ref"
 
@@ -442,6 +445,19 @@ def move_renamed(data: dict[str, Any], *, prefix: str = "") -> tuple[list[Alias]
         target[new_leaf] = value
         moved.append(alias)
     return moved, clashes
+
+
+def renamed_to_new(data: dict[str, Any], *, origin: str, prefix: str = "") -> list[str]:
+    """``move_renamed``, with a warning (``rename_hint``) for each key moved; returns a
+    problem for each key set under both its old and new name (in ``origin``)."""
+    moved, clashes = move_renamed(data, prefix=prefix)
+    for alias in moved:
+        logger.warning(rename_hint(alias, origin=origin))
+    return [
+        f"{alias.key} and {alias.grouprl[0]} (in {origin}) are the same key under its old "
+        f"and new name; remove {alias.key}"
+        for alias in clashes
+    ]
 
 
 def _section_at(data: dict[str, Any], parts: list[str], *, create: bool) -> dict | None:

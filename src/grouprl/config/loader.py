@@ -30,7 +30,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from grouprl.config.aliases import RENAMED, move_renamed, rename_hint
+from grouprl.config.aliases import RENAMED, rename_hint, renamed_to_new
 from grouprl.config.errors import ConfigError, show
 from grouprl.config.field_text import reason_text, yaml_text
 from grouprl.config.key_hints import (
@@ -156,14 +156,7 @@ def _renamed_keys(data: dict, *, origin: str) -> list[str]:
     env = data.get("env")
     if isinstance(env, dict) and isinstance(env.get("agent"), str):
         env["agent"] = agent_shorthand(env["agent"])  # env.agent_timeout_s goes inside it
-    moved, clashes = move_renamed(data)
-    for alias in moved:
-        logger.warning(rename_hint(alias, origin=origin))
-    return [
-        f"{alias.key} and {alias.grouprl[0]} (in {origin}) are the same key under its old "
-        f"and new name; remove {alias.key}"
-        for alias in clashes
-    ]
+    return renamed_to_new(data, origin=origin)
 
 
 def _renamed_override(parts: list[str], *, origin: str) -> list[str]:

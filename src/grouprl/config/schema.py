@@ -7,17 +7,14 @@ no torch. Cross-field checks (batch arithmetic) live in ``config/checks.py``.
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from grouprl.algo.traits import ESTIMATORS
 from grouprl.config.algorithms import with_preset
-from grouprl.config.aliases import move_renamed, rename_hint
+from grouprl.config.aliases import renamed_to_new
 from grouprl.config.section import Section, name_sections
-
-logger = logging.getLogger(__name__)
 
 DATA_FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 """The local files a data source reads (and the only entries a list of sources holds)."""
@@ -180,12 +177,9 @@ def _renamed(data: Any, *, section: str) -> Any:
     if not isinstance(data, dict):
         return data
     data = dict(data)
-    moved, clashes = move_renamed(data, prefix=section + ".")
-    for alias in moved:
-        logger.warning(rename_hint(alias, origin="a section given from Python"))
-    if clashes:
-        both = ", ".join(f"{a.key} and {a.grouprl[0]}" for a in clashes)
-        raise ValueError(f"{both} are the same key (old and new name); set only the new one")
+    problems = renamed_to_new(data, prefix=section + ".", origin="a section given from Python")
+    if problems:
+        raise ValueError("; ".join(problems))
     return data
 
 
