@@ -130,8 +130,9 @@ def test_lora_on_cuda_trains_the_adapters_and_merges_for_the_engine(
         with torch.no_grad():
             return m(input_ids=ids).logits
 
-    # float32 on CUDA: W x + s B A x and (W + s B A) x differ by reduction order only
-    torch.testing.assert_close(logits(plain), logits(model), rtol=1e-4, atol=1e-4)
+    # float32 on CUDA: W x + s B A x and (W + s B A) x differ by reduction order only (an
+    # H200 put 2 of 647904 logits 3.0e-4 apart, 7.0e-4 relative; an H100 kept them in 1e-4)
+    torch.testing.assert_close(logits(plain), logits(model), rtol=1e-3, atol=1e-3)
     assert not torch.allclose(logits(base), logits(model), atol=1e-3)  # the adapters act
     with adapters_off(model):
         torch.testing.assert_close(logits(model), logits(base))
