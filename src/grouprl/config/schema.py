@@ -7,6 +7,8 @@ no torch. Cross-field checks (batch arithmetic) live in ``config/checks.py``.
 
 from __future__ import annotations
 
+import logging
+
 from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
@@ -136,6 +138,12 @@ class RewardFunction(Section):
     """`sample`: called once per completion, `fn(completion, *, reference, row) -> float`.
     `group`: called once per prompt's group of `rollout.n` completions (pairwise or ranking
     rewards), `fn(completions, *, references, rows) -> list[float]`, one score each."""
+    style: Literal["auto", "grouprl", "verl", "trl"] = "auto"
+    """How the function is called. `grouprl`: as `scope` says. `verl`: verl's
+    `compute_score(data_source, solution_str, ground_truth, extra_info)` per completion (a
+    float, or a dict whose `score` is one). `trl`: TRL's batched `fn(completions,
+    prompts=..., **columns) -> list[float]`, called once per prompt's group. `auto`: told
+    from the function's parameters before the run starts (docs/rewards.md)."""
 
 
 class SandboxConfig(Section):
@@ -149,9 +157,14 @@ class SandboxConfig(Section):
     parallel). 0 runs it in this process, uncontained and without deadlines (environments
     and agents only, for a debugger; reward functions always run in workers)."""
     memory_mb: int | None = Field(default=4096, ge=256)
-    """Address-space limit of each worker in MB (`RLIMIT_AS`): an allocation past it fails
-    with a MemoryError (the call fails, its worker is replaced) instead of taking the
-    machine's memory. null: none."""
+    """Memory limit of each worker in MB, measured as `memory_limit` says: past it the
+    worker and every process it started are killed (the calls fail as `memory`, the
+    worker is replaced) instead of taking the machine's memory. null: none."""
+    memory_limit: Literal["rss", "address_space"] = "rss"
+    """`rss`: the resident memory of the worker's whole process tree, checked by a
+    watchdog several times a second (threads and large virtual reservations cost nothing).
+    `address_space`: `RLIMIT_AS` on each process, exact but counting reserved virtual
+    memory too (450 idle threads, or CUDA's reservations, can exceed it)."""
     timeout_s: float = Field(default=10.0, gt=0)
     """Deadline of each call (a reward call; an environment's `start` or `step`): past it
     the worker is killed and replaced and the call fails (the sample scores like an error;
@@ -168,6 +181,16 @@ def sandbox_with_defaults(value: Any, *, defaults: SandboxConfig) -> Any:
 
 REWARD_SANDBOX = SandboxConfig(workers=2, memory_mb=4096, timeout_s=10.0)
 ENV_SANDBOX = SandboxConfig(workers=2, memory_mb=8192, timeout_s=30.0)
+
+OnError = Literal["drop", "zero", "raise"]
+
+
+def on_error_value(value: Any, *, key: str) -> Any:
+    """``on_error`` as given: the old ``abort`` is ``raise``."""
+    if value == "abort":
+        logging.getLogger(__name__).warning(f"{key}=abort is now {key}=raise")
+        return "raise"
+    return value
 
 
 def _renamed(data: Any, *, section: str) -> Any:
@@ -191,16 +214,36 @@ class RewardConfig(Section):
     counts as correct in the `accuracy` and `eval/accuracy` metrics (the reward is the same
     either way). Replacing `math_answer` with your own functions, set it to the one that
     scores 1.0 for a correct answer, or to null: no accuracy is logged."""
-    on_error: Literal["zero", "abort"] = "zero"
-    """What a raising reward function does: score 0 and count it, or stop the run."""
+    on_error: OnError = "drop"
+    """A sample whose reward function failed (raised, returned no finite number, timed out,
+    crashed or ran out of memory): `drop` leaves it out of the loss and of its group's
+    baseline (counted in `failures/reward`, logged with its index); `zero` trains it as a
+    score of 0; `raise` stops the run at the first failure."""
+    step_timeout_s: float | None = Field(default=1800.0, gt=0)
+    """Deadline of one step's scoring (all of its calls): past it the calls not done are
+    cancelled, their workers killed, and their samples fail as timeouts. null: none."""
+    failure_brake: int | None = Field(default=16, ge=2)
+    """When the first this-many calls of a function in a run all fail with the same error,
+    the run stops, naming the function, the error and the fix, rather than train on a
+    broken grader. null: never."""
     sandbox: SandboxConfig = REWARD_SANDBOX
     """The worker processes that run the reward functions: a call past `timeout_s` is
-    killed and scores like an error (docs/rewards.md)."""
+    killed and fails (docs/rewards.md)."""
+    network: bool = False
+    """Whether reward functions may use the network (an LLM judge's API: true). false:
+    each reward worker runs in its own user and network namespace (no interface but a
+    down loopback) where the OS allows it; where it does not, the run says so at its start
+    and `grouprl plan` shows it."""
 
     @model_validator(mode="before")
     @classmethod
     def _old_keys(cls, data: Any) -> Any:
         return _renamed(data, section="reward")
+
+    @field_validator("on_error", mode="before")
+    @classmethod
+    def _on_error(cls, value: Any) -> Any:
+        return on_error_value(value, key="reward.on_error")
 
     @field_validator("sandbox", mode="before")
     @classmethod
@@ -416,6 +459,18 @@ class EnvConfig(Section):
     """The worker processes that run your environment's episodes (each episode stays on
     one) or your agents; `timeout_s` bounds each `start` and `step` call. Built-ins run
     in-process."""
+    network: bool = True
+    """Whether your environment's or agent's workers may use the network (tools, and the
+    gateway an agent calls, need it). false: each worker runs in its own user and network
+    namespace where the OS allows it (an agent then cannot reach the gateway)."""
+    concurrency: int = Field(default=16, ge=1)
+    """Environment steps of different episodes that run at once in each worker (on
+    threads; `async def` steps on the worker's event loop)."""
+    on_error: OnError = "drop"
+    """An episode whose environment or agent failed (raised, timed out, crashed, ran out
+    of memory): `drop` leaves it out of the loss and of its group's baseline (counted in
+    `failures/env` or `failures/agent`, logged with its index); `zero` trains it as
+    reward 0; `raise` stops the run."""
     agent: AgentConfig | None = None
     """Your own agent (`env.agent=FILE.py:solve`, or the keys below); null: none."""
 
@@ -425,6 +480,11 @@ class EnvConfig(Section):
         if isinstance(data, dict) and "agent" in data:
             data = {**data, "agent": agent_shorthand(data["agent"])}
         return _renamed(data, section="env")
+
+    @field_validator("on_error", mode="before")
+    @classmethod
+    def _on_error(cls, value: Any) -> Any:
+        return on_error_value(value, key="env.on_error")
 
     @field_validator("sandbox", mode="before")
     @classmethod
