@@ -72,7 +72,12 @@ class RewardParts:
 
     ``scores``, ``turns`` and ``kl`` are shown beside it, not summed into it: the outcome
     estimators read ``functions``; the turn-level ones (mt_grpo, turn_returns) take each
-    turn's reward apart; KL in the reward is added per token by the estimator.
+    turn's reward apart; KL in the reward is added per token by the estimator. A failed
+    sample (``failure``) is left out of training when ``dropped`` (``on_error=drop``)::
+
+        nothing failed     failure=None          dropped=None   trains on its reward
+        on_error=zero      failure="env_error"   dropped=False  trains as FAILED_OUTCOME
+        on_error=drop      failure="env_error"   dropped=True   not in the loss or baseline
     """
 
     scores: dict[str, float] = field(default_factory=dict)
@@ -85,8 +90,16 @@ class RewardParts:
     overlong: float | None = None
     """DAPO's overlong shaping (``algo.overlong_buffer``), added to the outcome."""
     failure: str | None = None
-    """Why the sample failed (``env_error``: its environment or agent failed): its
-    outcome is then ``FAILED_OUTCOME`` (``rollout/reward.py``), whatever was scored."""
+    """Why the sample failed: ``env_error`` (its environment), ``agent_error`` (its
+    agent) or ``reward_error`` (a reward function): its outcome is then
+    ``FAILED_OUTCOME`` (``rollout/reward.py``), whatever was scored."""
+    dropped: bool | None = None
+    """For a failed sample, whether it is left out of training (``on_error=drop``: out of
+    the loss and of its group's baseline) rather than trained as ``FAILED_OUTCOME``
+    (``on_error=zero``); None for a sample that did not fail."""
+    error: str | None = None
+    """What failed, as the failure said it (the environment's error, the reward
+    function's exception)."""
     turns: tuple[float, ...] = ()
     """The environment's reward for each model turn (``Turn.reward``), where any is
     non-zero."""
@@ -103,7 +116,7 @@ class Trajectory:
     earlier turn's completion and observation tokens. ``reward`` is the sample's
     reward, computed from ``reward_parts`` by ``rollout/reward.py`` alone (the
     outcome estimators' score); ``weight_version`` is the policy version that
-    sampled it; ``stop_reason`` says why it ended.
+    sampled it; ``stop_reason`` says why it ended; ``trains`` whether it is in the loss.
     """
 
     prompt_index: int  # index of the dataset row
@@ -115,6 +128,12 @@ class Trajectory:
     correct: bool = False
     row: dict[str, Any] = field(default_factory=dict)
     stop_reason: str = ""
+
+    @property
+    def trains(self) -> bool:
+        """Whether the sample is in the loss: False for a failed sample dropped by
+        ``on_error=drop`` (``rollout/reward.fail``)."""
+        return not self.reward_parts.dropped
 
     @property
     def completion(self) -> Completion:

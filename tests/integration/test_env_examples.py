@@ -52,15 +52,47 @@ def test_guess_the_number_gives_feedback_and_another_turn(tmp_path, tiny_model_d
         assert x["episode/stop/parse_error"] == 0.0
 
 
+SCRIPTED_CALCULATOR = """
+import importlib.util
+
+spec = importlib.util.spec_from_file_location("calculator_example", {path!r})
+example = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(example)
+
+CALLS = "<multiply><a>12</a><b>12</b></multiply> <add><a>2</a><b>3</b></add>"
+
+
+class ScriptedCalculator(example.Calculator):
+    def episode(self, row):
+        return ScriptedEpisode(self, row)
+
+
+class ScriptedEpisode(example.CalculatorEpisode):
+    def step(self, model_text):
+        first, self.stepped = not getattr(self, "stepped", False), True
+        return super().step(CALLS if first else model_text)
+"""
+
+
 def test_calculator_runs_tool_calls_and_passes_env_args(tmp_path, tiny_model_dir):
+    """The example's Calculator, built from env.args in its workers, with each episode's
+    first turn read as two tool calls (the tiny arithmetic model writes none of its own):
+    12 x 12 is past env.args.max_value=100 and comes back as an error, 2 + 3 does not.
+    With the default max_value (1e6) neither would fail. One turn: the calls run, and the
+    episode ends at env.max_turns (the runtime of the unscripted example's run)."""
+    scripted = tmp_path / "scripted_calculator.py"
+    scripted.write_text(SCRIPTED_CALCULATOR.format(path=str(EXAMPLES / "calculator.py")))
     lines = _run(
         tmp_path,
         tiny_model_dir,
-        "calculator.py:Calculator",
-        "env.args={max_value: 1000, timeout_s: 2.0}",
-        "env.max_turns=2",
+        f"{scripted}:ScriptedCalculator",
+        "env.args={max_value: 100, timeout_s: 2.0}",
+        "env.max_turns=1",
         "data.max_prompt_tokens=256",
     )
     steps = [x for x in lines if "episode/turns" in x]
     assert len(steps) == 2 and all(x["episode/env_errors"] == 0.0 for x in steps)
+    for x in steps:  # every episode made both calls; max_value=100 refused 12 x 12 only
+        assert x["episode/tool_calls"] == 2.0 and x["episode/tool_error_rate"] == 0.5, x
+        assert x["episode/stop/max_turns"] == 1.0, x
     assert any("eval/episode/turns" in x for x in lines)

@@ -1,7 +1,7 @@
 """Runs that would train on zeros stop instead, with the fix: a script that trains
 without ``if __name__ == "__main__":`` (its reward workers re-run it: each would start a
-run of its own, and every reward would fail), and a reward function that fails on every
-sample. Tiny model, transformers engine, one step."""
+run of its own, and every reward would fail), and a reward function that fails the same
+way on every call (the failure brake). Tiny model, transformers engine, one step."""
 
 from __future__ import annotations
 
@@ -98,14 +98,16 @@ def score(completion, *, reference, row, **kwargs):
 """
 
 
-def test_a_reward_failing_on_every_sample_stops_the_run(tmp_path, tiny_model_dir):
+def test_a_reward_failing_on_every_call_stops_the_run_at_the_brake(tmp_path, tiny_model_dir):
     (tmp_path / "grader.py").write_text(GRADER)
     name = f"{tmp_path / 'grader.py'}:score"
-    cfg = grouprl.load_config("tiny-arith", _overrides(tmp_path / "run", tiny_model_dir, name))
-    assert cfg.reward.on_error == "zero"  # the stop holds whatever on_error says
+    overrides = _overrides(tmp_path / "run", tiny_model_dir, name)
+    overrides.append("reward.failure_brake=4")  # the step's 4 samples (16 by default)
+    cfg = grouprl.load_config("tiny-arith", overrides)
     with pytest.raises(RewardError) as err:
         grouprl.train(cfg)
     message = str(err.value)
-    assert f"reward function {name!r} failed" in message and "on all 4 samples" in message
-    assert "sample 0 (row " in message and "KeyError: 'solution'" in message
+    assert f"reward function {name!r} failed on each of its first 4 calls" in message
+    assert "KeyError: 'solution' (first on sample 0 (row " in message
+    assert "reward.failure_brake" in message
     assert _trained_steps(tmp_path / "run") == []

@@ -1,7 +1,8 @@
 """A reward that misbehaves on five samples (sleeps forever, spins in C, calls os._exit,
-segfaults, allocates without bound) costs each of them a 0 within its deadline plus a
-second, counted and logged with its sample and row index; training finishes both steps
-and the driver's memory stays bounded (the worker's RLIMIT_AS stopped the allocation)."""
+segfaults, allocates without bound) costs each of them its place in training (left out,
+reward.on_error=drop) within its deadline plus a second, counted, and logged in one
+warning with the first failure's sample and row index; training finishes both steps and
+the driver's memory stays bounded (the worker's memory limit stopped the allocation)."""
 
 import json
 import logging
@@ -13,10 +14,10 @@ import pytest
 import grouprl
 from grouprl.metrics.telemetry import GiB, host_peak_rss
 
-TIMEOUT_S = 2.0
+TIMEOUT_S = 3.0
 MEMORY_MB = 768
-# 768 MB: ~6 blocks of 100 MB past the worker's ~120 MB. Touching them takes ~0.3 s idle but
-# ~1 s on two busy cores (a 1 s deadline once cut the allocation short at 600 MB).
+# 768 MB: ~6 blocks of 100 MB past the worker's ~120 MB. Writing them takes ~0.5 s idle but
+# over 2 s on two cores shared with other tests (a 2 s deadline cut it short at 300 MB).
 CASES = ("sleep", "regex", "exit", "segfault", "allocate")
 
 REWARD = textwrap.dedent(
@@ -38,7 +39,7 @@ REWARD = textwrap.dedent(
             ctypes.string_at(0)
         held = []
         while True:  # "allocate": 100 MB at a time, each one logged before the next
-            held.append(bytearray(100 * 1024 * 1024))
+            held.append(b"x" * (100 * 1024 * 1024))  # written, so resident (not calloc's)
             with open(claim, "a") as log:
                 log.write("+")
 
@@ -80,9 +81,9 @@ def contained_run(tmp_path_factory, tiny_model_dir):
             "metrics.progress=false",
             f"reward.functions=[{{name: {reward}:score}}]",
             "reward.correct_function=null",
-            f"reward.timeout_s={TIMEOUT_S}",
-            "reward.workers=2",
-            f"reward.memory_mb={MEMORY_MB}",
+            f"reward.sandbox.timeout_s={TIMEOUT_S}",
+            "reward.sandbox.workers=2",
+            f"reward.sandbox.memory_mb={MEMORY_MB}",
             f"trainer.run_dir={tmp / 'run'}",
         ],
     )
@@ -115,33 +116,34 @@ def test_training_finishes_and_each_failure_is_counted(contained_run):
     counts = {k: first[f"reward/{k}"] for k in ("timeouts", "crashes", "memory_errors")}
     assert counts == {"timeouts": 2.0, "crashes": 2.0, "memory_errors": 1.0}
     assert first["reward/errors"] == 5.0 and first["reward/worker_restarts"] == 5.0
+    assert first["failures/reward"] == 5.0  # the five samples, left out of training
     assert second["reward/errors"] == 0.0  # the fresh workers score the next step
     # the two timeouts run side by side on the two workers; the other three cost a worker
-    # start each (~0.3 s: importing grouprl.rewards and the reward file), two at a time
-    assert first["time/reward_s"] < 2 * TIMEOUT_S + 3 * 0.5 + 1.0, first["time/reward_s"]
+    # start each (~0.3 s: importing grouprl.rewards and the reward file), two at a time, and
+    # the allocation writes ~0.65 GB before its limit stops it
+    bound = 2 * TIMEOUT_S + 3 * 0.5 + 0.7 + 1.5
+    assert first["time/reward_s"] < bound, first["time/reward_s"]
 
 
-def test_each_failure_is_logged_with_its_sample_and_row(contained_run):
+def test_the_failures_are_logged_in_one_warning_with_the_first_sample_and_row(contained_run):
     _, _, claims, lines, _ = contained_run
-    expected = {
-        "sleep": f"TimeoutError: killed after its {TIMEOUT_S:g}s deadline",
-        "regex": f"TimeoutError: killed after its {TIMEOUT_S:g}s deadline",
-        "exit": "WorkerCrash: worker exited with code 3 (os._exit?)",
-        "segfault": "WorkerCrash: worker killed by signal 11 (SIGSEGV)",
-        "allocate": f"MemoryError: address space limit {MEMORY_MB} MB",
-    }
-    for case, says in expected.items():
-        row = (claims / case).read_text().split()[0]
-        pattern = rf"failed on sample \d+ \(row {row}\): {re.escape(says)}; scored 0"
-        assert any(re.search(pattern, line) for line in lines), (case, pattern, lines)
+    [warning] = [line for line in lines if line.startswith("reward function ")]
+    assert re.match(r"reward function '.*misbehaving.py:score' failed on 5 of 8 samples", warning)
+    for kinds in ("2 timeout", "2 crash", "1 memory"):
+        assert kinds in warning, warning
+    # the first failure is the first sample to misbehave: a hang, on one of the claimed rows
+    rows = {(claims / case).read_text().split()[0] for case in ("sleep", "regex")}
+    found = re.search(r"first on sample \d+ \(row (\d+)\): TimeoutError: killed after", warning)
+    assert found is not None and found.group(1) in rows, (warning, rows)
+    assert warning.endswith("left out of training (reward.on_error=drop)")
 
 
 def test_memory_stays_bounded(contained_run):
     _, steps, claims, _, peak_before_gib = contained_run
-    # RLIMIT_AS stopped the allocation: fewer 100 MB blocks than the limit holds (the
-    # worker's own ~0.2 GB of address space counts too)
+    # the memory limit (resident memory, read by a watchdog several times a second) stopped
+    # the allocation near the limit: a block may land between two readings
     blocks = len((claims / "allocate").read_text().split()[1])
-    assert 1 <= blocks < MEMORY_MB / 100
+    assert 1 <= blocks < MEMORY_MB / 100 + 1
     # The driver's peak grew by less than those blocks alone would have added here: the
     # allocation happened in the worker. (The driver's own growth, loading the tiny model
     # and training it with the hf engine, is ~0.2-0.35 GiB; the blocks held ~0.7 GiB.)

@@ -662,6 +662,7 @@ def test_renamed_keys_in_a_recipe_and_from_python_move_to_their_blocks(tmp_path,
     assert RewardConfig(memory_mb=512).sandbox.model_dump() == {
         "workers": 2,
         "memory_mb": 512,
+        "memory_limit": "rss",
         "timeout_s": 10.0,
     }
 
@@ -693,7 +694,7 @@ def test_env_agent_is_short_for_its_block_and_env_args_take_single_keys():
         "concurrency": 4,
     }
     assert cfg.env.args == {"k": 3}
-    assert "env.agent.name is required" in _error(["env.agent.timeout_s=5"])
+    assert "no agent is named (env.agent.name)" in _error(["env.agent.timeout_s=5"])
 
 
 def test_reward_functions_always_run_in_workers():

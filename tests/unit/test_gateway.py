@@ -43,7 +43,8 @@ def call(name: str, arguments) -> str:
 
 class ScriptedEngine:
     """Answers each context with ``reply(context)``; token ids 200, 201, ... per call (and
-    EOS), logprobs -0.1 * position: fixed values a test can look for."""
+    EOS), cut at the context's max_tokens; logprobs -0.1 * position: fixed values a test
+    can look for."""
 
     weight_version = 7
 
@@ -56,11 +57,14 @@ class ScriptedEngine:
         with self.lock:
             self.batches.append(([list(p) for p in prompts], settings))
             out = []
-            for prompt in prompts:
-                ids = [self.next_id, self.next_id + 1, self.eos]
+            for prompt, limit in zip(
+                prompts, settings.prompt_max_tokens(len(prompts)), strict=True
+            ):
+                ids = [self.next_id, self.next_id + 1, self.eos][:limit]
                 self.next_id += 2
                 lps = [-0.1 * (k + 1) for k in range(len(ids))]
-                out.append([Completion(ids, lps, "stop", self.reply(prompt))])
+                finish = "stop" if ids[-1] == self.eos else "length"
+                out.append([Completion(ids, lps, finish, self.reply(prompt))])
             return out
 
 
@@ -148,6 +152,34 @@ def test_requests_of_every_live_episode_go_in_one_engine_call(tokenizer):
     assert [len(prompts) for prompts, _ in engine.batches] == [4]
     [(_, settings)] = engine.batches
     assert (settings.group_size, settings.temperature, settings.max_tokens) == (1, 0.7, 32)
+
+
+def test_a_tick_of_requests_with_different_max_tokens_is_one_engine_call(tokenizer):
+    engine = ScriptedEngine(tokenizer)
+    gateway = serve(engine, tokenizer, batch_wait_s=5.0)  # only a full tick fires early
+    asked = {"a": 1, "b": 2, "c": 8}  # the last is cut by nothing: 3 tokens, EOS
+    with gateway.serving():
+        keys = {name: gateway.open(index=i, row={}) for i, name in enumerate(asked)}
+        answers = {}
+
+        def agent(name):
+            body = {"messages": [{"role": "user", "content": name}], "max_tokens": asked[name]}
+            answers[name] = post(f"{gateway.base_url(keys[name])}/chat/completions", body)
+
+        threads = [threading.Thread(target=agent, args=(name,)) for name in asked]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    [(prompts, settings)] = engine.batches
+    assert len(prompts) == 3 and settings.max_tokens == 8
+    assert sorted(settings.max_tokens_each) == [1, 2, 8]
+    got = {
+        name: (status, a["usage"]["completion_tokens"], a["choices"][0]["finish_reason"])
+        for name, (status, a) in answers.items()
+    }
+    assert got == {"a": (200, 1, "length"), "b": (200, 2, "length"), "c": (200, 3, "stop")}
+    assert gateway.stats.engine_calls == 1 and gateway.stats.batched == 3
 
 
 def test_a_request_waits_briefly_for_others_then_goes_alone(tokenizer):
@@ -330,10 +362,16 @@ class PromptSet:
 
 
 def test_an_agent_rollout_scores_returned_reported_and_failed_episodes(tokenizer):
+    """On threads (env.sandbox.workers=0), with env.on_error=zero: failed agents train as
+    reward 0 (the pool's containment is the next test's)."""
     modes = ["return", "report", "score", "raise", "hang"]
     cfg = RunConfig.model_validate(
         {
-            "env": {"agent": f"{__file__}:two_turn_agent", "workers": 0, "agent_timeout_s": 1.0},
+            "env": {
+                "agent": {"name": f"{__file__}:two_turn_agent", "timeout_s": 1.0},
+                "sandbox": {"workers": 0},
+                "on_error": "zero",
+            },
             "rollout": {"n": 1, "max_model_len": 512},
         }
     )
@@ -355,18 +393,18 @@ def test_an_agent_rollout_scores_returned_reported_and_failed_episodes(tokenizer
     assert [t.reward for t in trajectories] == [0.5, 0.25, 1.0, 0.0, 0.0]
     assert scores.total == [0.5, 0.25, 1.0, 0.0, 0.0]
     parts = [t.reward_parts for t in trajectories]
-    assert [(p.agent, p.failure) for p in parts] == [
-        (0.5, None),
-        (0.25, None),
-        (None, None),
-        (None, "env_error"),
-        (None, "env_error"),
+    assert [(p.agent, p.failure, p.dropped) for p in parts] == [
+        (0.5, None, None),
+        (0.25, None, None),
+        (None, None, None),
+        (None, "agent_error", False),
+        (None, "agent_error", False),
     ]
+    assert all(t.trains for t in trajectories)  # on_error=zero
     assert parts[0].scores == {"fn": 1.0} and parts[3].scores == {"fn": 0.0}
-    assert [(f.sample_index, f.row_index, f.error_type) for f in scores.errors] == [
-        (3, 13, "RuntimeError"),
-        (4, 14, "TimeoutError"),
-    ]
+    assert parts[3].error == "RuntimeError: agent bug"
+    assert parts[4].error == "TimeoutError: past env.agent.timeout_s=1"
+    assert scores.errors == []  # the reward functions did not fail
     assert [len(t.turns) for t in trajectories] == [2] * 5
     assert [t.stop_reason for t in trajectories][3:] == ["env_error", "env_error"]
     metrics = gateway_metrics(trajectories, prefix="eval/")
@@ -374,3 +412,77 @@ def test_an_agent_rollout_scores_returned_reported_and_failed_episodes(tokenizer
     assert metrics["eval/gateway/agent_timeouts"] == 1 / 5
     assert metrics["eval/gateway/reported_rewards"] == 1 / 5
     assert metrics["eval/gateway/calls"] == 2.0
+
+
+LIGHT_AGENT = """
+import json, os, time, urllib.request
+
+
+def chat(base_url, messages):
+    body = json.dumps({"messages": messages}).encode()
+    request = urllib.request.Request(f"{base_url}/chat/completions", data=body, method="POST")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())["choices"][0]["message"]["content"]
+
+
+def solve(base_url, task, **kwargs):
+    messages = [{"role": "user", "content": task["question"]}]
+    reply = chat(base_url, messages)
+    if task["mode"] == "crash":
+        os._exit(3)  # the worker dies while the others wait on their second call
+    if task["mode"] == "hang":
+        time.sleep(30)
+    chat(base_url, messages + [{"role": "assistant", "content": reply},
+                               {"role": "user", "content": "Sure?"}])
+    return task["reward"]
+"""
+
+
+def test_an_agent_that_hangs_or_crashes_its_worker_fails_only_its_own_episode(
+    tokenizer, tmp_path, caplog
+):
+    """Four agents on one worker (the default pool, not threads): one crashes the worker
+    (os._exit) while the others are in flight, one hangs past its deadline. The agents
+    the crash took with it run again (alone, their episodes started over: two calls, no
+    rewrite); only the two failed episodes fail (agent_error, dropped)."""
+    agent = tmp_path / "light_agent.py"
+    agent.write_text(LIGHT_AGENT)
+    cfg = RunConfig.model_validate(
+        {
+            "env": {
+                "agent": {"name": f"{agent}:solve", "timeout_s": 1.5, "concurrency": 5},
+                "sandbox": {"workers": 1},
+            },
+            "rollout": {"n": 1, "max_model_len": 512},
+        }
+    )
+    engine = ScriptedEngine(tokenizer, reply=lambda c: "4")
+
+    def score(completions, rows, **kwargs):
+        return RewardScores(total=[0.0] * len(rows), parts={})
+
+    modes = ["return", "crash", "hang", "return"]
+    rows = [
+        {"_index": i, "question": f"q{i}", "mode": m, "reward": 0.1 * (i + 1)}
+        for i, m in enumerate(modes)
+    ]
+    rollout = AgentRollout(cfg, engine=engine, tokenizer=tokenizer, score=score)
+    try:
+        start = time.perf_counter()
+        trajectories, _ = rollout(PromptSet(rows), SamplingSettings(group_size=1, max_tokens=8))
+        assert time.perf_counter() - start < 10.0
+    finally:
+        rollout.close()
+    info = [t.turns[0].info["gateway"] for t in trajectories]
+    errors = [t.reward_parts.error for t in trajectories]
+    assert [i["failure"] for i in info] == [None, "WorkerCrash", "TimeoutError", None], errors
+    parts = [t.reward_parts for t in trajectories]
+    assert [p.failure for p in parts] == [None, "agent_error", "agent_error", None]
+    assert [t.trains for t in trajectories] == [True, False, False, True]
+    for k in (0, 3):  # each survivor: its own reward, its own run's two calls only
+        assert trajectories[k].reward == pytest.approx(0.1 * (k + 1))
+        assert (info[k]["calls"], info[k]["rewrites"], len(trajectories[k].turns)) == (2, 0, 2)
+    # in flight at the crash: run again (its record started over: the rerun's one call
+    # only, no rewrite), then past its deadline
+    assert (info[2]["reruns"], info[2]["calls"], info[2]["rewrites"]) == (1, 1, 0)
+    assert "2 of 4 agent episodes failed (1 WorkerCrash, 1 TimeoutError)" in caplog.text

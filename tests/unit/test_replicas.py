@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import nullcontext
+from dataclasses import replace
 
 import pytest
 import torch
@@ -91,6 +92,24 @@ def test_the_split_is_contiguous_whole_prompts_balanced_by_work():
     assert max(work) - min(work) <= max(len(p) + 8 for p in PROMPTS)  # within one prompt
     assert split_by_work([[1]] * 2, 4, max_tokens=8) == [range(0, 1), range(1, 2)]
     assert split_by_work([], 2, max_tokens=8) == []
+
+
+def test_each_replica_gets_its_prompts_own_max_tokens_and_seeds():
+    class Lengths(SeedEcho):
+        def generate(self, prompts, settings):
+            self.seen = settings
+            return super().generate(prompts, settings)
+
+    each = tuple(range(1, len(PROMPTS) + 1))
+    settings = replace(SETTINGS, max_tokens=max(each), max_tokens_each=each)
+    engines = [Lengths(), Lengths(), Lengths()]
+    out = _set(engines).generate(PROMPTS, settings)
+    assert out == _set([SeedEcho()]).generate(PROMPTS, SETTINGS)  # seeds as without
+    runs = split_by_work(PROMPTS, 3, max_tokens=each)
+    for engine, run in zip(engines, runs, strict=True):
+        assert engine.seen.max_tokens_each == each[run.start : run.stop]
+        assert engine.seen.max_tokens == each[run.stop - 1]
+        assert engine.seen.seed == SETTINGS.seed + run.start * SETTINGS.group_size
 
 
 def test_replicas_generate_at_the_same_time():

@@ -15,6 +15,7 @@ import pytest
 from grouprl.config.schema import RewardFunction
 from grouprl.rewards import (
     REWARD_FUNCTIONS,
+    FailureBrake,
     Reward,
     RewardError,
     RewardScorer,
@@ -248,7 +249,7 @@ def pool():
         yield shared
 
 
-def score(pool, functions, completions, rows, *, timeout_s=5.0, on_error="zero", **kwargs):
+def score(pool, functions, completions, rows, *, timeout_s=5.0, on_error="drop", **kwargs):
     return score_completions(
         functions=[Reward(*f) for f in functions],
         completions=completions,
@@ -296,7 +297,7 @@ def failing_on_b(completion, **_):
     return 1.0
 
 
-def test_raising_function_scores_zero_and_is_recorded(pool, caplog):
+def test_raising_function_fails_its_sample_alone_and_is_recorded(pool, caplog):
     scores = score(
         pool,
         [("flaky", failing_on_b, 1.0), ("format", format_reward, 1.0)],
@@ -314,16 +315,21 @@ def test_raising_function_scores_zero_and_is_recorded(pool, caplog):
     )
     assert metrics(scores)["reward/errors"] == 1.0
     assert metrics(scores)["reward/flaky"] == pytest.approx(2 / 3)
-    assert "'flaky' failed on sample 1 (row 3): KeyError: 'no such thing'; scored 0" in caplog.text
+    assert "first on sample 1 (row 3): KeyError: 'no such thing'" in caplog.text
 
 
-def test_a_function_failing_on_most_samples_raises_an_alarm(pool, caplog):
-    scores = score(pool, [("flaky", failing_on_b, 1.0)], ["b", "b", "a"], ROWS + ROWS[:1])
-    assert len(scores.errors) == 2
-    assert "'flaky' failed on 2 of the 3 samples scored together" in caplog.text
-    caplog.clear()
-    score(pool, [("flaky", failing_on_b, 1.0)], ["b", "a"], ROWS)  # half: no alarm
-    assert "samples scored together" not in caplog.text
+def test_failures_log_one_warning_per_function_per_step(pool, caplog):
+    functions = [("flaky", failing_on_b, 1.0), ("broken", always_fails, 1.0)]
+    with caplog.at_level("WARNING", logger="grouprl.rewards"):
+        score(pool, functions, ["a", "b", "b", "b"], [*ROWS, *ROWS], on_error="zero")
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2, warnings  # not one per failed sample
+    flaky, broken = warnings
+    assert flaky.startswith("reward function 'flaky' failed on 3 of 4 samples this step (3 error)")
+    assert "first on sample 1 (row 3): KeyError: 'no such thing'" in flaky
+    assert "trained as score 0 (reward.on_error=zero)" in flaky
+    assert "'broken' failed on 4 of 4 samples" in broken
+    assert "first on sample 0 (row 7): ValueError: cannot grade 'a'" in broken
 
 
 def always_fails(completion, **_):
@@ -334,32 +340,49 @@ def scores_zero(completion, **_):
     return 0.0
 
 
-@pytest.mark.parametrize("on_error", ["zero", "abort"])
-def test_a_function_failing_on_every_sample_stops_whatever_on_error(pool, on_error):
+@pytest.mark.parametrize("on_error", ["drop", "zero"])
+def test_drop_and_zero_return_every_failure_without_raising(pool, on_error):
     functions = [("format", format_reward, 1.0), ("broken", always_fails, 1.0)]
-    with pytest.raises(RewardError) as err:
-        score(pool, functions, ["a", "b", "c"], ROWS + ROWS[:1], on_error=on_error)
-    message = str(err.value)
-    assert "'broken'" in message and "sample 0 (row 7)" in message
-    assert "ValueError: cannot grade 'a'" in message
-    if on_error == "zero":  # abort stops at the first failure; zero counts them all
-        assert "on all 3 samples" in message and "train on zeros" in message
+    scores = score(pool, functions, ["#### 1", "b", "c"], ROWS + ROWS[:1], on_error=on_error)
+    assert [(e.function, e.sample_index, e.row_index) for e in scores.errors] == [
+        ("broken", 0, 7),
+        ("broken", 1, 3),
+        ("broken", 2, 7),
+    ]
+    assert scores.parts == {"format": [1.0, 0.0, 0.0], "broken": [0.0, 0.0, 0.0]}
 
 
 def test_a_score_of_zero_on_every_sample_is_no_failure(pool):
     scores = score(pool, [("zero", scores_zero, 1.0)], ["a", "b"], ROWS)
     assert scores.total == [0.0, 0.0] and scores.errors == []
-    lone = score(pool, [("broken", always_fails, 1.0)], ["a"], ROWS[:1])  # one sample: on_error
-    assert lone.total == [0.0] and len(lone.errors) == 1
 
 
-def test_abort_raises_with_sample_and_row_index(pool):
+def test_raise_stops_at_the_first_failure_with_sample_and_row_index(pool):
     with pytest.raises(RewardError) as err:
-        score(pool, [("flaky", failing_on_b, 1.0)], ["a", "b"], ROWS, on_error="abort")
+        score(
+            pool, [("flaky", failing_on_b, 1.0)], ["a", "b", "b"], ROWS + ROWS[1:], on_error="raise"
+        )
     message = str(err.value)
     assert "'flaky' failed on sample 1 (row 3)" in message
-    assert "KeyError: 'no such thing'" in message and "reward.on_error=zero" in message
-    assert err.value.__cause__.error_type == "KeyError"
+    assert "KeyError: 'no such thing'" in message
+    assert "reward.on_error=drop" in message and "reward.on_error=zero" in message
+
+
+def test_the_brake_stops_the_run_after_n_identical_failures_counted_across_steps(pool):
+    brake = FailureBrake(3)
+    broken = [("broken", always_fails, 1.0)]
+    assert len(score(pool, broken, ["a", "b"], ROWS, brake=brake).errors) == 2  # 2 of 3
+    with pytest.raises(RewardError) as err:
+        score(pool, broken, ["c"], ROWS[:1], brake=brake)
+    message = str(err.value)
+    assert "reward function 'broken' failed on each of its first 3 calls" in message
+    assert "ValueError: cannot grade 'a' (first on sample 0 (row 7))" in message
+    assert "reward.failure_brake" in message
+    # one call that returns releases the function for the run; null never stops
+    released = FailureBrake(2)
+    score(pool, [("flaky", failing_on_b, 1.0)], ["a", "b", "b", "b"], ROWS * 2, brake=released)
+    never = FailureBrake(None)
+    assert len(score(pool, broken, ["a", "b", "c"], ROWS + ROWS[:1], brake=never).errors) == 3
 
 
 RETURNS = {"nan": math.nan, "inf": math.inf, "str": "1.0", "none": None}
@@ -402,7 +425,29 @@ def test_hanging_call_is_killed_at_its_deadline_and_the_others_score(pool):
     assert scores.worker_restarts == 1 == pool.stats()["restarts"] - restarts
     assert metrics(scores)["reward/timeouts"] == 1.0
     with pytest.raises(RewardError, match=r"sample 0 \(row 7\): TimeoutError: killed after"):
-        score(pool, [("slow", hang_on_a, 1.0)], ["a"], ROWS[:1], timeout_s=0.5, on_error="abort")
+        score(pool, [("slow", hang_on_a, 1.0)], ["a"], ROWS[:1], timeout_s=0.5, on_error="raise")
+
+
+def test_past_step_timeout_the_calls_not_done_fail_as_timeouts_at_once(pool):
+    start = time.monotonic()
+    scores = score(
+        pool,
+        [("slow", hang_on_a, 1.0)],
+        ["a", "a", "b"],  # two hang on the two workers, "b" waits behind them
+        ROWS + ROWS[1:],
+        timeout_s=30.0,
+        step_timeout_s=0.3,
+        brake=FailureBrake(2),  # the step's deadline is not the function's: no brake
+    )
+    assert time.monotonic() - start < 0.3 + 1
+    assert [(e.sample_index, e.kind, e.own) for e in scores.errors] == [
+        (0, "timeout", False),
+        (1, "timeout", False),
+        (2, "timeout", False),
+    ]
+    assert "reward.step_timeout_s=0.3s" in scores.errors[0].message
+    assert scores.total == [0.0, 0.0, 0.0]
+    assert score(pool, [("slow", hang_on_a, 1.0)], ["b"], ROWS[:1]).total == [1.0]
 
 
 async def async_length(completion, **_):
@@ -438,8 +483,6 @@ def test_group_reward_scores_each_prompt_group_at_once(pool):
     assert [(e.sample_index, e.samples, e.row_index) for e in bad.errors] == [(0, 3, 7)]
     assert "returned 2 scores for a group of 3 completions" in bad.errors[0].message
     assert "failed on samples 0-2 (row 7)" in bad.errors[0].describe()
-    with pytest.raises(RewardError, match="'short' failed .* on all 3 samples"):  # every group
-        score(pool, [short], completions[:3], rows[:3], group_size=3)
 
 
 def test_file_reward_is_resolved_in_the_worker_by_name(pool, tmp_path):
@@ -460,7 +503,7 @@ def test_a_lambda_cannot_be_sent_to_the_workers():
             RewardScorer(
                 functions=functions,
                 answer_key="answer",
-                on_error="zero",
+                on_error="drop",
                 timeout_s=1.0,
                 workers=1,
                 memory_mb=None,
@@ -475,7 +518,7 @@ def test_scorer_closes_its_workers():
     scorer = RewardScorer(
         functions=resolve_rewards([RewardFunction(name="format")]),
         answer_key="answer",
-        on_error="zero",
+        on_error="drop",
         timeout_s=5.0,
         workers=1,
         memory_mb=512,
@@ -485,3 +528,21 @@ def test_scorer_closes_its_workers():
     scorer.close()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_a_function_named_by_path_logs_under_its_short_name():
+    from grouprl.rewards.scoring import RewardScores, metric_names
+
+    names = ["/abs/path/file.py:fn", "pkg.mod:fn", "fn", "my.py:errors", "format"]
+    assert metric_names(names) == {
+        "/abs/path/file.py:fn": "reward/fn",
+        "pkg.mod:fn": "reward/fn_2",  # the same short name: the next free suffix, in order
+        "fn": "reward/fn_3",
+        "my.py:errors": "reward/errors_2",  # reward/errors counts failed calls
+        "format": "reward/format",
+    }
+    scores = RewardScores(total=[1.0, 0.0], parts={"/x/y.py:fn": [1.0, 1.0], "z.py:fn": [0.0, 1.0]})
+    assert {k: v for k, v in metrics(scores).items() if "fn" in k} == {
+        "reward/fn": 1.0,
+        "reward/fn_2": 0.5,
+    }

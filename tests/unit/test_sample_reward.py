@@ -43,8 +43,9 @@ def test_the_reward_is_the_outcome_plus_the_overlong_shaping(parts, reward):
     assert sample_reward(parts) == reward
 
 
-def test_a_failed_sample_trains_as_zero_today():
-    # issue 26 names the failure; leaving failed samples out of the loss is a later change
+def test_a_failed_sample_shows_a_reward_of_zero():
+    # what it trains as with on_error=zero; with drop it is out of the loss
+    # (tests/unit/test_failed_samples.py)
     assert FAILED_OUTCOME == 0.0
 
 
@@ -92,7 +93,9 @@ def test_a_failure_voids_the_outcome_but_keeps_the_shaping():
 
 def test_samples_jsonl_shows_the_parts_that_are_set(tmp_path: Path):
     parts = RewardParts(scores={"math_answer": 1.0, "format": float("nan")}, functions=1.0)
-    failed = RewardParts(scores={"math_answer": 0.0}, failure="env_error", turns=(0.5,))
+    failed = RewardParts(
+        scores={"math_answer": 0.0}, failure="env_error", dropped=True, turns=(0.5,)
+    )
     SamplesWriter(tmp_path).write(
         3,
         [
@@ -110,6 +113,7 @@ def test_samples_jsonl_shows_the_parts_that_are_set(tmp_path: Path):
         "scores": {"math_answer": 0.0},
         "functions": 0.0,
         "failure": "env_error",
+        "dropped": True,
         "turns": [0.5],
     }
 

@@ -1,6 +1,6 @@
-"""The turns every episode shares (environments and the gateway): engine calls batched per
-max_tokens and seeded by their place in the rollout, and the two limits with their stop
-reasons."""
+"""The turns every episode shares (environments and the gateway): one engine call per batch
+of turns whatever their max_tokens, seeded by its place in the rollout, and the two limits
+with their stop reasons."""
 
 from __future__ import annotations
 
@@ -28,24 +28,26 @@ class Engine:
         return [[Completion([p[0], k], [0.0, 0.0], "stop")] * settings.group_size for p in prompts]
 
 
-def test_one_engine_call_per_max_tokens_each_with_the_next_seed():
+def test_one_engine_call_whatever_the_max_tokens_each_with_the_next_seed():
     engine = Engine()
     turns = TurnEngine(engine, SamplingSettings(group_size=1, max_tokens=32, seed=5))
     out = turns.generate([[1], [2], [3], [4]], max_tokens=[8, 32, 8, 4])
     assert [[c.token_ids for c in group] for group in out] == [
         [[1, 0]],
-        [[2, 1]],
+        [[2, 0]],
         [[3, 0]],
-        [[4, 2]],
+        [[4, 0]],
     ]
-    assert [(p, s.max_tokens, s.seed) for p, s in engine.calls] == [
-        ([[1], [3]], 8, 5),
-        ([[2]], 32, 5 + SEED_STRIDE),
-        ([[4]], 4, 5 + 2 * SEED_STRIDE),
-    ]
-    turns.generate([[9]])  # the run's max_tokens; the fourth call of the rollout
-    assert (engine.calls[-1][1].max_tokens, engine.calls[-1][1].seed) == (32, 5 + 3 * 7919)
-    assert turns.calls == 4
+    [(prompts, settings)] = engine.calls
+    assert prompts == [[1], [2], [3], [4]]
+    assert (settings.max_tokens, settings.max_tokens_each, settings.seed) == (32, (8, 32, 8, 4), 5)
+    assert settings.prompt_max_tokens(4) == [8, 32, 8, 4]
+    turns.generate([[9]])  # the run's max_tokens; the second call of the rollout
+    assert engine.calls[-1][1] == SamplingSettings(max_tokens=32, seed=5 + SEED_STRIDE)
+    turns.generate([[9], [8]], max_tokens=[6, 6])  # agreeing values: as for one max_tokens
+    assert engine.calls[-1][1] == SamplingSettings(max_tokens=6, seed=5 + 2 * SEED_STRIDE)
+    assert engine.calls[-1][1].prompt_max_tokens(2) == [6, 6]
+    assert turns.calls == 3
 
 
 def test_first_turns_sample_n_per_prompt_with_the_run_seed_and_no_seed_stays_none():
@@ -64,8 +66,9 @@ def test_first_turns_sample_n_per_prompt_with_the_run_seed_and_no_seed_stays_non
 def test_a_failed_call_raises_and_does_not_take_a_seed():
     engine = Engine(fail_on=1)
     turns = TurnEngine(engine, SamplingSettings(max_tokens=8, seed=0))
+    turns.generate([[1], [2]], max_tokens=[8, 4])
     with pytest.raises(RuntimeError, match="engine down"):
-        turns.generate([[1], [2]], max_tokens=[8, 4])
+        turns.generate([[3]])
     assert turns.calls == 1  # the call that answered counts; the next call reuses seed 1
     engine.fail_on = None
     turns.generate([[3]])

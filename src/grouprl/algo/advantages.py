@@ -14,6 +14,14 @@ advantage; REINFORCE++ and GAE give each token its own return.
 Every std below is the population std (divide by the count) unless ``cfg.adv_std``
 is ``sample`` (divide by the count - 1, as TRL and verl); a group whose rewards are
 all equal gets advantages of exactly zero whichever is chosen.
+
+Samples left out of training (``AdvantageInputs.valid_B`` false: a failed sample, or a
+group dropped whole) get advantage 0 and are in no statistic: each group's mean, std and
+leave-one-out baseline are over its valid samples, and whitening is over valid tokens.
+So a group with one invalid sample gets the advantages of the same group without it::
+
+    rewards  1  0  (failed)  1        valid  1  1  0  1
+    grpo     as grpo on [1, 0, 1] (G = 3), and 0 for the failed sample
 """
 
 from __future__ import annotations
@@ -58,6 +66,20 @@ class AdvantageInputs:
     turn_rewards_BK: Tensor | None = None  # the environment's reward for each model turn
     turn_counts_B: Tensor | None = None  # long: model turns of each sample (K_i <= K)
     credit_turns_B: Tensor | None = None  # long: leading turns up to the first tool result
+    valid_B: Tensor | None = None  # bool: samples that train (None: all); see the module doc
+
+    def valid(self) -> Tensor:
+        """``valid_B``, all true when it is None."""
+        if self.valid_B is None:
+            return torch.ones_like(self.scores_B, dtype=torch.bool)
+        return self.valid_B
+
+    def valid_PG(self) -> Tensor:
+        return self.valid().view(-1, self.group_size)
+
+    def valid_mask_BT(self) -> Tensor:
+        """``mask_BT`` on valid samples only."""
+        return self.mask_BT * self.valid()[:, None]
 
 
 @dataclass
@@ -74,8 +96,9 @@ def _sequence_rewards(inputs: AdvantageInputs) -> Tensor:
     return total_B.view(-1, inputs.group_size)
 
 
-def _per_token(adv_PG: Tensor, mask_BT: Tensor) -> Tensor:
-    return adv_PG.reshape(-1, 1) * mask_BT
+def _per_token(adv_PG: Tensor, inputs: AdvantageInputs) -> Tensor:
+    """One advantage per sample on each of its generated tokens (none on invalid ones)."""
+    return adv_PG.reshape(-1, 1) * inputs.valid_mask_BT()
 
 
 def returns_to_go(scores_B: Tensor, mask_BT: Tensor, token_rewards_BT: Tensor | None) -> Tensor:
@@ -98,18 +121,42 @@ def whiten(values_BT: Tensor, mask_BT: Tensor, *, eps: float, sample_std: bool =
     return (values_BT - mean) / (var.sqrt() + eps) * mask_BT
 
 
-def _shifted(rewards_PG: Tensor) -> Tensor:
-    """Rewards minus each group's first reward: the same centred values and std, but a
-    group whose rewards are all equal becomes exact zeros, so its mean and std are
-    exactly 0 (float32's rounding of the mean of 0.3 x G, divided by a std near 0 +
-    eps, would otherwise give advantages of about 0.03)."""
-    return rewards_PG - rewards_PG[:, :1]
+def _shifted(rewards_PG: Tensor, valid_PG: Tensor) -> Tensor:
+    """Rewards minus each group's first valid reward (0 on invalid samples): the same
+    centred values and std, but a group whose rewards are all equal becomes exact zeros,
+    so its mean and std are exactly 0 (float32's rounding of the mean of 0.3 x G, divided
+    by a std near 0 + eps, would otherwise give advantages of about 0.03)."""
+    return torch.where(valid_PG, rewards_PG - _first_valid(rewards_PG, valid_PG), 0.0)
+
+
+def _first_valid(values_PG: Tensor, valid_PG: Tensor) -> Tensor:
+    """Each group's value at its first valid sample, ``[P, 1]`` (its first sample's in a
+    group with none)."""
+    return values_PG.gather(1, valid_PG.int().argmax(dim=1, keepdim=True))
+
+
+def _group_moments(
+    shifted_PG: Tensor, valid_PG: Tensor, *, sample_std: bool
+) -> tuple[Tensor, Tensor]:
+    """Mean and std ``[P, 1]`` of each group's valid values (``shifted_PG``: 0 elsewhere);
+    the std divides by the count, or by the count - 1 with ``sample_std``."""
+    count_P1 = valid_PG.sum(dim=1, keepdim=True)
+    mean_P1 = shifted_PG.sum(dim=1, keepdim=True) / count_P1.clamp(min=1)
+    squares_P1 = torch.where(valid_PG, shifted_PG - mean_P1, 0.0).square().sum(1, keepdim=True)
+    divisor_P1 = (count_P1 - 1 if sample_std else count_P1).clamp(min=1)
+    return mean_P1, (squares_P1 / divisor_P1).sqrt()
 
 
 def group_normalized(
-    rewards_PG: Tensor, *, scale_by_std: bool, eps: float, sample_std: bool = False
+    rewards_PG: Tensor,
+    *,
+    scale_by_std: bool,
+    eps: float,
+    sample_std: bool = False,
+    valid_PG: Tensor | None = None,
 ) -> Tensor:
-    """Reward minus the group mean, optionally divided by the group std + eps.
+    """Reward minus the group mean, optionally divided by the group std + eps, over each
+    group's valid samples (``valid_PG``, bool; None: all); 0 on the others.
 
     The std is the population std (``unbiased=False``, divide by G) unless
     ``sample_std``; TRL and verl use the sample std (``torch.std``, divide by
@@ -117,11 +164,13 @@ def group_normalized(
     exactly: one success among G binary rewards scores +sqrt(G - 1), each failure
     -1/sqrt(G - 1). A group whose rewards are all equal gets exact zeros.
     """
-    shifted_PG = _shifted(rewards_PG)
-    centered_PG = shifted_PG - shifted_PG.mean(dim=1, keepdim=True)
+    if valid_PG is None:
+        valid_PG = torch.ones_like(rewards_PG, dtype=torch.bool)
+    shifted_PG = _shifted(rewards_PG, valid_PG)
+    mean_P1, std_P1 = _group_moments(shifted_PG, valid_PG, sample_std=sample_std)
+    centered_PG = torch.where(valid_PG, shifted_PG - mean_P1, 0.0)
     if not scale_by_std:
         return centered_PG
-    std_P1 = shifted_PG.std(dim=1, keepdim=True, unbiased=sample_std)
     return centered_PG / (std_P1 + eps)
 
 
@@ -129,10 +178,16 @@ class _GroupParams(TypedDict):
     scale_by_std: bool
     eps: float
     sample_std: bool
+    valid_PG: Tensor
 
 
-def _group_params(cfg: EstimatorParams) -> _GroupParams:
-    return {"scale_by_std": cfg.scale_by_std, "eps": cfg.adv_eps, "sample_std": _sample(cfg)}
+def _group_params(cfg: EstimatorParams, inputs: AdvantageInputs) -> _GroupParams:
+    return {
+        "scale_by_std": cfg.scale_by_std,
+        "eps": cfg.adv_eps,
+        "sample_std": _sample(cfg),
+        "valid_PG": inputs.valid_PG(),
+    }
 
 
 def _sample(cfg: EstimatorParams) -> bool:
@@ -150,8 +205,8 @@ def grpo(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages:
     verl: sample, 1e-6). R_i is the outcome score plus the sample's summed per-token
     rewards.
     """
-    adv_PG = group_normalized(_sequence_rewards(inputs), **_group_params(cfg))
-    return Advantages(_per_token(adv_PG, inputs.mask_BT))
+    adv_PG = group_normalized(_sequence_rewards(inputs), **_group_params(cfg, inputs))
+    return Advantages(_per_token(adv_PG, inputs))
 
 
 @ADVANTAGES.register("dr_grpo")
@@ -164,8 +219,10 @@ def dr_grpo(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages:
     half, the constant-length loss normaliser, is the ``seq_mean_token_sum_norm``
     aggregation. Ignores ``cfg.scale_by_std``.
     """
-    adv_PG = group_normalized(_sequence_rewards(inputs), scale_by_std=False, eps=cfg.adv_eps)
-    return Advantages(_per_token(adv_PG, inputs.mask_BT))
+    adv_PG = group_normalized(
+        _sequence_rewards(inputs), scale_by_std=False, eps=cfg.adv_eps, valid_PG=inputs.valid_PG()
+    )
+    return Advantages(_per_token(adv_PG, inputs))
 
 
 @ADVANTAGES.register("rloo")
@@ -175,17 +232,20 @@ def rloo(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages:
         A_i = R_i - 1/(G-1) sum_{j != i} R_j  =  G/(G-1) * (R_i - mean_j R_j)
 
     The baseline excludes the sample itself, so it is unbiased. No std scaling
-    (as in the paper); ignores ``cfg.scale_by_std``. Needs G >= 2.
+    (as in the paper); ignores ``cfg.scale_by_std``. Needs G >= 2 (G: the group's
+    valid samples).
     """
     del cfg
-    rewards_PG = _shifted(_sequence_rewards(inputs))  # the baseline cancels the shift
-    n = rewards_PG.shape[1]
-    if n < 2:
+    valid_PG = inputs.valid_PG()
+    rewards_PG = _shifted(_sequence_rewards(inputs), valid_PG)  # the baseline cancels it
+    if rewards_PG.shape[1] < 2:
         raise ValueError(
-            f"the rloo advantage needs at least 2 samples per prompt, got rollout.n={n}"
+            "the rloo advantage needs at least 2 samples per prompt, got "
+            f"rollout.n={rewards_PG.shape[1]}"
         )
-    others_mean_PG = (rewards_PG.sum(dim=1, keepdim=True) - rewards_PG) / (n - 1)
-    return Advantages(_per_token(rewards_PG - others_mean_PG, inputs.mask_BT))
+    others_P1 = (valid_PG.sum(dim=1, keepdim=True) - 1).clamp(min=1)
+    others_mean_PG = (rewards_PG.sum(dim=1, keepdim=True) - rewards_PG) / others_P1
+    return Advantages(_per_token(rewards_PG - others_mean_PG, inputs))
 
 
 @ADVANTAGES.register("reinforce_pp")
@@ -202,8 +262,9 @@ def reinforce_pp(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages
     ``masked_whiten``: sample), ``cfg.adv_eps`` is eps. Works with any group size,
     including 1. Departure from verl: no discount (``algo.gamma`` must stay 1).
     """
-    to_go_BT = returns_to_go(inputs.scores_B, inputs.mask_BT, inputs.token_rewards_BT)
-    return Advantages(whiten(to_go_BT, inputs.mask_BT, eps=cfg.adv_eps, sample_std=_sample(cfg)))
+    mask_BT = inputs.valid_mask_BT()
+    to_go_BT = returns_to_go(inputs.scores_B, mask_BT, inputs.token_rewards_BT)
+    return Advantages(whiten(to_go_BT, mask_BT, eps=cfg.adv_eps, sample_std=_sample(cfg)))
 
 
 @ADVANTAGES.register("reinforce_pp_baseline")
@@ -216,10 +277,13 @@ def reinforce_pp_baseline(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> A
 
     (OpenRLHF's ``reinforce_baseline``). Needs G >= 2 to be useful.
     """
-    scores_PG = _shifted(inputs.scores_B.view(-1, inputs.group_size))
-    centered_B = (scores_PG - scores_PG.mean(dim=1, keepdim=True)).flatten()
-    to_go_BT = returns_to_go(centered_B, inputs.mask_BT, inputs.token_rewards_BT)
-    return Advantages(whiten(to_go_BT, inputs.mask_BT, eps=cfg.adv_eps, sample_std=_sample(cfg)))
+    scores_PG = inputs.scores_B.view(-1, inputs.group_size)
+    centered_PG = group_normalized(
+        scores_PG, scale_by_std=False, eps=cfg.adv_eps, valid_PG=inputs.valid_PG()
+    )
+    mask_BT = inputs.valid_mask_BT()
+    to_go_BT = returns_to_go(centered_PG.flatten(), mask_BT, inputs.token_rewards_BT)
+    return Advantages(whiten(to_go_BT, mask_BT, eps=cfg.adv_eps, sample_std=_sample(cfg)))
 
 
 @ADVANTAGES.register("gae")
@@ -243,10 +307,11 @@ def gae(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages:
 
     Advantages are then whitened over the batch's generated tokens (as PPO
     implementations do; the returns are not). ``cfg.gamma``, ``cfg.gae_lambda``.
+    Invalid samples get advantages and returns of 0.
     """
     if inputs.values_BT is None:
         raise ValueError("the gae advantage needs the critic's values (a `critic:` section)")
-    mask_BT = inputs.mask_BT
+    mask_BT = inputs.valid_mask_BT()
     values_BT = inputs.values_BT * mask_BT
     rewards_BT = torch.zeros_like(values_BT)
     if inputs.token_rewards_BT is not None:
@@ -301,15 +366,16 @@ def mt_grpo(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages:
     turn whose tool call returned (the same turn when the model searches at once).
     """
     turn_BT, turn_rewards_BK, credit_B = _turn_inputs(inputs, "mt_grpo", inputs.credit_turns_B)
-    outcome_PG = group_normalized(_sequence_rewards(inputs), **_group_params(cfg))
+    group = _group_params(cfg, inputs)
+    outcome_PG = group_normalized(_sequence_rewards(inputs), **group)
     turns_K = torch.arange(turn_rewards_BK.shape[1], device=turn_rewards_BK.device)
     credited_BK = turns_K[None, :] < credit_B[:, None]
     turn_score_B = (turn_rewards_BK * credited_BK).sum(dim=1)
-    turn_PG = group_normalized(turn_score_B.view(-1, inputs.group_size), **_group_params(cfg))
+    turn_PG = group_normalized(turn_score_B.view(-1, inputs.group_size), **group)
     in_credit_BT = (turn_BT >= 0) & (turn_BT < credit_B[:, None])
-    adv_BT = _per_token(outcome_PG, inputs.mask_BT)
+    adv_BT = _per_token(outcome_PG, inputs)
     adv_BT = adv_BT + cfg.turn_advantage_coef * turn_PG.reshape(-1, 1) * in_credit_BT
-    return Advantages(adv_BT * inputs.mask_BT)
+    return Advantages(adv_BT * inputs.valid_mask_BT())
 
 
 @ADVANTAGES.register("turn_returns")
@@ -333,13 +399,13 @@ def turn_returns(inputs: AdvantageInputs, *, cfg: EstimatorParams) -> Advantages
         later_B = torch.where(k + 1 < counts_B, cfg.gamma * running_B, running_B)
         running_B = torch.where(alive_B, turn_rewards_BK[:, k] + later_B, running_B)
         returns_BK[:, k] = torch.where(alive_B, running_B, 0.0)
-    episode_PG = returns_BK[:, 0].view(-1, inputs.group_size)
-    first_P11 = episode_PG[:, :1, None]  # shifted by it, equal episodes centre to exact 0
-    shifted_PG = _shifted(episode_PG)
-    adv_PGK = returns_BK.view(-1, inputs.group_size, K) - first_P11
-    adv_PGK = adv_PGK - shifted_PG.mean(dim=1)[:, None, None]
+    episode_PG, valid_PG = returns_BK[:, 0].view(-1, inputs.group_size), inputs.valid_PG()
+    first_P1 = _first_valid(episode_PG, valid_PG)  # shifted by it, equal episodes centre
+    shifted_PG = _shifted(episode_PG, valid_PG)  # to exact 0
+    mean_P1, std_P1 = _group_moments(shifted_PG, valid_PG, sample_std=_sample(cfg))
+    adv_PGK = returns_BK.view(-1, inputs.group_size, K) - first_P1[:, :, None]
+    adv_PGK = adv_PGK - mean_P1[:, :, None]
     if cfg.scale_by_std:
-        std_P = shifted_PG.std(dim=1, unbiased=_sample(cfg))
-        adv_PGK = adv_PGK / (std_P[:, None, None] + cfg.adv_eps)
+        adv_PGK = adv_PGK / (std_P1[:, :, None] + cfg.adv_eps)
     adv_BT = adv_PGK.reshape(B, K).gather(1, turn_BT.clamp(min=0))
-    return Advantages(adv_BT * inputs.mask_BT * (turn_BT >= 0))
+    return Advantages(adv_BT * inputs.valid_mask_BT() * (turn_BT >= 0))

@@ -20,7 +20,8 @@ AGGREGATIONS: Registry = Registry("loss aggregation")
 @dataclass(frozen=True)
 class LossNorm:
     tokens: int  # loss-mask tokens in the whole mini-batch
-    sequences: int  # samples in the whole mini-batch
+    sequences: int  # samples with loss tokens in the whole mini-batch (as verl: a dropped
+    # or masked sample is no sequence of the mean)
     constant_tokens: int | None = None  # Dr.GRPO's constant length (algo.norm_tokens)
 
 

@@ -21,12 +21,17 @@ def overlong_penalty(length: int, *, max_tokens: int, buffer: int, factor: float
     return factor * max(-1.0, (expected - length) / buffer)
 
 
-def signal_groups(rewards: list[float], *, group_size: int) -> list[bool]:
+def signal_groups(
+    rewards: list[float], *, group_size: int, trains: list[bool] | None = None
+) -> list[bool]:
     """DAPO's dynamic-sampling test, per group of ``group_size`` consecutive samples:
-    whether its rewards differ. A group whose rewards are all equal has zero advantage
-    under a group baseline and adds no gradient."""
+    whether the rewards of its samples that train (``trains``; None: all) differ. A group
+    whose rewards are all equal has zero advantage under a group baseline and adds no
+    gradient; neither does one with fewer than two samples that train."""
+    trains = [True] * len(rewards) if trains is None else trains
+    kept = [r if t else None for r, t in zip(rewards, trains, strict=True)]
     return [
-        len(set(rewards[start : start + group_size])) > 1
+        len(set(kept[start : start + group_size]) - {None}) > 1
         for start in range(0, len(rewards), group_size)
     ]
 

@@ -14,8 +14,9 @@ checked against a rank's share, never against the whole mini-batch.
 
 ``check_config`` fails fast, before any model loads, with the arithmetic and
 valid choices: the batch arithmetic's (``batch_checks``), the rollout replicas'
-(``replica_checks``), then the rest here. ``derive`` returns the numbers that
-``grouprl plan`` prints and the trainer uses, so the two never disagree. No torch here.
+(``replica_checks``), settings the run would not read (``ignored_keys``, ``env_keys``),
+then the rest here. ``derive`` returns the numbers that ``grouprl plan`` prints and the
+trainer uses, so the two never disagree. No torch here.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from grouprl.algo.traits import ESTIMATORS
 from grouprl.algo.traits import per_token_advantages as estimator_per_token
 from grouprl.assets.datasets import BUILTIN_DATASETS, split_sizes
 from grouprl.config.batch_checks import batch_problems
+from grouprl.config.env_keys import env_key_problems
 from grouprl.config.errors import ConfigError, show
 from grouprl.config.ignored_keys import ignored_key_problems
 from grouprl.config.replica_checks import replica_problems
@@ -79,6 +81,7 @@ def config_problems(cfg: RunConfig) -> list[str]:
         *_check_sampling(cfg),
         *_check_algo(cfg),
         *ignored_key_problems(cfg),
+        *env_key_problems(cfg),
         *_check_data(cfg),
         *_check_reward(cfg),
         *_check_trainer(cfg),

@@ -1,21 +1,48 @@
-"""Checks of the run-only sections' choices: ``checkpoint.keep_best`` needs validations
-to rank; a metrics sink needs its package (found, not imported: this stays light)."""
+"""Checks of the run-only sections' choices: ``checkpoint.best_metric`` names a metric
+the validation logs, and ``checkpoint.keep_best`` needs validations to rank; a metrics
+sink needs its package (found, not imported: this stays light)."""
 
 from __future__ import annotations
 
 import importlib.util
 
+from grouprl.config.env_keys import STOP_REASONS
 from grouprl.config.errors import show
-from grouprl.config.schema import RunConfig
+from grouprl.config.schema import CheckpointConfig, RunConfig
 
-VALIDATION_METRICS = ("eval/accuracy", "eval/reward_mean", "eval/response_len")
-"""What every validation logs (``driver/evaluate.validate``; ``eval/accuracy`` only when
-something judges correctness, ``RunConfig.judges_correctness``); multi-turn runs add
-``eval/episode/...``."""
+EPISODE_METRICS = ("turns", "tool_calls", "tool_error_rate", "env_errors")
+"""``episode/...`` per episode (``rollout/episodes.episode_metrics``), then one
+``episode/stop/REASON`` share per stop reason."""
+GATEWAY_METRICS = (
+    "calls",
+    "history_rewrites",
+    "tool_call_errors",
+    "refused_calls",
+    "reported_rewards",
+    "agent_errors",
+    "agent_timeouts",
+    "agent_reruns",
+)
+"""``gateway/...`` per episode of ``env.agent`` (``rollout/gateway/record.gateway_metrics``)."""
+
+
+def validation_metrics(cfg: RunConfig) -> list[str]:
+    """The names every validation of ``cfg`` logs (``driver/evaluate.validate``), known
+    without running it: ``eval/accuracy`` only when something judges correctness
+    (``RunConfig.judges_correctness``), ``eval/gateway/...`` only with ``env.agent``.
+    tests/unit/test_run_checks.py holds this list to what ``validate`` returns."""
+    names = ["eval/reward_mean", "eval/response_len", "eval/reward_errors"]
+    if cfg.judges_correctness:
+        names.insert(0, "eval/accuracy")
+    names += [f"eval/episode/{name}" for name in EPISODE_METRICS]
+    names += [f"eval/episode/stop/{reason}" for reason in STOP_REASONS]
+    if cfg.env.agent is not None:
+        names += [f"eval/gateway/{name}" for name in GATEWAY_METRICS]
+    return names
 
 
 def run_problems(cfg: RunConfig) -> list[str]:
-    return [*_keep_best_problems(cfg), *_sink_problems(cfg)]
+    return [*_best_metric_problems(cfg), *_keep_best_problems(cfg), *_sink_problems(cfg)]
 
 
 def _sink_problems(cfg: RunConfig) -> list[str]:
@@ -43,17 +70,29 @@ WANDB_MISSING = (
 )
 
 
+def _best_metric_problems(cfg: RunConfig) -> list[str]:
+    """``checkpoint.best_metric`` against the names the validation logs: checked with
+    ``keep_best`` or when set away from its default (a misspelt name is refused either
+    way); ``eval/accuracy`` without a correct function has its own message below."""
+    ckpt = cfg.checkpoint
+    default = CheckpointConfig.model_fields["best_metric"].default
+    if not ckpt.keep_best and ckpt.best_metric == default:
+        return []
+    logged = validation_metrics(cfg)
+    if ckpt.best_metric in logged or ckpt.best_metric == "eval/accuracy":
+        return []
+    return [
+        f"checkpoint.best_metric={show(ckpt.best_metric)} is not a metric the validation "
+        f"logs. This run's validation logs: {', '.join(logged)}. Fix: choose one of them, "
+        "e.g. checkpoint.best_metric=eval/reward_mean."
+    ]
+
+
 def _keep_best_problems(cfg: RunConfig) -> list[str]:
     ckpt = cfg.checkpoint
     if not ckpt.keep_best:
         return []
     problems = []
-    if not ckpt.best_metric.startswith("eval/"):
-        problems.append(
-            f"checkpoint.best_metric={show(ckpt.best_metric)} is not a validation metric. "
-            f"Allowed: {', '.join(VALIDATION_METRICS)} (or another eval/ metric the "
-            "validation logs). Fix: e.g. checkpoint.best_metric=eval/reward_mean."
-        )
     if ckpt.best_metric == "eval/accuracy" and not cfg.judges_correctness:
         problems.append(
             "checkpoint.best_metric=eval/accuracy, but reward.correct_function=null: nothing "

@@ -8,14 +8,13 @@ no torch. Cross-field checks (batch arithmetic) live in ``config/checks.py``.
 from __future__ import annotations
 
 import logging
-
 from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from grouprl.algo.traits import ESTIMATORS
 from grouprl.config.algorithms import with_preset
-from grouprl.config.aliases import renamed_to_new
+from grouprl.config.aliases import RENAMED, renamed_to_new
 from grouprl.config.section import Section, name_sections
 
 DATA_FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
@@ -167,8 +166,8 @@ class SandboxConfig(Section):
     memory too (450 idle threads, or CUDA's reservations, can exceed it)."""
     timeout_s: float = Field(default=10.0, gt=0)
     """Deadline of each call (a reward call; an environment's `start` or `step`): past it
-    the worker is killed and replaced and the call fails (the sample scores like an error;
-    the episode ends with `env_error`, reward 0)."""
+    the worker is killed with its process tree and replaced, and the call fails (its
+    sample, or its episode as `env_error`, fails as `on_error` says)."""
 
 
 def sandbox_with_defaults(value: Any, *, defaults: SandboxConfig) -> Any:
@@ -296,9 +295,12 @@ class RolloutConfig(Section):
     training GPU (or per `tensor_parallel_size` of them) when colocated, one per
     `tensor_parallel_size` of the `rollout.gpus` on every node with GPUs of their own;
     one on CPU (more are Ray actors spread over the training ranks' nodes)."""
-    timeout_s: float = Field(default=3600.0, gt=0)
+    timeout_s: float | None = Field(default=None, gt=0)
     """A replica's call (a generation, a weight push) that takes longer fails the step,
-    naming the replica, its node and GPU, instead of hanging the run."""
+    naming the replica, its node and GPU, instead of hanging the run (a live but stuck
+    replica ends no other way). null: from each call's work, 3x its tokens at 20 tokens/s
+    on CPU or 500 on GPU (weight pushes: 3x their bytes at 100 MB/s), at least 120 s;
+    `grouprl plan` shows a step's (`config/replica_timeouts.py`)."""
     server_url: str | None = None
     """With `engine: server`: an OpenAI-compatible vLLM server's URL (started with
     VLLM_SERVER_DEV_MODE=1 and `--logprobs-mode processed_logprobs`), e.g. http://host:8000."""
@@ -422,10 +424,32 @@ class AgentConfig(Section):
     gateway, which records its tokens. Leave `env.name` at `single_turn` with it."""
     timeout_s: float = Field(default=600.0, gt=0)
     """Each episode's deadline: past it the gateway refuses the episode's calls, its worker
-    is killed and replaced, and the episode scores 0."""
+    is killed and replaced, and the episode fails as `env.on_error` says."""
     concurrency: int = Field(default=32, ge=1)
     """Agents each worker process runs at once (on threads: agents mostly wait on HTTP);
     `env.sandbox.workers` x this should cover a step's episodes, which the gateway batches."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named(cls, data: Any) -> Any:
+        """An agent's settings without its name would be ignored: refused as such."""
+        if not isinstance(data, dict) or data.get("name") is not None:
+            return data
+        keys = [f"env.agent.{key}" for key in data if key != "name"]
+        if not keys:
+            return data  # pydantic's own: env.agent.name is required
+        raise ValueError(_unnamed_agent(keys))
+
+
+def _unnamed_agent(keys: list[str]) -> str:
+    """The message for ``keys`` of ``env.agent`` given without its name."""
+    old = {alias.grouprl[0]: alias.key for alias in RENAMED}
+    listed = ", ".join(key + (f" (old name {old[key]})" if key in old else "") for key in keys)
+    return (
+        f"{listed} would be ignored: no agent is named (env.agent.name), so env.name's "
+        "environment runs the episodes. Fix: name your agent (env.agent=FILE.py:solve) or "
+        f"remove {', '.join(keys)}."
+    )
 
 
 def agent_shorthand(value: Any) -> Any:

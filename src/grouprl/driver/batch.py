@@ -1,4 +1,5 @@
-"""Trajectories -> a right-padded TrainingBatch (advantages are filled in later)."""
+"""Trajectories -> a right-padded TrainingBatch (advantages are filled in later), and which
+of them train. Suffixes: B samples, T tokens, P prompts, G samples per prompt, K turns."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ def build_batch(
 ) -> TrainingBatch:
     """One row per trajectory: prompt tokens, then each turn's completion and observation.
 
-    The loss mask covers the model's tokens only (none of them, with
-    ``mask_truncated``, for an episode whose last turn was cut off at the length
-    limit); the engine's logprobs are placed at the positions of the tokens they
-    score and ``turn_index_BT`` numbers the model turns. With more than one rollout
-    replica, ``replica_BT`` says which sampled each generated token (-1 elsewhere).
+    The loss mask covers the model's tokens only (none of them for a failed sample
+    left out of training, ``not traj.trains``; none either, with ``mask_truncated``,
+    for an episode whose last turn was cut off at the length limit); the engine's
+    logprobs are placed at the positions of the tokens they score and
+    ``turn_index_BT`` numbers the model turns. With more than one rollout replica,
+    ``replica_BT`` says which sampled each generated token (-1 elsewhere).
     Advantages start at zero.
     """
     rows = [t.sequence_ids() for t in trajectories]
@@ -32,7 +34,8 @@ def build_batch(
     for b, (traj, ids) in enumerate(zip(trajectories, rows, strict=True)):
         input_ids[b, : len(ids)] = torch.tensor(ids)
         attention[b, : len(ids)] = 1
-        in_loss = not (mask_truncated and traj.completion.finish_reason == "length")
+        truncated = mask_truncated and traj.completion.finish_reason == "length"
+        in_loss = traj.trains and not truncated
         start = len(traj.prompt_ids)
         for k, turn in enumerate(traj.turns):
             end = start + len(turn.completion.token_ids)
@@ -50,6 +53,17 @@ def build_batch(
         engine_logprobs_BT=engine_lp,
         replica_BT=replica if int(replica.max()) > 0 else None,
     )
+
+
+def trained_samples(
+    trajectories: list[Trajectory], *, group_size: int, min_group_size: int
+) -> Tensor:
+    """Which samples train (bool ``[B]``): those not dropped (``Trajectory.trains``), in
+    groups of ``group_size`` consecutive samples that keep at least ``min_group_size`` of
+    them (the estimator's, ``algo/traits.py``); a group left with fewer is dropped whole."""
+    trains_PG = torch.tensor([t.trains for t in trajectories]).view(-1, group_size)
+    enough_P1 = trains_PG.sum(dim=1, keepdim=True) >= min_group_size
+    return (trains_PG & enough_P1).flatten()
 
 
 def turn_tensors(trajectories: list[Trajectory]) -> tuple[Tensor, Tensor, Tensor]:

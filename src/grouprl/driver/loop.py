@@ -4,7 +4,10 @@ sampler ─► prompt rows ─► engine.generate (weights v) ─► rewards (+ 
     ▲                                                        │
     └── more prompts while groups carry no signal ◄──────────┤ (dynamic sampling)
                                                              ▼
-TrainingBatch ─► [reference / old logprobs, critic values, as the config needs]
+TrainingBatch ─► failed samples (and groups left too small) out of the loss
+          │      (no sample left: no update this step)
+          ▼
+[reference / old logprobs, critic values, as the config needs]
           │
           ▼
 advantages (algo registry) ─► critic update ─► policy update ─► KL coefficient
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,10 +33,11 @@ from grouprl.algo.advantages import ADVANTAGES, AdvantageInputs
 from grouprl.algo.aggregate import LossNorm, token_mean
 from grouprl.algo.kl import KLController, kl_rewards
 from grouprl.algo.shaping import overlong_penalty, policy_learns, signal_groups
+from grouprl.algo.traits import ESTIMATORS
 from grouprl.ckpt.best import Best
 from grouprl.config.schema import RunConfig
 from grouprl.data.sampler import PromptSampler
-from grouprl.driver.batch import build_batch, turn_tensors
+from grouprl.driver.batch import build_batch, trained_samples, turn_tensors
 from grouprl.driver.evaluate import validate
 from grouprl.driver.overlap import RolloutAhead
 from grouprl.engines.base import SamplingSettings
@@ -41,7 +46,7 @@ from grouprl.metrics.telemetry import Hardware, pass_flops, rank_memory_metrics
 from grouprl.rewards.scoring import RewardScores
 from grouprl.rewards.scoring import metrics as reward_metrics
 from grouprl.rollout.episodes import episode_metrics
-from grouprl.rollout.reward import record_parts
+from grouprl.rollout.reward import describe_sample, record_parts
 from grouprl.rollout.runner import TimedScore
 from grouprl.rollout.setup import PromptSet, RolloutFn
 from grouprl.types import TrainingBatch, Trajectory
@@ -50,6 +55,15 @@ from grouprl.workers.group import Role, WorkerGroup
 from grouprl.workers.policy import PolicyWorker
 
 logger = logging.getLogger(__name__)
+
+FAILURE_METRICS = {
+    "env_error": "failures/env",
+    "agent_error": "failures/agent",
+    "reward_error": "failures/reward",
+}
+"""The metric that counts each step's samples failed for each reason (dropped or not)."""
+LISTED_DROPS = 3
+"""Samples left out of training that a step's warning names; the rest are counted."""
 
 
 @dataclass
@@ -161,7 +175,9 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
         trajectories, scores = _generate(c, step, round_)
         generated += trajectories
         all_scores.append(scores)
-        varied = signal_groups([t.reward for t in trajectories], group_size=n)
+        varied = signal_groups(
+            [t.reward for t in trajectories], group_size=n, trains=[t.trains for t in trajectories]
+        )
         for start, signal in zip(range(0, len(trajectories), n), varied, strict=True):
             group = trajectories[start : start + n]
             (kept if signal or not algo.dynamic_sampling else dropped).append(group)
@@ -185,10 +201,7 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
     generate_s = time.perf_counter() - t0 - c.score.seconds
     lengths = [t.generated_tokens for t in generated]
     tokens_per_s = sum(lengths) / max(generate_s, 1e-9)
-    rewards = torch.tensor([t.reward for t in generated])
     metrics = {
-        "reward/mean": float(rewards.mean()),
-        "reward/std": float(rewards.std(unbiased=False)),
         "response_len/mean": sum(lengths) / len(lengths),
         "response_len/max": float(max(lengths)),
         "response/truncated_frac": sum(t.completion.finish_reason == "length" for t in generated)
@@ -201,8 +214,7 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
         **reward_metrics(RewardScores.concat(all_scores)),
         **c.engine.drain_metrics(),
     }
-    if cfg.judges_correctness:  # else nothing says an answer is correct: no accuracy
-        metrics["accuracy"] = sum(t.correct for t in generated) / len(generated)
+    metrics.update(_training_rewards(generated, accuracy=cfg.judges_correctness))
     if algo.overlong_buffer is not None:
         metrics["reward/overlong"] = sum(t.reward_parts.overlong or 0.0 for t in generated) / len(
             generated
@@ -214,13 +226,34 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
     return batch, metrics
 
 
+def _training_rewards(generated: list[Trajectory], *, accuracy: bool) -> dict[str, float]:
+    """The reward (and ``accuracy``, where something judges correctness) of the samples
+    that train, none when no sample does; the failed samples counted by reason."""
+    metrics = {name: 0.0 for name in FAILURE_METRICS.values()}
+    for t in generated:
+        if t.reward_parts.failure is not None:
+            metrics[FAILURE_METRICS[t.reward_parts.failure]] += 1
+    trained = [t for t in generated if t.trains]
+    if not trained:
+        return metrics
+    rewards = torch.tensor([t.reward for t in trained])
+    metrics["reward/mean"] = float(rewards.mean())
+    metrics["reward/std"] = float(rewards.std(unbiased=False))
+    if accuracy:
+        metrics["accuracy"] = sum(t.correct for t in trained) / len(trained)
+    return metrics
+
+
 def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict[str, float]:
     cfg, algo = c.cfg, c.cfg.algo
     batch = build_batch(
         trajectories, pad_id=c.tokenizer.pad_token_id, mask_truncated=algo.mask_truncated
     )
+    valid_B, metrics = _leave_out_failures(c, trajectories, batch, step)
+    metrics.update(_staleness(c, trajectories))
+    if not valid_B.any():  # nothing to learn from: no update (the warning says so)
+        return metrics
     mask_BT = batch.loss_mask_BT
-    metrics = _staleness(c, trajectories)
     ref_BT = c.reference_logprobs(batch) if c.reference_logprobs is not None else None
     batch.ref_logprobs_BT = ref_BT
     token_rewards_BT = None
@@ -253,6 +286,7 @@ def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict
             turn_rewards_BK=turn_rewards_BK,
             turn_counts_B=turn_counts_B,
             credit_turns_B=credit_turns_B,
+            valid_B=valid_B,
         ),
         cfg=algo,
     )
@@ -269,14 +303,72 @@ def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict
         )
         metrics.update(_update_perf(c, batch, time.perf_counter() - started))
         _warn_of_odd_replicas(metrics, step)
-    c.state.kl.update(metrics.get("kl"), n_samples=len(batch))
+    c.state.kl.update(metrics.get("kl"), n_samples=int(valid_B.sum()))
     if algo.beta > 0:
         metrics["kl_coef"] = c.state.kl.beta
     if cfg.rollout.n > 1:  # groups whose scores are all equal teach group estimators nothing
-        scores_PG = scores_B.view(-1, cfg.rollout.n)
-        equal_P = scores_PG.amax(dim=1) == scores_PG.amin(dim=1)
-        metrics["zero_adv_groups_frac"] = float(equal_P.float().mean())
+        metrics["zero_adv_groups_frac"] = _equal_groups_frac(scores_B, valid_B, cfg.rollout.n)
     return metrics
+
+
+def _equal_groups_frac(scores_B: Tensor, valid_B: Tensor, group_size: int) -> float:
+    """The share of the groups that train whose training samples' scores are all equal."""
+    valid_PG = valid_B.view(-1, group_size)
+    scores_PG = scores_B.view(-1, group_size)
+    high_P = torch.where(valid_PG, scores_PG, -torch.inf).amax(dim=1)
+    low_P = torch.where(valid_PG, scores_PG, torch.inf).amin(dim=1)
+    trains_P = valid_PG.any(dim=1)
+    return float((high_P == low_P)[trains_P].float().mean())
+
+
+def _leave_out_failures(
+    c: Components, trajectories: list[Trajectory], batch: TrainingBatch, step: int
+) -> tuple[Tensor, dict[str, float]]:
+    """Which samples train (``driver/batch.trained_samples``): the loss mask of the others
+    (failed and dropped, or in a group left with fewer than the estimator's minimum) is
+    set to zero; their counts as metrics, and one warning for all of them."""
+    n, advantage = c.cfg.rollout.n, c.cfg.algo.advantage
+    smallest = ESTIMATORS[advantage].min_group_size
+    valid_B = trained_samples(trajectories, group_size=n, min_group_size=smallest)
+    batch.loss_mask_BT = batch.loss_mask_BT * valid_B[:, None]
+    groups_dropped = int((~valid_B.view(-1, n).any(dim=1)).sum())
+    if not valid_B.all():
+        logger.warning(
+            "step %d: %s; groups dropped whole: %d (fewer than %d of their samples train, "
+            "which algo.advantage=%s needs); %s. Set env.on_error or reward.on_error=zero "
+            "to train failed samples as reward 0 instead, or =raise to stop at the first.",
+            step,
+            _failed_samples(trajectories),
+            groups_dropped,
+            smallest,
+            advantage,
+            f"{int(valid_B.sum())} of {len(valid_B)} samples train"
+            if valid_B.any()
+            else "no sample trains: this step makes no update",
+        )
+    return valid_B, {
+        "train/dropped_samples": float((~valid_B).sum()),
+        "train/dropped_groups": float(groups_dropped),
+    }
+
+
+def _failed_samples(trajectories: list[Trajectory]) -> str:
+    """``5 failed samples left out of training (3 env_error, 2 reward_error): sample 4
+    (prompt index 17): env_error: ...; ...; 2 more``: counts by reason, the first few."""
+    failed = [i for i, t in enumerate(trajectories) if not t.trains]
+    reasons = Counter(trajectories[i].reward_parts.failure for i in failed)
+    counts = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
+    listed = [_describe_drop(trajectories[i], i) for i in failed[:LISTED_DROPS]]
+    if len(failed) > LISTED_DROPS:
+        listed.append(f"{len(failed) - LISTED_DROPS} more")
+    return f"{len(failed)} failed samples left out of training ({counts}): " + "; ".join(listed)
+
+
+def _describe_drop(traj: Trajectory, sample: int) -> str:
+    """``sample 3 (prompt index 12): env_error: <the error, shortened>``."""
+    error = traj.reward_parts.error
+    said = f": {error[:200]}" if error else ""
+    return f"{describe_sample(traj, sample)}: {traj.reward_parts.failure}{said}"
 
 
 def _staleness(c: Components, trajectories: list[Trajectory]) -> dict[str, float]:

@@ -26,8 +26,10 @@ def check_before_loading(cfg: RunConfig, *, missing_ok: bool = False) -> Derived
 
 
 def input_problems(cfg: RunConfig, *, missing_ok: bool = False) -> list[str]:
-    """Reward functions that do not resolve and data sources that would not load (a local
-    file missing, unreadable, or without the prompt or answer column), as messages.
+    """Reward functions that do not resolve, cannot reach the reward workers (a lambda, a
+    notebook's ``__main__``) or have a signature no call style takes (``reward_problems``),
+    and data sources that would not load (a local file missing, unreadable, or without the
+    prompt or answer column), as messages.
     ``missing_ok``: files and modules absent on this machine are left to the machine that
     runs the job (``grouprl submit``; its ``grouprl train`` checks them at start)."""
     problems = env_config_problems(cfg.env, missing_ok=missing_ok)  # env.name, env.args

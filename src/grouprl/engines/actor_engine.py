@@ -7,7 +7,11 @@
 
 ``ActorEngine`` is the handle, a ``RolloutEngine`` like the others. It pickles (a
 Ray actor handle and a name), so the training rank on the replica's node can push
-weights to it directly; every failure and timeout names the replica.
+weights to it directly; every failure and timeout names the replica. Each call is bounded
+(``config/replica_timeouts.py``: ``rollout.timeout_s``, or from the call's work), since a
+replica that is alive but stuck (a hung GPU, a stopped process) answers nothing: past
+the bound the actor is killed and the step fails (or the run restarts, with
+``trainer.max_restarts``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 
 from torch import Tensor
 
+from grouprl.config.replica_timeouts import Bound, generation_bound, other_call_bound, push_bound
 from grouprl.config.schema import RunConfig
 from grouprl.device import DeviceName
 from grouprl.engines.base import SamplingSettings, WeightVersion
@@ -76,28 +81,43 @@ class RolloutHost:
 @dataclass
 class ActorEngine(WeightVersion):
     """The handle of one replica's actor. ``name`` says which replica it is and where
-    (node, GPUs), for every message; ``timeout_s`` bounds each call (rollout.timeout_s)."""
+    (node, GPUs), for every message; ``timeout_s`` bounds each call (rollout.timeout_s;
+    None: each call's bound follows from its work, at the rates of ``on_gpu``)."""
 
     actor: Any
     name: str
-    timeout_s: float
+    timeout_s: float | None
     sleeps: bool = False
+    on_gpu: bool = False
     _version: int = 0
 
     def generate(
         self, prompts: list[list[int]], settings: SamplingSettings
     ) -> list[list[Completion]]:
-        return self.get(self.actor.generate.remote(prompts, settings), "generate")
+        n = settings.group_size
+        bound = generation_bound(
+            self.timeout_s,
+            prefill_tokens=n * sum(map(len, prompts)),
+            sequences=n * len(prompts),
+            new_tokens=n * sum(settings.prompt_max_tokens(len(prompts))),
+            on_gpu=self.on_gpu,
+        )
+        return self.get(self.actor.generate.remote(prompts, settings), "a generation", bound)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None:
         weights = {name: tensor.detach().cpu() for name, tensor in named_tensors}
-        self._version = self.get(self.push(weights, version), "a weight push")
+        nbytes = sum(t.numel() * t.element_size() for t in weights.values())
+        self._version = self.pushed(self.push(weights, version), nbytes=nbytes)
 
     def push(self, weights: Any, version: int):
         """Starts a push of ``weights`` (a dict, or a Ray reference to one already in the
-        object store, shared by the node's replicas); ``get`` the result: the version the
-        replica then serves."""
+        object store, shared by the node's replicas); ``pushed`` waits for it."""
         return self.actor.update_weights.remote(weights, version)
+
+    def pushed(self, ref: Any, *, nbytes: int) -> int:
+        """The version the replica serves once the push ``ref`` of ``nbytes`` is done,
+        within the push's bound."""
+        return self.get(ref, "a weight push", push_bound(self.timeout_s, nbytes=nbytes))
 
     @contextmanager
     def released(self) -> Iterator[None]:
@@ -122,21 +142,23 @@ class ActorEngine(WeightVersion):
             ray.kill(self.actor)
             self.actor = None
 
-    def get(self, ref: Any, what: str, *, timeout: float | None = None) -> Any:
-        """``ray.get(ref)`` within ``timeout`` (default ``timeout_s``); a failure or a
-        timeout kills the actor and raises ``WorkerFailed`` naming the replica."""
+    def get(self, ref: Any, what: str, bound: Bound | None = None) -> Any:
+        """``ray.get(ref)`` within ``bound`` (default: a sleep's, wake-up's or close's); a
+        timeout kills the actor; a failure or a timeout raises ``WorkerFailed`` naming the
+        replica and the bound."""
         import ray
         import ray.exceptions
 
         from grouprl.cluster.connection import WorkerFailed, reason
 
-        limit = f"{timeout:.0f} s" if timeout else f"rollout.timeout_s={self.timeout_s:.0f} s"
+        bound = bound or other_call_bound(self.timeout_s)
         try:
-            return ray.get(ref, timeout=timeout or self.timeout_s)
+            return ray.get(ref, timeout=bound.seconds)
         except ray.exceptions.GetTimeoutError:
             ray.kill(self.actor)
             raise WorkerFailed(
-                f"{self.name} did not finish {what} within {limit}: stopped it"
+                f"{self.name} did not finish {what} within {bound.seconds:.0f} s "
+                f"({bound.rule}): stopped it"
             ) from None
         except Exception as err:
             raise WorkerFailed(f"{self.name} failed during {what}: {reason(err)}") from None

@@ -5,7 +5,8 @@ Suffixes: B rows (prompt x sample), T tokens, V vocab.
 The loop is written by hand rather than with ``model.generate`` so that every
 row draws from its own ``torch.Generator``: sample j of prompt i uses seed
 ``settings.seed + i * n + j`` (the same streams vLLM gives a request seeded
-``seed + i * n``), so a completion does not depend on how prompts are batched.
+``seed + i * n``), so a completion does not depend on how prompts are batched. Each row
+stops at its prompt's own max_tokens (``SamplingSettings.prompt_max_tokens``).
 
 Logprobs are those of the distribution each token was drawn from, as vLLM's
 ``logprobs_mode="processed_logprobs"`` gives them (``VLLMEngine`` pins it):
@@ -64,15 +65,15 @@ class HFEngine(WeightVersion):
     ) -> list[list[Completion]]:
         n = settings.group_size
         per_prompt = 1 if settings.is_greedy else n
+        max_tokens = settings.prompt_max_tokens(len(prompts))
         rows = [
-            (prompt, _row_seed(settings.seed, i * n + j))
+            _Row(prompt, _row_seed(settings.seed, i * n + j), max_tokens[i])
             for i, prompt in enumerate(prompts)
             for j in range(per_prompt)
         ]
         done: list[Completion] = []
         for start in range(0, len(rows), self.max_batch_rows):
-            chunk = rows[start : start + self.max_batch_rows]
-            done += self._generate_rows([p for p, _ in chunk], [s for _, s in chunk], settings)
+            done += self._generate_rows(rows[start : start + self.max_batch_rows], settings)
         groups = [done[i * per_prompt : (i + 1) * per_prompt] for i in range(len(prompts))]
         return [g if per_prompt == n else replicate(g[0], n) for g in groups]
 
@@ -110,17 +111,19 @@ class HFEngine(WeightVersion):
 
     # --- internals -------------------------------------------------------------------------
 
-    def _generate_rows(
-        self, prompts: list[list[int]], seeds: list[int | None], settings: SamplingSettings
-    ) -> list[Completion]:
+    def _generate_rows(self, rows: list[_Row], settings: SamplingSettings) -> list[Completion]:
+        """One batch of rows, each stopping at EOS (unless ``ignore_eos``) or at its own
+        max_tokens; a row draws once per step, so its tokens do not depend on the others."""
         model = self.model
         if model is None:
             raise RuntimeError("the hf engine was closed")
-        B = len(prompts)
-        generators = [_generator(seed, self.device) for seed in seeds]
-        input_ids_BT, attention_BT = _left_pad(prompts, self._pad_id, self.device)
+        B = len(rows)
+        generators = [_generator(row.seed, self.device) for row in rows]
+        input_ids_BT, attention_BT = _left_pad([r.prompt for r in rows], self._pad_id, self.device)
         position_BT = (attention_BT.cumsum(-1) - 1).clamp(min=0)
         eos_ids = torch.tensor(sorted(self._eos_ids), device=self.device)
+        limit_B = torch.tensor([row.max_tokens for row in rows], device=self.device)
+        steps = int(limit_B.max())
 
         tokens: list[list[int]] = [[] for _ in range(B)]
         logprobs: list[list[float]] = [[] for _ in range(B)]
@@ -133,7 +136,7 @@ class HFEngine(WeightVersion):
             logits_to_keep=1,
         )
         next_position_B = position_BT[:, -1] + 1
-        for step in range(settings.max_tokens):
+        for step in range(steps):
             processed_BV = processed_logits(out.logits[:, -1].float(), settings=settings)
             token_B = _draw(processed_BV, greedy=settings.is_greedy, generators=generators)
             logprob_B = processed_BV.log_softmax(-1).gather(1, token_B[:, None])[:, 0]
@@ -142,7 +145,8 @@ class HFEngine(WeightVersion):
                 logprobs[b].append(float(logprob_B[b]))
             if not settings.ignore_eos:
                 done_B |= torch.isin(token_B, eos_ids)
-            if bool(done_B.all()) or step == settings.max_tokens - 1:
+            done_B |= limit_B <= step + 1
+            if bool(done_B.all()):
                 break
             token_B = token_B.masked_fill(done_B, self._pad_id)
             attention_BT = torch.cat([attention_BT, torch.ones_like(attention_BT[:, :1])], dim=1)
@@ -170,6 +174,15 @@ class HFEngine(WeightVersion):
             finish_reason="stop" if stopped else "length",
             text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Row:
+    """One completion to draw: its prompt, its generator's seed, its max_tokens."""
+
+    prompt: list[int]
+    seed: int | None
+    max_tokens: int
 
 
 def processed_logits(logits_BV: Tensor, *, settings: SamplingSettings) -> Tensor:

@@ -2,8 +2,8 @@
 whatever their number.
 
     generate(P prompts) ─► split into contiguous runs of whole prompts (groups), balanced
-                           by expected work ─► replica 0 .. R-1 at once ─► joined in
-                           prompt order
+                           by expected work (each run with its prompts' max_tokens) ─►
+                           replica 0 .. R-1 at once ─► joined in prompt order
     weights (v) ─► each node's leader training rank gathers the full weights once and
                    pushes them to the replicas on its node (one copy in the node's object
                    store) ─► every replica reports v before generation resumes
@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from torch import Tensor
 
+from grouprl.config.replica_timeouts import Bound, step_generation_bound
 from grouprl.config.schema import RunConfig
 from grouprl.engines.actor_engine import ActorEngine, RolloutHost
 from grouprl.engines.base import RolloutEngine, SamplingSettings, WeightVersion
@@ -51,11 +52,14 @@ class Slot:
     gpus: tuple[int, ...] = ()
 
 
-def split_by_work(prompts: Sequence[Sequence[int]], parts: int, *, max_tokens: int) -> list[range]:
+def split_by_work(
+    prompts: Sequence[Sequence[int]], parts: int, *, max_tokens: int | Sequence[int]
+) -> list[range]:
     """Contiguous runs of prompts, at most ``parts`` of them, each close to an equal share
-    of the expected work (a prompt's tokens plus the tokens it may generate; every prompt
-    has the same ``n``). Empty runs are left out."""
-    costs = [len(p) + max_tokens for p in prompts]
+    of the expected work (a prompt's tokens plus the tokens it may generate: ``max_tokens``,
+    or each prompt's; every prompt has the same ``n``). Empty runs are left out."""
+    each = [max_tokens] * len(prompts) if isinstance(max_tokens, int) else list(max_tokens)
+    costs = [len(p) + m for p, m in zip(prompts, each, strict=True)]
     total, bounds, acc = sum(costs), [0], 0
     for i, cost in enumerate(costs):
         # a prompt goes to the next run when most of it lies past this run's share
@@ -82,16 +86,22 @@ class ReplicaSet(WeightVersion):
     def generate(
         self, prompts: list[list[int]], settings: SamplingSettings
     ) -> list[list[Completion]]:
-        runs = split_by_work(prompts, len(self.engines), max_tokens=settings.max_tokens)
+        max_tokens = settings.prompt_max_tokens(len(prompts))
+        runs = split_by_work(prompts, len(self.engines), max_tokens=max_tokens)
 
         def run(k: int) -> list[list[Completion]]:
             part, t0 = runs[k], time.perf_counter()
             seed = (
                 None if settings.seed is None else settings.seed + part.start * settings.group_size
             )
-            groups = self.engines[k].generate(
-                prompts[part.start : part.stop], replace(settings, seed=seed)
+            each = settings.max_tokens_each
+            share = replace(
+                settings,
+                seed=seed,
+                max_tokens=max(max_tokens[part.start : part.stop]),
+                max_tokens_each=None if each is None else each[part.start : part.stop],
             )
+            groups = self.engines[k].generate(prompts[part.start : part.stop], share)
             for completion in (c for group in groups for c in group):
                 completion.replica = k
             self._samples[k] += len(part) * settings.group_size
@@ -183,9 +193,10 @@ def push(
         import ray
 
         shared = ray.put({name: t.detach().cpu() for name, t in weights.items()})
+        nbytes = sum(t.numel() * t.element_size() for t in weights.values())
         started = [(k, e, e.push(shared, version)) for k, e in remote]
         for k, engine, ref in started:
-            reported[k] = engine.get(ref, "a weight push")
+            reported[k] = engine.pushed(ref, nbytes=nbytes)
     for k, engine in targets:
         if not isinstance(engine, ActorEngine):
             engine.update_weights(weights.items(), version=version)
@@ -288,7 +299,9 @@ def start_replicas(
                 sleeps=bool(slot.gpus),
             )
         )
-        engines.append(ActorEngine(actor, name, timeout_s=r.timeout_s, sleeps=bool(slot.gpus)))
+        engines.append(
+            ActorEngine(actor, name, timeout_s=r.timeout_s, sleeps=bool(slot.gpus), on_gpu=on_gpu)
+        )
         names.append(name)
     started = ReplicaSet(engines, where, names)
     try:
@@ -297,7 +310,7 @@ def start_replicas(
             lambda k: engines[k].get(
                 ready[k],
                 "its start (waiting for a node with the GPUs it asks for)",
-                timeout=PLACEMENT_TIMEOUT_S,
+                Bound(PLACEMENT_TIMEOUT_S, "the time the cluster has to place it"),
             )
         )
     except BaseException:
@@ -307,6 +320,10 @@ def start_replicas(
         "%d rollout replica(s): %s",
         len(names),
         "; ".join(f"{name} pid {pid}" for name, pid in zip(names, pids, strict=True)),
+    )
+    bound = step_generation_bound(cfg, on_gpu=on_gpu)
+    logger.info(
+        "a replica's generation call in a step: at most %.0f s (%s)", bound.seconds, bound.rule
     )
     return started
 

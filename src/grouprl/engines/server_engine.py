@@ -2,7 +2,8 @@
 the server's GPUs (tensor parallel there), weight pushes into its running workers.
 
     generate ──► POST /v1/completions per prompt (token ids in, `return_token_ids`,
-                 sampled-token logprobs, the per-prompt seed) from a pool of threads
+                 sampled-token logprobs, the prompt's seed and max_tokens) from a pool
+                 of threads
     update_weights ──► safetensors in `rollout.server_weights_dir` (a path the server
                  reads: /dev/shm on its node, or a shared filesystem) ──► POST
                  /collective_rpc reload_weights (every server worker loads it in place)
@@ -97,6 +98,7 @@ class ServerEngine(WeightVersion):
         processing = settings.temperature != 1.0 or settings.top_k > 0 or settings.top_p < 1
         if prompts and not settings.is_greedy and processing and not self._mode_checked:
             self._check_logprobs_mode(prompts[0])
+        max_tokens = settings.prompt_max_tokens(len(prompts))
 
         def one(i: int) -> list[Completion]:
             body = {
@@ -106,7 +108,7 @@ class ServerEngine(WeightVersion):
                 "temperature": settings.temperature,
                 "top_p": settings.top_p,
                 "top_k": settings.top_k,
-                "max_tokens": settings.max_tokens,
+                "max_tokens": max_tokens[i],
                 "ignore_eos": settings.ignore_eos,
                 "seed": None if settings.seed is None else settings.seed + i * n,
                 "logprobs": 0,

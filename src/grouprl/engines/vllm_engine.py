@@ -15,7 +15,8 @@ reuse keys and values computed with the old weights for any prompt that shares a
 KV block (128 tokens on CPU) with an earlier one, e.g. a common system prompt. See
 ``grouprl.engines.shared_weights`` for the buffer.
 
-Prompts are token ids (``TokensPrompt``); sample j of prompt i is seeded
+Prompts are token ids (``TokensPrompt``), one ``SamplingParams`` each (its own
+``max_tokens``: ``SamplingSettings.prompt_max_tokens``); sample j of prompt i is seeded
 ``settings.seed + i * n + j`` (vLLM seeds child j of a request seeded s with
 s + j, so the request gets ``seed + i * n``), disjoint across prompts.
 
@@ -196,13 +197,14 @@ class VLLMEngine(WeightVersion):
 
         n = settings.group_size
         per_prompt = 1 if settings.is_greedy else n  # vLLM refuses n > 1 when greedy
+        max_tokens = settings.prompt_max_tokens(len(prompts))
         params = [
             SamplingParams(
                 n=per_prompt,
                 temperature=settings.temperature,
                 top_p=settings.top_p,
                 top_k=settings.top_k,
-                max_tokens=settings.max_tokens,
+                max_tokens=max_tokens[i],
                 ignore_eos=settings.ignore_eos,
                 seed=None if settings.seed is None else settings.seed + i * n,
                 logprobs=0,

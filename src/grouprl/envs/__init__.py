@@ -9,15 +9,8 @@ The public records and helpers for writing your own::
         def episode(self, row): ...           # -> an object with start() and step(text)
 """
 
-from grouprl.envs.base import (
-    STOP_REASONS,
-    EnvContext,
-    Environment,
-    Episode,
-    Message,
-    Step,
-    StopReason,
-)
+from grouprl.config.env_keys import STOP_REASONS, StopReason
+from grouprl.envs.base import EnvContext, Environment, Episode, Message, Step
 from grouprl.tools.calls import ToolCall
 from grouprl.tools.runner import ToolResult
 from grouprl.tools.spec import Tool, ToolSet

@@ -9,12 +9,23 @@ An environment may also have ``template_kwargs`` (extra chat-template arguments,
 ``{"tools": schemas}``; absent: none). ``start()`` must depend on the row only: the
 ``rollout.n`` episodes of a row share one prompt (a group), rendered once per row.
 
+An episode is a function of its row and the model's turns: ``episode(row)``, ``start()``
+and ``step(t)`` for the same texts in order rebuild it (what it returned may differ where
+it samples or calls a tool). A contained environment relies on it: an episode whose worker
+was replaced (another episode's step hung or crashed it) is replayed on the new worker
+(``envs/contained.py``). A class that cannot be rebuilt so sets ``replayable = False``;
+each of its episodes then gets a worker process of its own. ``start`` and ``step`` may be
+``async def`` (awaited on the worker's one event loop); the steps of different episodes
+run at once on threads (``env.concurrency`` per worker), so state the environment object
+shares between its episodes must be safe for that.
+
 Stop reasons (``StopReason``): ``answered`` (the environment ended the episode),
 ``max_turns``, ``context_overflow`` (the next turn would not fit
 ``rollout.max_model_len``), ``max_tokens`` (a turn cut off at the length limit),
 ``parse_error``, ``tool_error`` (an environment's own verdicts), and ``env_error`` (the
-environment failed: a step raised, passed ``env.sandbox.timeout_s``, or its worker died;
-the episode scores 0). Observations are rendered into tokens by the chat template *after* the
+environment failed: a step raised, passed ``env.sandbox.timeout_s``, or crashed its worker
+alone; ``env.on_error`` says whether the episode is left out of training, trains as reward 0
+or stops the run). Observations are rendered into tokens by the chat template *after* the
 model's own tokens, never by re-tokenising the conversation (``render_observation``).
 docs/environments.md is the user's guide.
 """
@@ -23,18 +34,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, get_args
+from typing import Any, Protocol
 
-StopReason = Literal[
-    "answered",
-    "max_turns",
-    "context_overflow",
-    "max_tokens",
-    "parse_error",
-    "tool_error",
-    "env_error",
-]
-STOP_REASONS: tuple[str, ...] = get_args(StopReason)
+from grouprl.config.env_keys import StopReason
 
 Message = dict[str, Any]
 """A chat message: ``{"role": "user" | "system" | "tool" | ..., "content": str, ...}``."""
@@ -102,6 +104,12 @@ class EnvContext:
         )
 
 
+def replayable(env: Any) -> bool:
+    """Whether ``env``'s episodes can be rebuilt from their row and model turns (the
+    protocol's default); an environment opts out with ``replayable = False``."""
+    return bool(getattr(env, "replayable", True))
+
+
 def template_kwargs_of(env: Any) -> dict[str, Any]:
     """``env.template_kwargs``, or {} for an environment without one."""
     return dict(getattr(env, "template_kwargs", None) or {})
@@ -110,10 +118,12 @@ def template_kwargs_of(env: Any) -> dict[str, Any]:
 def first_messages(env: Any, rows: list[dict[str, Any]]) -> list[list[Message]]:
     """Each row's opening messages (``episode(row).start()``). An environment that runs
     elsewhere answers many rows in one call (``openings(rows)``, the contained ones)."""
+    from grouprl.sandbox.user_code import awaited_call
+
     openings = getattr(env, "openings", None)
     if openings is not None:
         return openings(rows)
-    return [env.episode(row).start() for row in rows]
+    return [awaited_call(env.episode(row).start) for row in rows]
 
 
 def render_observation(tokenizer, messages: list[dict[str, Any]], **template_kwargs) -> list[int]:

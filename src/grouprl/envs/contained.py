@@ -1,32 +1,49 @@
-"""Your environment in worker processes: each episode pinned to one worker, each call
-with a deadline, a failure ending only the episode it hit.
+"""Your environment in worker processes: each call with a deadline, and a failure costing
+only the episode it hit: the episodes that shared its worker are replayed on the new one.
 
 ::
 
-    driver (run_episodes threads)                 worker k  (WorkerPool, spawn)
-    env.episode(row) ─ submit _start(id, row) ──► env = cls(**env.args)   (once per worker)
-                                                  episodes[id] = env.episode(row); .start()
-    episode.step(text) ─ submit _step(id, text) ─► episodes[id].step(text) -> Step
-        CallFailed (raised, timed out, crashed,  ◄─ worker killed past env.sandbox.timeout_s,
-        state lost) ──► EnvFailure                  replaced; its episodes are lost
-    episode.close() ─── submit _close([id]) ────► episodes.pop(id)
+    driver (run_episodes threads)                  worker k  (WorkerPool, spawn; up to
+                                                   env.concurrency calls at once, threads)
+    env.episode(row) ── _start(id, row) ─────────► env = cls(**env.args)  (its first call)
+                                                   episodes[id] = env.episode(row); .start()
+    episode.step(text) ─ _step(id, text, turn) ──► episodes[id].step(text) -> Step
+                       ◄─ None: not held here (the worker was replaced since)
+                       ── _step(..., history=(row, texts)) ─► episode(row), start(), step(t)
+                                                   for each earlier text t, then step(text)
+        CallFailed, own (it raised, timed out,  ──► EnvFailure: this episode ends
+          or was alone on a worker that died)
+        CallFailed, not own (its worker died    ──► the same call once more, alone on its
+          under several calls)                      worker, replayed; a second failure ends it
+    episode.close() ── _close([id]) ─────────────► episodes.pop(id).close()
 
-``run_episodes`` turns ``EnvFailure`` into the stop reason ``env_error`` (reward 0,
-counted in ``episode/env_errors``, logged with the sample and prompt index). The start
-call goes out when the episode is made, so it runs while the engine generates turn 0.
-The class is built once per worker, inside that worker's first call (and its deadline).
+The driver keeps each episode's row and the texts it has sent, so an episode whose worker
+was killed (another episode's step hung, crashed or ran out of memory) is rebuilt on the
+replacement: the protocol says an episode is a function of its row and the model's turns
+(``envs/base.py``). An environment with ``replayable = False`` cannot be rebuilt, so each
+of its open episodes gets a one-worker pool of its own (lent from a free list, kept for
+later episodes): a failure still costs one episode, for a process per open episode.
+
+``run_episodes`` turns ``EnvFailure`` into the stop reason ``env_error`` (``env.on_error``:
+left out of training by default, counted in ``episode/env_errors``, logged with the sample
+and prompt index). The start call goes out when the episode is made, so it runs while the
+engine generates turn 0. Each worker imports the environment's module as it starts and
+builds the class in its first call (within that call's deadline, ``env.sandbox.timeout_s``).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
+import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 from grouprl.config.schema import DataConfig, EnvConfig
-from grouprl.envs.base import Message, Step, first_messages, template_kwargs_of
+from grouprl.envs.base import Message, Step, first_messages, replayable, template_kwargs_of
 from grouprl.envs.loader import EnvTarget, build_user_env, resolve_env
+from grouprl.sandbox.user_code import awaited_call
 
 OPENING_CHUNK = 256
 """Rows whose opening messages one worker call renders (at load time)."""
@@ -53,10 +70,14 @@ class EnvRecipe:
     data_cfg: DataConfig
     cache_dir: str
 
+    def resolved(self) -> EnvTarget:
+        """The target with its class: the worker imports it (a file: loads it) itself."""
+        if self.target.kind != "import_path":
+            return self.target
+        return resolve_env(self.env_cfg.model_copy(update={"name": self.target.name}))
+
     def build(self) -> Any:
-        target = self.target
-        if target.kind == "import_path":  # the worker imports it (a file: loads it) itself
-            target = resolve_env(self.env_cfg.model_copy(update={"name": target.name}))
+        target = self.resolved()
         return build_user_env(target, self.env_cfg, self.data_cfg, cache_dir=self.cache_dir)
 
     def __reduce__(self):
@@ -68,6 +89,8 @@ class EnvRecipe:
 
 # --- in the worker --------------------------------------------------------------------------
 
+_BUILDING = threading.Lock()  # the first calls of a worker arrive on several threads at once
+
 
 def _state() -> dict[str, Any]:
     from grouprl.sandbox import worker_state
@@ -77,37 +100,79 @@ def _state() -> dict[str, Any]:
 
 def _env(recipe: EnvRecipe) -> Any:
     state = _state()
-    if "env" not in state:
-        state["env"] = recipe.build()
-        state["episodes"] = {}
+    with _BUILDING:
+        if "env" not in state:
+            state["episodes"] = {}  # id -> (episode, steps it has taken)
+            state["env"] = recipe.build()
     return state["env"]
+
+
+def _episodes(recipe: EnvRecipe) -> dict[int, tuple[Any, int]]:
+    _env(recipe)
+    return _state()["episodes"]
+
+
+def _import_at_start(recipe: EnvRecipe) -> None:
+    """The pool's ``initializer``: the environment's module is imported before the worker
+    takes calls, outside their deadlines (the class is built in the first call, within its
+    deadline: a constructor may take longer than a worker's start may)."""
+    recipe.resolved()
+
+
+def _traits(recipe: EnvRecipe) -> tuple[dict[str, Any], bool]:
+    env = _env(recipe)
+    return template_kwargs_of(env), replayable(env)
 
 
 def _openings(recipe: EnvRecipe, rows: list[dict[str, Any]]) -> list[list[Message]]:
     return first_messages(_env(recipe), rows)
 
 
-def _template_kwargs(recipe: EnvRecipe) -> dict[str, Any]:
-    return template_kwargs_of(_env(recipe))
-
-
 def _start(recipe: EnvRecipe, episode_id: int, row: dict[str, Any]) -> list[Message]:
     episode = _env(recipe).episode(row)
-    messages = episode.start()
-    _state()["episodes"][episode_id] = episode
+    messages = awaited_call(episode.start)
+    _episodes(recipe)[episode_id] = (episode, 0)
     return messages
 
 
-def _step(episode_id: int, model_text: str) -> Step:
-    episodes = _state().get("episodes", {})
-    episode = episodes.get(episode_id)
-    if episode is None:
-        raise LookupError("its worker was restarted and lost the episode's state")
-    step = episode.step(model_text)
-    if not isinstance(step, Step):
-        raise TypeError(f"step() returned a {type(step).__name__}, not a grouprl.envs.Step")
+def _step(
+    recipe: EnvRecipe,
+    episode_id: int,
+    model_text: str,
+    *,
+    turn: int,
+    history: tuple[dict[str, Any], list[str]] | None = None,
+) -> Step | None:
+    """The episode's answer to its ``turn``-th text (counting from 0). None: this worker
+    does not hold the episode after ``turn`` steps and no ``history`` (its row and earlier
+    texts) came to rebuild it from."""
+    episodes = _episodes(recipe)
+    held = episodes.get(episode_id)
+    if held is None or held[1] != turn:
+        if history is None:
+            return None
+        held = episodes[episode_id] = (_replayed(recipe, *history), turn)
+    step = _checked(awaited_call(held[0].step, model_text))
     if step.done:
         _close_here(episodes, episode_id)
+    else:
+        episodes[episode_id] = (held[0], turn + 1)
+    return step
+
+
+def _replayed(recipe: EnvRecipe, row: dict[str, Any], texts: list[str]) -> Any:
+    """The episode rebuilt from its row and the texts it was sent (their answers, sent to
+    the model before, are dropped)."""
+    episode = _env(recipe).episode(row)
+    awaited_call(episode.start)
+    for text in texts:
+        _checked(awaited_call(episode.step, text))
+    return episode
+
+
+def _checked(step: Any) -> Step:
+    if not isinstance(step, Step):
+        raise TypeError(f"step() returned a {type(step).__name__}, not a grouprl.envs.Step")
     return step
 
 
@@ -117,37 +182,46 @@ def _close(episode_ids: list[int]) -> None:
         _close_here(episodes, episode_id)
 
 
-def _close_here(episodes: dict[int, Any], episode_id: int) -> None:
-    episode = episodes.pop(episode_id, None)
+def _close_here(episodes: dict[int, tuple[Any, int]], episode_id: int) -> None:
+    episode, _ = episodes.pop(episode_id, (None, 0))
     close = getattr(episode, "close", None)
     if close is not None:
-        close()
+        awaited_call(close)
 
 
 # --- in the driver --------------------------------------------------------------------------
 
 
 class ContainedEnv:
-    """An ``Environment`` whose episodes run in ``env.sandbox.workers`` worker processes."""
+    """An ``Environment`` whose episodes run in ``env.sandbox.workers`` worker processes
+    (or, not replayable, in a process each)."""
 
     def __init__(self, recipe: EnvRecipe) -> None:
-        from grouprl.sandbox import WorkerPool
-
-        sandbox = recipe.env_cfg.sandbox
-        self.recipe, self.timeout_s, self.workers = recipe, sandbox.timeout_s, sandbox.workers
-        self.pool = WorkerPool(
-            size=sandbox.workers, memory_mb=sandbox.memory_mb, concurrency=1, name="env"
+        cfg = recipe.env_cfg
+        self.recipe, self.timeout_s = recipe, cfg.sandbox.timeout_s
+        self.pool = self._new_pool(
+            size=cfg.sandbox.workers, concurrency=cfg.concurrency, name="env"
         )
         self._ids = itertools.count()
-        self._template: dict[str, Any] | None = None
+        self._traits: tuple[dict[str, Any], bool] | None = None
+        self._lock = threading.Lock()
+        self._own: list[Any] = []  # not replayable: every episode's own pool, made so far
+        self._free: list[Any] = []  # those no episode holds now
 
     @property
     def template_kwargs(self) -> dict[str, Any]:
-        template = self._template
-        if template is None:
-            fut = self.pool.submit(_template_kwargs, self.recipe, deadline_s=self.timeout_s)
-            template = self._template = self._load_time(fut, "template_kwargs")
-        return template
+        return self._known()[0]
+
+    @property
+    def replayable(self) -> bool:
+        """The class's ``replayable`` (default True): whether a lost episode is rebuilt."""
+        return self._known()[1]
+
+    @property
+    def steps_at_once(self) -> int | None:
+        """Steps the workers take at once (workers x ``env.concurrency``); None: every open
+        episode's (a process each)."""
+        return self.pool.size * self.pool.concurrency if self.replayable else None
 
     def openings(self, rows: list[dict[str, Any]]) -> list[list[Message]]:
         """Each row's opening messages, ``OPENING_CHUNK`` rows a call, the workers side by side."""
@@ -165,10 +239,48 @@ class ContainedEnv:
 
     def episode(self, row: dict[str, Any]) -> ContainedEpisode:
         episode_id = next(self._ids)
-        return ContainedEpisode(self, row, episode_id=episode_id, worker=episode_id % self.workers)
+        if self.replayable:
+            worker = episode_id % self.pool.size
+            return ContainedEpisode(self, row, episode_id=episode_id, pool=self.pool, worker=worker)
+        return ContainedEpisode(self, row, episode_id=episode_id, pool=self._lend(), worker=None)
 
     def close(self) -> None:
-        self.pool.close()
+        for pool in [self.pool, *self._own]:
+            pool.close()
+
+    def _new_pool(self, *, size: int, concurrency: int, name: str) -> Any:
+        from grouprl.sandbox import WorkerPool
+
+        cfg = self.recipe.env_cfg
+        return WorkerPool(
+            size=size,
+            memory_mb=cfg.sandbox.memory_mb,
+            concurrency=concurrency,
+            name=name,
+            initializer=functools.partial(_import_at_start, self.recipe),
+            memory_limit=cfg.sandbox.memory_limit,
+            network=cfg.network,
+        )
+
+    def _lend(self) -> Any:
+        """A one-worker pool no open episode holds (a new one when none is free)."""
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+            pool = self._new_pool(size=1, concurrency=1, name=f"env-episode-{len(self._own)}")
+            self._own.append(pool)
+            return pool
+
+    def _give_back(self, pool: Any) -> None:
+        with self._lock:
+            self._free.append(pool)
+
+    def _known(self) -> tuple[dict[str, Any], bool]:
+        traits = self._traits
+        if traits is None:
+            fut = self.pool.submit(_traits, self.recipe, deadline_s=self.timeout_s)
+            traits = self._traits = self._load_time(fut, "template_kwargs")
+        return traits
 
     def _load_time(self, fut: Future, what: str) -> Any:
         from grouprl.sandbox import CallFailed
@@ -184,49 +296,93 @@ class ContainedEnv:
 
 
 class ContainedEpisode:
-    """One episode's handle in the driver; its object lives in worker ``worker``."""
+    """One episode's handle in the driver: its row and the texts it was sent (to replay it);
+    its object lives in worker ``worker`` of ``pool`` (None: a pool of its own)."""
 
-    def __init__(self, env: ContainedEnv, row: dict[str, Any], *, episode_id: int, worker: int):
-        self.env, self.id, self.worker = env, episode_id, worker
-        self._open = True
-        self._started = env.pool.submit(
-            _start, env.recipe, episode_id, row, deadline_s=env.timeout_s, worker=worker
-        )
-        self._generation: int | None = None
+    def __init__(
+        self,
+        env: ContainedEnv,
+        row: dict[str, Any],
+        *,
+        episode_id: int,
+        pool: Any,
+        worker: int | None,
+    ) -> None:
+        self.env, self.row, self.id, self.pool, self.worker = env, row, episode_id, pool, worker
+        self.texts: list[str] = []
+        self._open, self._lent = True, worker is None
+        self._messages: list[Message] | None = None
+        self._started = self._submit(_start, env.recipe, episode_id, row)
 
     def start(self) -> list[Message]:
-        messages = self._wait(self._started, "start()")
-        if self._generation is None:
-            self._generation = self.env.pool.generation(self.worker)
+        messages = self._messages
+        if messages is None:
+            again = functools.partial(self._submit, _start, self.env.recipe, self.id, self.row)
+            messages = self._messages = self._outcome(self._started, "start()", again=again)
         return messages
 
     def step(self, model_text: str) -> Step:
         self.start()
-        if self.env.pool.generation(self.worker) != self._generation:
-            self._open = False
-            raise EnvFailure("step(): its worker was restarted and lost the episode's state")
-        fut = self.env.pool.submit(
-            _step, self.id, model_text, deadline_s=self.env.timeout_s, worker=self.worker
+        send = functools.partial(
+            self._submit, _step, self.env.recipe, self.id, model_text, turn=len(self.texts)
         )
-        step = self._wait(fut, "step()")
+        history = (self.row, list(self.texts))
+        again = functools.partial(send, history=history)
+        step = self._outcome(send(), "step()", again=again)
+        if step is None:  # its worker was replaced since its last call
+            if self.worker is None:
+                raise EnvFailure(
+                    "step(): its worker was replaced and lost the episode, and the "
+                    "environment sets replayable = False"
+                )
+            step = self._outcome(again(), "step() (replayed on a new worker)", again=again)
+        self.texts.append(model_text)
         self._open = not step.done
         return step
 
     def close(self) -> None:
         if self._open:
             self._open = False
-            pool, timeout_s = self.env.pool, self.env.timeout_s
-            pool.submit(_close, [self.id], deadline_s=timeout_s, worker=self.worker)
+            self._submit(_close, [self.id])
+        if self._lent:
+            self._lent = False
+            self.env._give_back(self.pool)
 
-    def _wait(self, fut: Future, what: str) -> Any:
+    def _submit(self, fn, /, *args: Any, alone: bool = False, **kwargs: Any) -> Future:
+        """``fn`` on the episode's worker; a call that carries a history gets a deadline for
+        each step it replays too."""
+        history = kwargs.get("history")
+        calls = 1 if history is None else 2 + len(history[1])  # start, earlier steps, this
+        return self.pool.submit(
+            fn,
+            *args,
+            deadline_s=calls * self.env.timeout_s,
+            worker=self.worker,
+            alone=alone,
+            **kwargs,
+        )
+
+    def _outcome(self, fut: Future, what: str, *, again: Any) -> Any:
+        """``fut``'s value. A failure that may not be this episode's (its worker died with
+        other calls in flight) is tried ``again(alone=True)`` once, replayed: only a second
+        failure is the episode's."""
         from grouprl.sandbox import CallFailed
 
         try:
             return fut.result()
         except CallFailed as err:
-            if err.kind != "error":  # the worker is gone, and the episode with it
-                self._open = False
-            raise EnvFailure(f"{what} {_failure_text(err)}") from err
+            if err.own or self.worker is None:
+                raise self._ended(err, f"{what} {_failure_text(err)}") from err
+        try:
+            return again(alone=True).result()
+        except CallFailed as err:
+            text = f"{what} {_failure_text(err)}, run alone after its worker died"
+            raise self._ended(err, text) from err
+
+    def _ended(self, err: Any, text: str) -> EnvFailure:
+        if err.kind != "error":  # its worker is gone, and the episode with it: nothing to close
+            self._open = False
+        return EnvFailure(text)
 
 
 def _failure_text(err: Any) -> str:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from grouprl.config.aliases import RENAMED
 from grouprl.config.errors import ConfigError
 from grouprl.config.imports import absolute_import_path, is_import_path
 from grouprl.config.schema import DataConfig, EnvConfig
@@ -74,14 +75,32 @@ def _checked(cfg: EnvConfig, *, missing_ok: bool = False) -> tuple[Any, list[str
         from grouprl.envs.tool_env import SearchQA
 
         problems += args_problems(SearchQA, args)
-    elif name in BUILT_IN and args:
-        keys = ", ".join(f"env.args.{k}" for k in args)
-        problems.append(
-            f"{keys}: env.name={name} is built in and takes no env.args. Fix: remove env.args."
-        )
+    elif name in BUILT_IN:
+        problems += [_ignored_arg(name, key, value) for key, value in args.items()]
     if found is not None and is_import_path(name):
         problems += args_problems(found, args)
     return found, problems
+
+
+SEARCH_ARGS = ("corpus", "k", "max_chars", "timeout_s", "turn_reward")
+"""``search_qa``'s own settings (``SearchQA.__init__``), once keys of ``env`` itself."""
+
+
+def _ignored_arg(name: str, key: str, value: Any) -> str:
+    """``env.args.KEY`` given to the built-in ``name`` (other than search_qa), which takes
+    none: it would be ignored."""
+    ignored = (
+        f"env.args.{key}: env.name={name} is built in and takes no env.args, so "
+        f"env.args.{key}={value!r} would be ignored."
+    )
+    if key not in SEARCH_ARGS:
+        return f"{ignored} Fix: remove env.args.{key}."
+    old = next((a.key for a in RENAMED if a.grouprl[0] == f"env.args.{key}"), None)
+    also = f" (old name {old})" if old else ""
+    return (
+        f"{ignored} It is a setting of env.name=search_qa. Fix: remove env.args.{key}{also}, "
+        "or set env.name=search_qa."
+    )
 
 
 def _in_workers(cfg: EnvConfig) -> bool:

@@ -18,10 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from grouprl.config.env_keys import BUILT_IN_ENVS
 from grouprl.config.errors import ConfigError
 from grouprl.sandbox.user_code import UserCode
 
-BUILT_IN = ("single_turn", "search_qa")
+BUILT_IN = BUILT_IN_ENVS
 
 EnvFactory = Callable[..., Any]
 """``factory(env_cfg, data_cfg, *, cache_dir) -> Environment``."""

@@ -68,13 +68,18 @@ def _containment(env: EnvConfig) -> Row:
         why = "env.sandbox.workers=0: in the driver, uncontained, no deadline"
         return ("runs", "in-process", why)
     memory = "no memory limit" if box.memory_mb is None else f"{box.memory_mb} MB each"
+    network = "network" if env.network else "no network"
     return (
         "runs",
         f"{box.workers} workers",
-        f"env.sandbox.workers processes ({memory}), each episode on one; start/step calls "
-        f"killed after {show(box.timeout_s)} s (env.sandbox.timeout_s): the episode ends "
-        "env_error, reward 0",
+        f"env.sandbox.workers processes ({memory}, {network}), {env.concurrency} steps at "
+        f"once in each (env.concurrency); start/step calls killed after "
+        f"{show(box.timeout_s)} s (env.sandbox.timeout_s): the episode ends env_error, "
+        f"{_FAILED[env.on_error]} (env.on_error={env.on_error})",
     )
+
+
+_FAILED = {"drop": "left out of training", "zero": "trained as reward 0", "raise": "the run stops"}
 
 
 def _gateway_row(cfg: RunConfig) -> Row:

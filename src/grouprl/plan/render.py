@@ -15,6 +15,7 @@ from grouprl.config.schema import DataSource, RunConfig
 from grouprl.plan.batch_rows import batch_rows, token_rows
 from grouprl.plan.env_rows import env_rows
 from grouprl.plan.layout import PlanView, Section
+from grouprl.plan.namespaces import network_isolation
 from grouprl.plan.rollout_rows import rollout_rows
 from grouprl.plan.rows import Row, memory_rows, model_rows
 from grouprl.plan.target import Target, plan_target
@@ -155,6 +156,7 @@ def _algo_rows(cfg: RunConfig, d: Derived) -> list[Row]:
             "ratios taken to the policy that sampled them",
         ),
         ("reward", str(len(cfg.reward.functions)), f"weighted sum: {rewards}; {contained}"),
+        _isolation_row(cfg),
         (
             "sampling",
             f"T={show(cfg.rollout.temperature)}",
@@ -162,6 +164,28 @@ def _algo_rows(cfg: RunConfig, d: Derived) -> list[Row]:
         ),
         ("learning rate", f"{train.lr:g}", f"{train.lr_schedule}{warmup}"),
     ]
+
+
+def _isolation_row(cfg: RunConfig) -> Row:
+    """Whether workers can be kept off the network here (reward.network, env.network)."""
+    allowed, why = network_isolation()
+    off = [
+        f"{k}.network=false"
+        for k, on in (("reward", cfg.reward.network), ("env", cfg.env.network))
+        if not on
+    ]
+    if allowed:
+        value = "network namespaces"
+        text = f"{why}; off for {', '.join(off) or 'none'} (docs/sandbox.md)"
+    else:
+        value = "none here"
+        effect = (
+            f"{' and '.join(off)} cannot be kept: their workers keep the network"
+            if off
+            else "no key asks for it"
+        )
+        text = f"{why} ({effect}; docs/sandbox.md)"
+    return ("isolation", value, text)
 
 
 def _advantage_text(cfg: RunConfig) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from grouprl.config.errors import show
 from grouprl.config.replica_checks import colocated, replica_nodes
+from grouprl.config.replica_timeouts import step_generation_bound
 from grouprl.config.schema import RunConfig
 from grouprl.plan.engine_memory import engine_plan
 from grouprl.plan.gpu_memory import parse_gpu
@@ -41,6 +42,8 @@ def rollout_rows(cfg: RunConfig, target: Target) -> list[Row]:
         _per_node_row(cfg),
         _placement_row(cfg, on_gpu),
     ]
+    if cfg.rollout_in_actors:
+        rows.append(_timeout_row(cfg, bool(on_gpu)))
     if r.engine == "vllm" and on_gpu is not False:
         rows.append(
             (
@@ -154,6 +157,12 @@ def _placement_row(cfg: RunConfig, on_gpu: bool | None) -> Row:
         f"one Ray actor per replica on CPU, on the training ranks' nodes ({chosen}, "
         f"cluster.gpus_per_node={c.gpus_per_node})",
     )
+
+
+def _timeout_row(cfg: RunConfig, on_gpu: bool) -> Row:
+    """How long a replica's generation call may run before the step fails, naming it."""
+    bound = step_generation_bound(cfg, on_gpu=on_gpu)
+    return ("replica call limit", f"{bound.seconds:,.0f} s", f"a step's generation: {bound.rule}")
 
 
 def _gpu_memory_row(cfg: RunConfig) -> Row:

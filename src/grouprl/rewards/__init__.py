@@ -1,5 +1,6 @@
 """Reward functions (pure Python) and contained scoring of completions with them (in
-worker processes with a deadline and a memory limit per call: ``scoring``).
+worker processes with a deadline and a memory limit per call: ``scoring``; failed calls,
+the run's failure brake and their warnings: ``failures``).
 
 The names load on first use (PEP 562): a reward worker process imports only the
 modules its functions need, so a replaced worker starts in a fraction of a second.
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING
 from grouprl.lazy import lazy_getattr
 
 _NAMES = {
+    "FailureBrake": ".failures",
     "format_reward": ".format",
     "extract_answer": ".math",
     "math_answer": ".math",
@@ -22,7 +24,7 @@ _NAMES = {
     "register_reward": ".registry",
     "resolve_reward": ".registry",
     "resolve_rewards": ".registry",
-    "RewardFailure": ".scoring",
+    "RewardFailure": ".failures",
     "RewardScorer": ".scoring",
     "RewardScores": ".scoring",
     "metrics": ".scoring",
@@ -30,6 +32,7 @@ _NAMES = {
 }
 __all__ = [
     "REWARD_FUNCTIONS",
+    "FailureBrake",
     "Reward",
     "RewardError",
     "RewardFailure",
@@ -47,6 +50,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from grouprl.rewards.failures import FailureBrake, RewardFailure
     from grouprl.rewards.format import format_reward
     from grouprl.rewards.math import extract_answer, math_answer, normalize_number
     from grouprl.rewards.registry import (
@@ -58,7 +62,6 @@ if TYPE_CHECKING:
         resolve_rewards,
     )
     from grouprl.rewards.scoring import (
-        RewardFailure,
         RewardScorer,
         RewardScores,
         metrics,

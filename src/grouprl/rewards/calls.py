@@ -6,11 +6,16 @@ be a module-level function of an importable module) or, for ``module:fn`` and
 ``path/to/file.py:fn`` names, the name, which each worker resolves once (``REWARDS.load``,
 ``sandbox/user_code.py``: a file loads under a generated module name the worker could not
 import by itself).
+
+One call per style (``registry.call_style``): ``score_sample`` and ``score_group``
+(grouprl's shapes), ``score_verl`` (verl's ``compute_score``, per completion) and
+``score_trl`` (TRL's batched functions, per prompt group, as TRL calls them).
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import numbers
 from collections.abc import Callable
@@ -32,19 +37,40 @@ def score_group(
 ) -> list[float]:
     """``fn(completions, references=..., rows=...)``: one finite float per completion."""
     values = awaited_call(_function(ref), completions, references=references, rows=rows)
-    if hasattr(values, "tolist"):  # a numpy array or tensor
-        values = values.tolist()
-    if not isinstance(values, list | tuple):
-        raise TypeError(
-            f"returned {type(values).__name__} {values!r:.80}; a group reward returns a list "
-            f"of {len(completions)} numbers, one per completion"
-        )
-    if len(values) != len(completions):
-        raise ValueError(
-            f"returned {len(values)} scores for a group of {len(completions)} completions; "
-            "return one per completion, in order"
-        )
-    return [as_score(v) for v in values]
+    return [as_score(v) for v in _one_each(values, len(completions))]
+
+
+def score_verl(ref: FunctionRef, completion: str, *, reference: Any, row: dict) -> float:
+    """verl's ``compute_score(data_source=, solution_str=, ground_truth=, extra_info=)``
+    as verl's reward manager calls it (``extra_info`` only where the function takes it):
+    a number, or a dict whose ``score`` is one (verl's extra metrics are not used)."""
+    fn = _function(ref)
+    kwargs = {
+        "data_source": row.get("data_source"),
+        "solution_str": completion,
+        "ground_truth": reference,
+    }
+    if _takes(fn, "extra_info"):
+        kwargs["extra_info"] = row.get("extra_info")
+    value = awaited_call(fn, **kwargs)
+    if isinstance(value, dict):
+        if "score" not in value:
+            raise KeyError(
+                f"returned a dict without 'score' (keys {sorted(value)}); verl's "
+                "compute_score returns a number or a dict with the number under 'score'"
+            )
+        value = value["score"]
+    return as_score(value)
+
+
+def score_trl(
+    ref: FunctionRef, completions: list[Any], *, prompts: list[Any], columns: dict[str, list]
+) -> list[float | None]:
+    """TRL's ``fn(completions=, prompts=, **columns) -> list[float]``, one prompt group per
+    call: one score per completion, None where the function returned None (TRL's "not
+    applicable"; the scorer fails that sample alone)."""
+    values = awaited_call(_function(ref), completions=completions, prompts=prompts, **columns)
+    return [None if v is None else as_score(v) for v in _one_each(values, len(completions))]
 
 
 def preload(refs: list[FunctionRef]) -> None:
@@ -69,6 +95,33 @@ def as_score(value: Any) -> float:
     if not math.isfinite(score):
         raise ValueError(f"returned {score}, not a finite number")
     return score
+
+
+def _one_each(values: Any, count: int) -> list[Any]:
+    """A batched call's return value as a list of ``count`` values (one per completion)."""
+    if hasattr(values, "tolist"):  # a numpy array or tensor
+        values = values.tolist()
+    if not isinstance(values, list | tuple):
+        raise TypeError(
+            f"returned {type(values).__name__} {values!r:.80}; a batched reward returns a "
+            f"list of {count} numbers, one per completion"
+        )
+    if len(values) != count:
+        raise ValueError(
+            f"returned {len(values)} scores for a group of {count} completions; return one "
+            "per completion, in order"
+        )
+    return list(values)
+
+
+def _takes(fn: Callable[..., Any], keyword: str) -> bool:
+    """Whether ``fn`` accepts ``keyword`` (by name or through ``**kwargs``; one whose
+    signature cannot be read is given it, as verl gives it)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == keyword or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def _function(ref: FunctionRef) -> Callable[..., Any]:

@@ -2,79 +2,57 @@
 
 ::
 
-    completions[i], rows[i] ──► for each Reward (name, fn, weight, scope):
-        scope "sample": one call per completion  ┐  all submitted at once to the
-        scope "group":  one call per prompt group ┘  WorkerPool (reward.sandbox.workers)
-                                    │ number(s) ─────────────────────────► parts[name][i]
-                                    │ raises / NaN / not a number / past timeout_s (killed) /
-                                    │ worker crash (os._exit, segfault) / MemoryError (RLIMIT_AS)
-                                    ▼
-                      on_error="zero": parts[name][i] = 0.0, RewardFailure recorded and logged
-                      on_error="abort": RewardError (function, sample, row, message)
-                      either: a function that failed on every sample of the call (two
-                      or more) stops the run, RewardError: it would train on zeros
-                                    ▼
-                      total[i] = sum over functions of weight * parts[name][i]
+    completions[i], rows[i] ──► for each Reward (name, fn, weight, scope, style):
+        grouprl sample, verl: one call per completion   ┐ all submitted at once to the
+        grouprl group, trl:   one call per prompt group ┘ WorkerPool (reward.sandbox.workers)
+                  │ numbers ─────────────────────────────────────────────► parts[name][i]
+                  │ raises / NaN / not a number / None (trl) / past timeout_s (killed) /
+                  │ worker crash / out of memory / past step_timeout_s (abandoned)
+                  ▼
+        RewardFailure per failed call (failures.py), parts[name][i] = 0.0:
+            on_error "drop" | "zero": returned in ``errors``; the rollout fails those
+                                      samples (rollout/reward.fail); one warning per function
+            on_error "raise":         RewardError at the first failure
+            FailureBrake (the run's): the first failure_brake calls of a function all
+                                      failed the same way ──► RewardError
+                  ▼
+        total[i] = sum over functions of weight * parts[name][i]
 
 Each call runs in a worker process (``grouprl.sandbox.WorkerPool``) with ``timeout_s``
-as its deadline: a call that hangs (even inside C code) is killed and its worker
-replaced, so a bad function costs ``timeout_s`` once per sample and never blocks the
-run. Calls for different samples run side by side on the pool's workers.
+as its deadline: a call that hangs (even inside C code) is killed with its process tree
+and its worker replaced. ``step_timeout_s`` bounds the whole pass: past it the calls not
+done are abandoned (``WorkerPool.abandon``) and fail as timeouts.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
-import logging
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from grouprl.config.imports import absolute_import_path, is_import_path
 from grouprl.data.sources import MISSING, get_field
-from grouprl.rewards.calls import FunctionRef, preload, score_group, score_sample
+from grouprl.rewards.calls import (
+    FunctionRef,
+    preload,
+    score_group,
+    score_sample,
+    score_trl,
+    score_verl,
+)
+from grouprl.rewards.failures import FailureBrake, RewardFailure, log_failures
 from grouprl.rewards.registry import Reward, RewardError, unsendable
 from grouprl.sandbox import CallFailed, WorkerPool
 
-logger = logging.getLogger(__name__)
+OnError = Literal["drop", "zero", "raise"]
 
-LOGGED_FAILURES = 20
-"""Failures of one scoring call logged one by one; the rest are summed up in one line."""
-
-ALARM_SHARE = 0.5
-"""A function failing on more than this share of a call's samples gets a warning of its
-own: the policy would be learning from zeros (a broken grader looks like a bad model)."""
-
-
-@dataclass
-class RewardFailure:
-    """One reward call that raised, returned a non-number or NaN, timed out, crashed its
-    worker or ran out of memory."""
-
-    function: str
-    sample_index: int
-    row_index: int | None
-    """The row's ``_index`` (its position in the data source)."""
-    error_type: str
-    """The exception's class name; "TimeoutError", "WorkerCrash" or "MemoryError" for a
-    call its worker did not survive."""
-    message: str
-    kind: Literal["timeout", "crash", "memory", "error"] = "error"
-    samples: int = 1
-    """Samples the failed call scored (a group reward's group: from ``sample_index`` on)."""
-
-    def describe(self) -> str:
-        samples = (
-            f"samples {self.sample_index}-{self.sample_index + self.samples - 1}"
-            if self.samples > 1
-            else f"sample {self.sample_index}"
-        )
-        return (
-            f"reward function {self.function!r} failed on {samples} "
-            f"(row {self.row_index}): {self.error_type}: {self.message}"
-        )
+OWN_METRICS = ("mean", "std", "overlong", "errors", "timeouts", "crashes", "memory_errors")
+"""``reward/...`` metrics that are not a function's: a function is never logged as one."""
 
 
 @dataclass
@@ -84,6 +62,7 @@ class RewardScores:
     parts: dict[str, list[float]]
     """Each function's unweighted score per completion (0.0 where it failed)."""
     errors: list[RewardFailure] = field(default_factory=list)
+    """The failed calls; the samples they cover are failed samples (``reward.on_error``)."""
     worker_restarts: int = 0
     """Reward workers replaced while scoring (killed at a deadline, crashed, out of memory)."""
 
@@ -103,31 +82,40 @@ class RewardScores:
 
 
 class RewardScorer:
-    """The run's reward functions and the pool of ``workers`` processes they run in (each
-    limited to ``memory_mb``); call it as ``scorer(completions=..., rows=..., group_size=n)``
+    """The run's reward functions, the pool of ``workers`` processes they run in and the
+    run's ``FailureBrake``; call it as ``scorer(completions=..., rows=..., group_size=n)``
     and ``close()`` it when the run ends. The workers start on the first call and import
-    the functions before it."""
+    the functions before it. ``memory_limit``, ``network``: the workers' (``WorkerPool``)."""
 
     def __init__(
         self,
         *,
         functions: list[Reward],
         answer_key: str,
-        on_error: Literal["zero", "abort"],
+        on_error: OnError,
         timeout_s: float,
         workers: int,
         memory_mb: int | None,
+        step_timeout_s: float | None = None,
+        failure_brake: int | None = None,
+        memory_limit: Literal["rss", "address_space"] = "rss",
+        network: bool = False,
+        prompt_key: str = "prompt",
     ) -> None:
         check_sendable(functions)
         self.functions = functions
-        self.answer_key, self.timeout_s = answer_key, timeout_s
-        self.on_error: Literal["zero", "abort"] = on_error
+        self.answer_key, self.prompt_key = answer_key, prompt_key
+        self.on_error: OnError = on_error
+        self.timeout_s, self.step_timeout_s = timeout_s, step_timeout_s
+        self.brake = FailureBrake(failure_brake)
         refs = [function_ref(f) for f in functions]
         self.pool = WorkerPool(
             size=workers,
             memory_mb=memory_mb,
             name="reward",
             initializer=functools.partial(preload, refs),
+            memory_limit=memory_limit,
+            network=network,
         )
 
     def __call__(
@@ -142,8 +130,11 @@ class RewardScorer:
             completions=completions,
             rows=rows,
             answer_key=self.answer_key,
+            prompt_key=self.prompt_key,
             on_error=self.on_error,
             timeout_s=self.timeout_s,
+            step_timeout_s=self.step_timeout_s,
+            brake=self.brake,
             pool=self.pool,
             group_size=group_size,
         )
@@ -152,98 +143,187 @@ class RewardScorer:
         self.pool.close()
 
 
+class _Call(NamedTuple):
+    function: str
+    start: int
+    size: int
+    """Samples from ``start`` on; the future's value is a list of that many scores."""
+    future: Future
+
+
 def score_completions(
     *,
     functions: list[Reward],
     completions: list[str],
     rows: list[dict[str, Any]],
     answer_key: str,
-    on_error: Literal["zero", "abort"],
+    on_error: OnError,
     timeout_s: float,
+    step_timeout_s: float | None = None,
+    brake: FailureBrake | None = None,
     pool: WorkerPool | None = None,
     group_size: int | None = None,
+    prompt_key: str = "prompt",
 ) -> RewardScores:
     """Scores of ``completions[i]`` against ``rows[i]`` (rows repeat for a prompt's samples).
 
     ``functions`` as ``registry.resolve_rewards`` returns them. ``group_size``: samples per
-    prompt (prompt-major order) for group rewards; None: runs of rows with the same
-    ``_index``. Pass the run's long-lived ``pool``; without one, a pool of one worker is
-    started and closed within this call. Raises ``RewardError`` at the first failure with
-    ``on_error="abort"``, and with either when a function failed on every sample.
+    prompt (prompt-major order) for group and TRL rewards; None: runs of rows with the same
+    ``_index``. Pass the run's long-lived ``pool`` and ``brake``; without a pool, one of one
+    worker is started and closed within this call. Raises ``RewardError`` at the first
+    failure with ``on_error="raise"``, and when the brake trips; otherwise failures are
+    returned in ``errors``, never raised.
     """
     if len(completions) != len(rows):
         raise ValueError(f"{len(completions)} completions but {len(rows)} rows; pair them 1:1")
-    parts = {f.name: [0.0] * len(completions) for f in functions}
-    errors: list[RewardFailure] = []
-    references = [_reference(row, answer_key) for row in rows]
+    inputs = _Inputs(completions, rows, [_field(row, answer_key) for row in rows], prompt_key)
     with _pool_for_call(pool, functions) as workers:
         restarts_before = workers.stats()["restarts"]
-        calls = list(
-            _submit(workers, functions, completions, rows, references, group_size, timeout_s)
+        calls = list(_submit(workers, functions, inputs, group_size, timeout_s))
+        parts, errors = _collect(
+            workers,
+            calls,
+            functions=functions,
+            rows=rows,
+            on_error=on_error,
+            step_timeout_s=step_timeout_s,
+            brake=brake if brake is not None else FailureBrake(None),
         )
-        for position, (name, start, size, future) in enumerate(calls):
-            try:
-                values = future.result()
-            except CallFailed as failed:
-                failure = _failure(failed, name=name, start=start, size=size, rows=rows)
-                if on_error == "abort":
-                    for *_, pending in calls[position + 1 :]:
-                        pending.cancel()
-                    raise RewardError(
-                        f"{failure.describe()}. Fix the function, or set reward.on_error=zero "
-                        "to score such samples 0 and keep training"
-                    ) from failed
-                errors.append(failure)
-                continue
-            parts[name][start : start + size] = values
         restarts = workers.stats()["restarts"] - restarts_before
-    failed, first = _failed_samples(errors)
-    _stop_if_all_failed(failed, first, samples=len(completions))
-    _log(errors)
-    _alarm(failed, first, samples=len(completions))
+    log_failures(errors, samples=len(completions), on_error=on_error)
     total = [sum(f.weight * parts[f.name][i] for f in functions) for i in range(len(completions))]
     return RewardScores(total=total, parts=parts, errors=errors, worker_restarts=restarts)
+
+
+def _collect(
+    pool: WorkerPool,
+    calls: list[_Call],
+    *,
+    functions: list[Reward],
+    rows: list[dict[str, Any]],
+    on_error: OnError,
+    step_timeout_s: float | None,
+    brake: FailureBrake,
+) -> tuple[dict[str, list[float]], list[RewardFailure]]:
+    """Each function's scores and the failures, the calls taken in the order submitted (so
+    the brake counts a function's calls in sample order). On a ``RewardError`` (``raise``,
+    the brake) the calls not done are abandoned: their workers stop at once."""
+    parts = {f.name: [0.0] * len(rows) for f in functions}
+    errors: list[RewardFailure] = []
+    deadline = None if step_timeout_s is None else time.monotonic() + step_timeout_s
+    abandoned: set[int] = set()
+    try:
+        for call in calls:
+            try:
+                values = _result(call.future, deadline, pool, calls, abandoned)
+            except CallFailed as failed:
+                late = id(call.future) in abandoned and failed.kind == "timeout"
+                failures = [_failure(failed, call, rows, step_timeout_s if late else None)]
+                values = None
+            else:
+                failures = _none_scores(values, call, rows)
+            brake.record(call.function, failures[0] if values is None else None)
+            if failures and on_error == "raise":
+                raise _raised(failures[0])
+            errors += failures
+            if values is not None:
+                scores = [0.0 if v is None else v for v in values]
+                parts[call.function][call.start : call.start + call.size] = scores
+    except RewardError:
+        pool.abandon([c.future for c in calls if not c.future.done()])
+        raise
+    return parts, errors
+
+
+def _result(
+    future: Future, deadline: float | None, pool: WorkerPool, calls: list[_Call], abandoned: set
+) -> list[float | None]:
+    """``future``'s value; past the step's ``deadline`` first abandons every call not done
+    (their ids into ``abandoned``), then raises the future's ``CallFailed``."""
+    if deadline is None or abandoned:
+        return future.result()
+    try:
+        return future.result(timeout=max(0.0, deadline - time.monotonic()))
+    except concurrent.futures.TimeoutError:
+        pending = [c.future for c in calls if not c.future.done()]
+        abandoned.update(id(f) for f in pending)
+        pool.abandon(pending)
+        return future.result()
+
+
+def _raised(failure: RewardFailure) -> RewardError:
+    return RewardError(
+        f"{failure.describe()}. reward.on_error=raise stops the run at the first failure. "
+        "Fix the function, or set reward.on_error=drop (leave failed samples out of "
+        "training) or reward.on_error=zero (train them as score 0)"
+    )
+
+
+class _Inputs(NamedTuple):
+    completions: list[str]
+    rows: list[dict[str, Any]]
+    references: list[Any]
+    prompt_key: str
 
 
 def _submit(
     pool: WorkerPool,
     functions: list[Reward],
-    completions: list[str],
-    rows: list[dict[str, Any]],
-    references: list[Any],
+    inputs: _Inputs,
     group_size: int | None,
     timeout_s: float,
-) -> Iterator[tuple[str, int, int, Future]]:
-    """``(name, first sample, samples, future)`` per call; a future's value is a list of
-    ``samples`` scores."""
+) -> Iterator[_Call]:
+    """One ``_Call`` per reward call: per sample (grouprl ``sample``, verl) or per prompt
+    group (grouprl ``group``, trl), as ``rewards/calls.py`` makes it."""
+    completions, rows, references = inputs.completions, inputs.rows, inputs.references
     for f in functions:
         ref = function_ref(f)
-        if f.scope == "sample":
+        if f.style == "verl" or (f.style == "grouprl" and f.scope == "sample"):
+            one = _one_verl if f.style == "verl" else _one_score
             for i, text in enumerate(completions):
                 future = pool.submit(
-                    _one_score,
-                    ref,
-                    text,
-                    deadline_s=timeout_s,
-                    reference=references[i],
-                    row=rows[i],
+                    one, ref, text, deadline_s=timeout_s, reference=references[i], row=rows[i]
                 )
-                yield f.name, i, 1, future
+                yield _Call(f.name, i, 1, future)
             continue
         for start, stop in _groups(rows, group_size):
-            future = pool.submit(
-                score_group,
-                ref,
-                completions[start:stop],
-                deadline_s=timeout_s,
-                references=references[start:stop],
-                rows=rows[start:stop],
-            )
-            yield f.name, start, stop - start, future
+            if f.style == "trl":
+                args, kwargs = _trl_call(completions[start:stop], rows[start:stop], inputs)
+                future = pool.submit(score_trl, ref, *args, deadline_s=timeout_s, **kwargs)
+            else:
+                future = pool.submit(
+                    score_group,
+                    ref,
+                    completions[start:stop],
+                    deadline_s=timeout_s,
+                    references=references[start:stop],
+                    rows=rows[start:stop],
+                )
+            yield _Call(f.name, start, stop - start, future)
+
+
+def _trl_call(
+    completions: list[str], rows: list[dict[str, Any]], inputs: _Inputs
+) -> tuple[tuple, dict[str, Any]]:
+    """TRL's arguments for a group: ``prompts`` (the rows' ``prompt_key`` values),
+    ``completions`` (as messages where the prompt is a conversation, as TRL passes
+    them) and the rows' other columns, each as a list (grouprl's own ``_`` fields left out)."""
+    prompts = [_field(row, inputs.prompt_key) for row in rows]
+    sent: list[Any] = completions
+    if all(isinstance(p, list) for p in prompts):
+        sent = [[{"role": "assistant", "content": text}] for text in completions]
+    skip = {inputs.prompt_key, "prompts", "completions"}
+    keys = [k for k in rows[0] if k not in skip and not k.startswith("_")]
+    columns = {k: [row.get(k) for row in rows] for k in keys}
+    return (sent,), {"prompts": prompts, "columns": columns}
 
 
 def _one_score(ref: FunctionRef, text: str, *, reference: Any, row: dict) -> list[float]:
     return [score_sample(ref, text, reference=reference, row=row)]
+
+
+def _one_verl(ref: FunctionRef, text: str, *, reference: Any, row: dict) -> list[float]:
+    return [score_verl(ref, text, reference=reference, row=row)]
 
 
 def _groups(rows: list[dict[str, Any]], group_size: int | None) -> list[tuple[int, int]]:
@@ -264,7 +344,8 @@ def function_ref(f: Reward) -> FunctionRef:
 
 def check_sendable(functions: list[Reward]) -> None:
     """Raise if a registered function cannot be sent to the reward workers (a lambda, a
-    nested function): found when the run starts, not as an error on every sample."""
+    nested function, one defined in a notebook): found when the run starts, not as an
+    error on every sample."""
     for i, f in enumerate(functions):
         if (problem := unsendable(f.name, f.fn, index=i)) is not None:
             raise RewardError(problem)
@@ -272,8 +353,8 @@ def check_sendable(functions: list[Reward]) -> None:
 
 def metrics(scores: RewardScores) -> dict[str, float]:
     """``reward/errors`` (every failed call), of which ``reward/timeouts``,
-    ``reward/crashes`` and ``reward/memory_errors``; ``reward/worker_restarts``; and
-    ``reward/<name>`` (mean score) per function."""
+    ``reward/crashes`` and ``reward/memory_errors``; ``reward/worker_restarts``; and each
+    function's mean score under its short name (``metric_names``)."""
     kinds = [e.kind for e in scores.errors]
     out = {
         "reward/errors": float(len(kinds)),
@@ -282,9 +363,28 @@ def metrics(scores: RewardScores) -> dict[str, float]:
         "reward/memory_errors": float(kinds.count("memory")),
         "reward/worker_restarts": float(scores.worker_restarts),
     }
+    names = metric_names(list(scores.parts))
     for name, values in scores.parts.items():
         if values:
-            out[f"reward/{name}"] = sum(values) / len(values)
+            out[names[name]] = sum(values) / len(values)
+    return out
+
+
+def metric_names(functions: list[str]) -> dict[str, str]:
+    """Each function's metric, ``reward/<short name>``: a name given by path
+    (``/abs/path/file.py:fn``, ``pkg.mod:fn``) is its attribute, ``fn``. A short name
+    taken, by a function listed earlier or by a metric of the reward's own (``mean``,
+    ``errors``, ...), gets the first free suffix, ``fn_2``, ``fn_3``, ..."""
+    taken = {*OWN_METRICS, "worker_restarts"}
+    out = {}
+    for name in functions:
+        short = name.rpartition(":")[2] if is_import_path(name) else name
+        candidate, k = short, 1
+        while candidate in taken:
+            k += 1
+            candidate = f"{short}_{k}"
+        taken.add(candidate)
+        out[name] = f"reward/{candidate}"
     return out
 
 
@@ -301,79 +401,47 @@ def _pool_for_call(pool: WorkerPool | None, functions: list[Reward]):
         yield own
 
 
-def _reference(row: dict[str, Any], answer_key: str) -> Any:
-    reference = get_field(row, answer_key)
-    return None if reference is MISSING else reference
+def _field(row: dict[str, Any], key: str) -> Any:
+    value = get_field(row, key)
+    return None if value is MISSING else value
 
 
 def _failure(
-    failed: CallFailed, *, name: str, start: int, size: int, rows: list[dict[str, Any]]
+    failed: CallFailed, call: _Call, rows: list[dict[str, Any]], step_timeout_s: float | None
 ) -> RewardFailure:
+    """The ``RewardFailure`` of a failed call; ``step_timeout_s`` set: the step's deadline
+    abandoned it (not counted as the function's own)."""
     message = failed.message.removeprefix(f"{failed.error_type}: ")
+    if step_timeout_s is not None:
+        message = (
+            f"not scored within reward.step_timeout_s={step_timeout_s:g}s, the step's "
+            "scoring deadline (stopped, or never started). Fix: make the function faster, "
+            "or raise reward.step_timeout_s or reward.sandbox.workers"
+        )
     return RewardFailure(
-        name,
-        start,
-        rows[start].get("_index"),
+        call.function,
+        call.start,
+        rows[call.start].get("_index"),
         failed.error_type,
         message,
         kind=failed.kind,
-        samples=size,
+        samples=call.size,
+        own=failed.own and step_timeout_s is None,
     )
 
 
-def _log(errors: list[RewardFailure]) -> None:
-    for failure in errors[:LOGGED_FAILURES]:
-        logger.warning("%s; scored 0", failure.describe())
-    if len(errors) > LOGGED_FAILURES:
-        logger.warning(
-            "%d more reward calls failed and scored 0 (%d in all)",
-            len(errors) - LOGGED_FAILURES,
-            len(errors),
+def _none_scores(
+    values: list[float | None], call: _Call, rows: list[dict[str, Any]]
+) -> list[RewardFailure]:
+    """A failure per sample a TRL function returned None for (TRL's "not applicable")."""
+    return [
+        RewardFailure(
+            call.function,
+            call.start + j,
+            rows[call.start + j].get("_index"),
+            "TypeError",
+            "returned None for this completion (TRL's 'not applicable'), not a number",
         )
-
-
-def _failed_samples(
-    errors: list[RewardFailure],
-) -> tuple[dict[str, int], dict[str, RewardFailure]]:
-    """Per function: the samples its failed calls scored, and its first failure."""
-    failed: dict[str, int] = {}
-    first: dict[str, RewardFailure] = {}
-    for failure in errors:
-        failed[failure.function] = failed.get(failure.function, 0) + failure.samples
-        first.setdefault(failure.function, failure)
-    return failed, first
-
-
-def _stop_if_all_failed(
-    failed: dict[str, int], first: dict[str, RewardFailure], *, samples: int
-) -> None:
-    """Raise ``RewardError`` for a function that failed on every one of two or more
-    samples, whatever ``reward.on_error``: a run that went on would train on zeros and
-    finish as if it had learned (a broken grader, or workers that cannot start). A score
-    of 0 is no failure: only calls that raised, timed out or crashed count."""
-    for name, count in failed.items():
-        if samples > 1 and count >= samples:
-            failure = first[name]
-            raise RewardError(
-                f"reward function {name!r} failed (raised, timed out or crashed) on all "
-                f"{samples} samples scored together: stopped rather than train on zeros. "
-                f"First failure: sample {failure.sample_index} (row {failure.row_index}): "
-                f"{failure.error_type}: {failure.message}. Fix the function; "
-                "reward.on_error=zero scores a failed sample 0, but not every sample of a step"
-            )
-
-
-def _alarm(failed: dict[str, int], first: dict[str, RewardFailure], *, samples: int) -> None:
-    """One warning per function that failed on more than ``ALARM_SHARE`` of the samples."""
-    for name, count in failed.items():
-        if samples > 1 and count > ALARM_SHARE * samples:
-            logger.warning(
-                "reward function %r failed on %d of the %d samples scored together and "
-                "scored them 0: the policy learns nothing from them. First failure: %s: %s. "
-                "Fix the function, or set reward.on_error=abort to stop at the first failure",
-                name,
-                count,
-                samples,
-                first[name].error_type,
-                first[name].message,
-            )
+        for j, value in enumerate(values)
+        if value is None
+    ]

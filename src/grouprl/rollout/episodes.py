@@ -9,10 +9,13 @@ a time, and each turn's generation is one engine call over all episodes still ru
 A context is the prompt, then every turn's engine tokens and rendered
 observation: exactly the tokens the trainer will see (``Trajectory.sequence_ids``).
 Single-turn prompting is the environment whose every step ends the episode
-(``envs/single_turn.py``): one engine call, no observation rendered.
+(``envs/single_turn.py``): one engine call, no observation rendered. An environment in
+this process (``env.sandbox.workers=0``) may have ``async def`` steps too: they run on the
+process's one event loop (``sandbox/user_code.awaited_call``).
 
 An environment that fails (``EnvFailure``: a contained step that raised, passed
-``env.sandbox.timeout_s`` or lost its worker) ends only that episode, as ``env_error``.
+``env.sandbox.timeout_s`` or crashed its worker) ends only that episode, as ``env_error``;
+the episodes that shared its worker are replayed on the next (``envs/contained.py``).
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from grouprl.config.env_keys import STOP_REASONS
 from grouprl.data.prompts import chat_prompt_ids
 from grouprl.engines.base import RolloutEngine, SamplingSettings
 from grouprl.envs.base import (
-    STOP_REASONS,
     Environment,
     Step,
     first_messages,
@@ -35,11 +38,14 @@ from grouprl.envs.base import (
 from grouprl.envs.contained import EnvFailure
 from grouprl.rollout.gateway.record import gateway_metrics
 from grouprl.rollout.turns import TurnEngine, TurnLimits
+from grouprl.sandbox.user_code import awaited_call
 from grouprl.types import Trajectory, Turn
 
 logger = logging.getLogger(__name__)
 
-ENV_WORKERS = 16  # episodes whose environment steps (tool calls) run at the same time
+ENV_WORKERS = 16
+"""Episodes whose steps (tool calls) run at the same time in this process; a contained
+environment says how many its workers take (``steps_at_once``: workers x env.concurrency)."""
 
 
 def run_episodes(
@@ -85,7 +91,7 @@ def run_episodes(
         running = list(range(len(trajectories)))
         while running:
             # the environments answer side by side: a slow tool call holds up only its episode
-            with ThreadPoolExecutor(max_workers=ENV_WORKERS) as pool:
+            with ThreadPoolExecutor(max_workers=_steps_at_once(env, len(running))) as pool:
                 steps = list(pool.map(answer, running))
             for i, step in zip(running, steps, strict=True):
                 _settle(trajectories[i], step, limits=limits, render=render)
@@ -97,8 +103,15 @@ def run_episodes(
         for episode in episodes:
             close = getattr(episode, "close", None)
             if close is not None:
-                close()
+                awaited_call(close)
     return trajectories
+
+
+def _steps_at_once(env: Environment, running: int) -> int:
+    """Threads that call the running episodes' steps: as many as the environment takes at
+    once (``steps_at_once``; None: every episode's), else ``ENV_WORKERS``."""
+    at_once = getattr(env, "steps_at_once", ENV_WORKERS)
+    return max(1, min(running, at_once or running))
 
 
 def _first_turns(
@@ -150,12 +163,12 @@ def _step(traj: Trajectory, episode, *, sample: int, first: bool) -> Step | None
         return None
     try:
         if first:
-            episode.start()
-        step = episode.step(last.completion.text)
+            awaited_call(episode.start)
+        step = awaited_call(episode.step, last.completion.text)
     except EnvFailure as err:
         logger.warning(
             "environment error in sample %d (prompt index %s), turn %d: %s; the episode "
-            "ends (env_error) with reward 0",
+            "ends as env_error (env.on_error: drop, zero or raise)",
             sample,
             traj.prompt_index,
             len(traj.turns) - 1,

@@ -2,27 +2,52 @@
 
     reward functions on the last turn (rollout/runner.py) ─► scores, functions ─┐
     env.agent's own reward (rollout/gateway/agents.py) ─────► agent ────────────┤
-    a failed environment or agent (setup.py, agents.py) ─────► failure ──────────┼─► RewardParts
-    DAPO's overlong shaping (driver/loop.py) ─────────────────► overlong ─────────┘   │
-                                                              sample_reward(parts) ◄─┘
-                                                                       │
-                                            Trajectory.reward (what the estimators score)
+    a failed environment, agent or reward (``fail``) ────────► failure, dropped ─┼─► RewardParts
+    DAPO's overlong shaping (driver/loop.py) ────────────────► overlong ─────────┘       │
+                                                  sample_reward(parts) ◄───────────────┘
+                                                           │
+                   Trajectory.reward (what the estimators score), Trajectory.trains
 
 Suppliers call ``record_parts`` (or ``fail``); nothing else writes ``Trajectory.reward``.
 Per-turn rewards and KL in the reward are recorded too (``turns``, ``kl``), for
 samples.jsonl: the estimators take them per turn and per token, not in this sum.
+
+A failed sample never trains on what it scored. ``on_error`` (``env.on_error`` for
+environments and agents, ``reward.on_error`` for reward functions) decides the rest:
+``drop`` leaves it out of the loss and of its group's baseline (``Trajectory.trains`` is
+False), ``zero`` trains it as ``FAILED_OUTCOME``, ``raise`` stops the run (``SampleFailed``).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, get_args
 
+from grouprl.config.schema import OnError
 from grouprl.types import RewardParts, Trajectory
 
 FAILED_OUTCOME = 0.0
-"""The outcome of a sample whose environment or agent failed: it trains as this reward.
-What becomes of failed samples is decided here (and by ``RewardParts.failure``)."""
+"""The outcome of a failed sample (shown in its reward; what it trains as with
+``on_error=zero``)."""
+
+ON_ERROR_KEYS = {
+    "env_error": "env.on_error",
+    "agent_error": "env.on_error",
+    "reward_error": "reward.on_error",
+}
+"""Each failure reason and the config key that decides what becomes of such a sample."""
+_FAILED_PART = {
+    "env_error": "environment",
+    "agent_error": "agent",
+    "reward_error": "reward function",
+}
+
+
+class SampleFailed(RuntimeError):
+    """A sample failed under ``on_error=raise``; the message names the sample, its prompt
+    index, the reason, the error and the key that decides."""
+
+    user_error = True
 
 
 def sample_reward(parts: RewardParts) -> float:
@@ -47,10 +72,53 @@ def record_parts(traj: Trajectory, **parts: Any) -> None:
     traj.reward = sample_reward(traj.reward_parts)
 
 
-def fail(traj: Trajectory, *, reason: str) -> None:
-    """A sample whose environment or agent failed (``reason``: ``env_error``): its
-    outcome is ``FAILED_OUTCOME``, whatever its last turn scored (the failure is not the
-    policy's to learn from); the scores show 0 and it is not correct."""
+def fail(
+    traj: Trajectory,
+    *,
+    reason: str,
+    on_error: OnError = "drop",
+    message: str = "",
+    sample: int | None = None,
+) -> None:
+    """A sample whose environment, agent or reward function failed (``reason``:
+    ``env_error``, ``agent_error``, ``reward_error``). Its outcome is ``FAILED_OUTCOME``,
+    whatever its last turn scored; the scores show 0 and it is not correct. ``on_error``
+    (the value of ``ON_ERROR_KEYS[reason]``): ``drop`` leaves it out of training
+    (``traj.trains`` is False), ``zero`` trains it as ``FAILED_OUTCOME``, ``raise`` raises
+    ``SampleFailed``. ``message``: the error; ``sample``: its index in the step, for the
+    message."""
+    if reason not in ON_ERROR_KEYS or on_error not in get_args(OnError):
+        raise ValueError(
+            f"fail(reason={reason!r}, on_error={on_error!r}): reason is one of "
+            f"{sorted(ON_ERROR_KEYS)}, on_error one of {list(get_args(OnError))}"
+        )
+    if on_error == "raise":
+        raise SampleFailed(_raised(traj, reason=reason, message=message, sample=sample))
     scores = dict.fromkeys(traj.reward_parts.scores, FAILED_OUTCOME)
-    record_parts(traj, failure=reason, scores=scores, functions=FAILED_OUTCOME, agent=None)
+    record_parts(
+        traj,
+        failure=reason,
+        dropped=on_error == "drop",
+        error=message or None,
+        scores=scores,
+        functions=FAILED_OUTCOME,
+        agent=None,
+    )
     traj.correct = False
+
+
+def describe_sample(traj: Trajectory, sample: int | None) -> str:
+    """``sample 3 (prompt index 12)``, or ``a sample of prompt index 12`` without its index."""
+    if sample is None:
+        return f"a sample of prompt index {traj.prompt_index}"
+    return f"sample {sample} (prompt index {traj.prompt_index})"
+
+
+def _raised(traj: Trajectory, *, reason: str, message: str, sample: int | None) -> str:
+    key, part = ON_ERROR_KEYS[reason], _FAILED_PART[reason]
+    error = f": {message}" if message else ""
+    return (
+        f"{describe_sample(traj, sample)} failed ({reason}){error}. {key}=raise stops the "
+        f"run at the first failed sample: fix the {part}, or set {key}=drop to leave such "
+        f"samples out of training (or {key}=zero to train them as reward {FAILED_OUTCOME:g})."
+    )

@@ -1,8 +1,10 @@
 """Scoring episodes and timing the reward functions.
 
     trajectories (P*G, prompt-major) ─► reward functions on each last turn ─► RewardScores
-                    └─► Trajectory.reward_parts (scores, functions, turns), correct
-                        (and Trajectory.reward, from the parts: rollout/reward.py)
+                    ├─► Trajectory.reward_parts (scores, functions, turns), correct
+                    │   (and Trajectory.reward, from the parts: rollout/reward.py)
+                    └─► each sample a RewardScores error covers: fail(reward_error),
+                        dropped or trained as 0 (reward.on_error)
 
 Episodes, single- and multi-turn, run in ``rollout.episodes``; ``score_trajectories``
 scores them all (the outcome reward functions read the last turn).
@@ -13,8 +15,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from grouprl.config.schema import OnError
 from grouprl.rewards.scoring import RewardScores
-from grouprl.rollout.reward import record_parts
+from grouprl.rollout.reward import fail, record_parts
 from grouprl.types import Trajectory
 
 ScoreFn = Callable[..., RewardScores]
@@ -48,11 +51,14 @@ def score_trajectories(
     score: ScoreFn,
     correct_function: str | None,
     group_size: int | None = None,
+    on_error: OnError = "drop",
 ) -> RewardScores:
     """Runs the reward functions on each trajectory's last turn and records the results
     as parts of its reward (with the environment's per-turn rewards, where any is
     non-zero). ``group_size``: trajectories per prompt (prompt-major), for group rewards;
-    None: runs of trajectories with the same row ``_index``."""
+    None: runs of trajectories with the same row ``_index``. Every sample a failed call
+    scored (``RewardScores.errors``) fails as ``reward_error`` (``rollout/reward.fail``)
+    with ``on_error`` (``reward.on_error``)."""
     scores = score(
         completions=[t.completion.text for t in trajectories],
         rows=[t.row for t in trajectories],
@@ -68,4 +74,13 @@ def score_trajectories(
         )
         if correct_function is not None and correct_function in scores.parts:
             traj.correct = scores.parts[correct_function][i] >= 1.0
+    for error in scores.errors:
+        for i in range(error.sample_index, error.sample_index + error.samples):
+            fail(
+                trajectories[i],
+                reason="reward_error",
+                on_error=on_error,
+                message=error.describe(),
+                sample=i,
+            )
     return scores

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from grouprl.assets import resolve_model_path
-from grouprl.config.schema import DataConfig, DataSource, RewardConfig, RunConfig
+from grouprl.config.schema import DataConfig, DataSource, OnError, RewardConfig, RunConfig
 from grouprl.data.prompts import render_conversations, render_prompts
 from grouprl.data.sources import load_rows
 from grouprl.engines.base import RolloutEngine, SamplingSettings
@@ -62,16 +62,24 @@ def load_prompt_set(
     return PromptSet(prompts, kept)
 
 
-def make_score_fn(reward: RewardConfig, *, answer_key: str) -> RewardScorer:
+def make_score_fn(
+    reward: RewardConfig, *, answer_key: str, prompt_key: str = "prompt"
+) -> RewardScorer:
     """The reward functions in ``reward.sandbox.workers`` processes, for the whole run:
-    ``close()`` it when the run ends."""
+    ``close()`` it when the run ends. ``prompt_key``: the rows' prompt column (TRL-style
+    functions get it as ``prompts``)."""
     return RewardScorer(
         functions=resolve_rewards(reward.functions),
         answer_key=answer_key,
+        prompt_key=prompt_key,
         on_error=reward.on_error,
         timeout_s=reward.sandbox.timeout_s,
+        step_timeout_s=reward.step_timeout_s,
+        failure_brake=reward.failure_brake,
         workers=reward.sandbox.workers,
         memory_mb=reward.sandbox.memory_mb,
+        memory_limit=reward.sandbox.memory_limit,
+        network=reward.network,
     )
 
 
@@ -87,8 +95,9 @@ def make_rollout(
     env: Environment,
 ) -> RolloutFn:
     """Episodes for a prompt set in ``env`` (the configured environment, ``make_env``),
-    scored: the reward functions score each episode's last turn; an episode the
-    environment failed (``env_error``) scores 0."""
+    scored: the reward functions score each episode's last turn; a sample whose
+    environment (``env_error``) or reward function (``reward_error``) failed is dropped,
+    trained as 0 or raises, as ``env.on_error`` and ``reward.on_error`` say."""
     if cfg.env.agent is not None:  # your own agent, through the gateway (docs/gateway.md)
         from grouprl.rollout.gateway.agents import AgentRollout
 
@@ -107,20 +116,26 @@ def make_rollout(
             max_model_len=cfg.rollout.max_model_len,
         )
         scores = score_trajectories(
-            trajectories, score=score, correct_function=correct, group_size=settings.group_size
+            trajectories,
+            score=score,
+            correct_function=correct,
+            group_size=settings.group_size,
+            on_error=cfg.reward.on_error,
         )
-        zero_failed_episodes(trajectories)
+        zero_failed_episodes(trajectories, on_error=cfg.env.on_error)
         return trajectories, scores
 
     return run
 
 
-def zero_failed_episodes(trajectories: list[Trajectory]) -> None:
+def zero_failed_episodes(trajectories: list[Trajectory], *, on_error: OnError = "drop") -> None:
     """Episodes the environment failed (``env_error``) are failed samples
-    (``rollout/reward.fail``): the failure is the environment's, not the policy's."""
-    for traj in trajectories:
+    (``rollout/reward.fail``, as ``env.on_error`` says): the failure is the
+    environment's, not the policy's."""
+    for i, traj in enumerate(trajectories):
         if traj.stop_reason == "env_error":
-            fail(traj, reason="env_error")
+            error = traj.turns[-1].info.get("env_error", "")
+            fail(traj, reason="env_error", on_error=on_error, message=error, sample=i)
 
 
 def start_engine(

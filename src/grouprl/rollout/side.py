@@ -23,6 +23,7 @@ does (a contained environment, an agent's rollout).
 
 from __future__ import annotations
 
+import logging
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,8 @@ from grouprl.runtime import shared_cache
 
 if TYPE_CHECKING:
     import torch
+
+logger = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -117,6 +120,7 @@ class RolloutBuilder:
         """The engine (replicas on the training ranks' nodes at ``places``, or one here),
         the scorer, and the function that runs and scores episodes, in that order."""
         cfg = self.cfg
+        log_containment(cfg)
         engine = self.closing(
             start_engine(
                 cfg,
@@ -126,7 +130,10 @@ class RolloutBuilder:
                 places=places,
             )
         )
-        score = self.closing(TimedScore(make_score_fn(cfg.reward, answer_key=cfg.data.answer_key)))
+        scorer = make_score_fn(
+            cfg.reward, answer_key=cfg.data.answer_key, prompt_key=cfg.data.prompt_key
+        )
+        score = self.closing(TimedScore(scorer))
         rollout = self._closing_if_closeable(
             make_rollout(cfg, engine=engine, tokenizer=self.tokenizer, score=score, env=self._env())
         )
@@ -142,3 +149,30 @@ class RolloutBuilder:
         if isinstance(part, Closeable):
             self._stack.callback(part.close)
         return part
+
+
+def log_containment(cfg: RunConfig) -> None:
+    """One line at the run's start: what the reward (and environment) workers are held
+    to; a warning where ``network: false`` cannot be kept on this machine."""
+    from grouprl.envs.registry import BUILT_IN
+    from grouprl.sandbox.isolation import containment
+
+    reward, env = cfg.reward, cfg.env
+    parts = [("reward", reward.network, reward.sandbox)]
+    if env.sandbox.workers > 0 and (env.agent is not None or env.name not in BUILT_IN):
+        parts.append(("env", env.network, env.sandbox))
+    lines, refused = [], []
+    for who, network, box in parts:
+        text, off_refused = containment(
+            network=network, memory_mb=box.memory_mb, memory_limit=box.memory_limit
+        )
+        lines.append(f"{who} workers: {text}, {box.timeout_s:g} s per call")
+        if off_refused:
+            refused.append(f"{who}.network=false")
+    logger.info("contained (docs/sandbox.md): " + "; ".join(lines))
+    if refused:
+        logger.warning(
+            f"{' and '.join(refused)} cannot be kept on this machine: the workers keep the "
+            "network (see above). Fix: run where `unshare -rn true` succeeds as your user, "
+            "or set the key to true to accept it"
+        )

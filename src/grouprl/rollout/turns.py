@@ -10,8 +10,9 @@ drive it (``episodes.run_episodes``) or an agent does, through the gateway
         │                                                     ─────► LimitHit(context_overflow)
         ▼ TurnLimits.turn_tokens(context, asked): the turn's max_tokens
     TurnEngine.generate(contexts, max_tokens=[...])    the turns of many episodes together
-        │ one engine.generate per distinct max_tokens, the first seen first; the rollout's
-        ▼ engine call k samples with seed + k * SEED_STRIDE (call_seed)
+        │ ONE engine.generate, each context with its own max_tokens (SamplingSettings
+        │ .max_tokens_each; None when they agree); the rollout's engine call k samples
+        ▼ with seed + k * SEED_STRIDE (call_seed)
     completions, in the order of the contexts
 
 Room for a turn (``TurnLimits.whole_turns``): an environment's turns go out together under
@@ -103,19 +104,18 @@ class TurnEngine:
         group_size: int = 1,
     ) -> list[list[Completion]]:
         """``group_size`` completions per context, in order; ``max_tokens``: each
-        context's (default ``settings.max_tokens``). One engine call per distinct value;
-        raises what the engine raises (the calls that answered before it count)."""
-        if max_tokens is None:
-            max_tokens = [self.settings.max_tokens] * len(contexts)
-        by_length: dict[int, list[int]] = {}
-        for i, length in enumerate(max_tokens):
-            by_length.setdefault(length, []).append(i)
-        out: list[list[Completion]] = [[] for _ in contexts]
-        for length, indices in by_length.items():
-            seed = call_seed(self.settings.seed, self.calls)
-            settings = replace(self.settings, group_size=group_size, max_tokens=length, seed=seed)
-            groups = self.engine.generate([contexts[i] for i in indices], settings)
-            self.calls += 1
-            for i, group in zip(indices, groups, strict=True):
-                out[i] = group
-        return out
+        context's (default ``settings.max_tokens``). One engine call whatever the mix: when
+        the values differ, the engine gets each prompt's (``max_tokens_each``) and their
+        largest as ``max_tokens``. Raises what the engine raises (then the call takes no
+        seed: the next one reuses it)."""
+        lengths = list(max_tokens) if max_tokens is not None else [self.settings.max_tokens]
+        settings = replace(
+            self.settings,
+            group_size=group_size,
+            max_tokens=max(lengths, default=self.settings.max_tokens),
+            max_tokens_each=tuple(lengths) if len(set(lengths)) > 1 else None,
+            seed=call_seed(self.settings.seed, self.calls),
+        )
+        groups = self.engine.generate(list(contexts), settings)
+        self.calls += 1
+        return groups

@@ -13,11 +13,15 @@ FailureKind = Literal["timeout", "crash", "memory", "error"]
 class CallFailed(Exception):
     """A pool call that did not return a value.
 
-    ``kind``: "timeout" (killed at its deadline), "crash" (the worker died: os._exit, a
-    signal), "memory" (MemoryError or death at the address-space limit) or "error" (fn
-    raised). ``error_type``: the exception's class name for "error", else "TimeoutError",
-    "WorkerCrash" or "MemoryError". ``exit_code``: the worker's exit code when it died
-    (negative: the signal), else None.
+    ``kind``: "timeout" (killed at its deadline, or abandoned), "crash" (the worker died:
+    os._exit, a signal), "memory" (MemoryError, or the worker killed past its memory
+    limit) or "error" (fn raised). ``error_type``: the exception's class name for
+    "error", else "TimeoutError", "WorkerCrash" or "MemoryError". ``exit_code``: the
+    worker's exit code when it died (negative: the signal), else None. ``own``: the
+    failure is surely this call's (it raised, timed out or was abandoned, or it was the
+    only call in flight on a worker that died); False when its worker died with several
+    calls in flight, any of which may have killed it (see ``WorkerPool.submit``'s
+    ``retry_lost``).
     """
 
     def __init__(
@@ -27,15 +31,18 @@ class CallFailed(Exception):
         *,
         error_type: str | None = None,
         exit_code: int | None = None,
+        own: bool = True,
     ) -> None:
         super().__init__(message)
         self.kind: FailureKind = kind
         self.message = message
         self.error_type = error_type or _DEFAULT_TYPES[kind]
         self.exit_code = exit_code
+        self.own = own
 
     def __reduce__(self):
-        return (_call_failed, (self.kind, self.message, self.error_type, self.exit_code))
+        args = (self.kind, self.message, self.error_type, self.exit_code, self.own)
+        return (_call_failed, args)
 
 
 _DEFAULT_TYPES = {
@@ -46,14 +53,17 @@ _DEFAULT_TYPES = {
 }
 
 
-def _call_failed(kind, message, error_type, exit_code) -> CallFailed:
-    return CallFailed(kind, message, error_type=error_type, exit_code=exit_code)
+def _call_failed(kind, message, error_type, exit_code, own=True) -> CallFailed:
+    return CallFailed(kind, message, error_type=error_type, exit_code=exit_code, own=own)
 
 
-def death(code: int | None, *, memory_mb: int | None) -> tuple[FailureKind, str]:
+def death(
+    code: int | None, *, memory_mb: int | None, memory_limit: str = "rss"
+) -> tuple[FailureKind, str]:
     """The kind and one-line message of a worker's death with exit ``code``."""
     if code == MEMORY_EXIT_CODE:
-        limit = f"its address space limit {memory_mb} MB" if memory_mb else "memory"
+        limited = memory_mb is not None and memory_limit == "address_space"
+        limit = f"its address space limit {memory_mb} MB" if limited else "memory"
         return "memory", f"worker ran out of memory ({limit})"
     if code is not None and code < 0:
         try:

@@ -1,15 +1,20 @@
-"""A pool of worker processes that run untrusted user code (rewards, environment steps)
-with a hard deadline per call and an address-space limit per process.
+"""A pool of worker processes that run user code (rewards, environment steps, agents)
+with a hard deadline per call, a memory limit per worker and, when asked, no network.
 
 ::
 
     submit(fn, ...) ──► queue (shared, or worker k's own when pinned)
                           │  one manager thread: dispatch to a ready worker with a free slot
+                          │  (an `alone` call: to a worker with nothing else in flight)
                           ▼
-             worker k (spawned process, RLIMIT_AS) ──► reply ──► future.set_result / CallFailed
-                          │ past deadline: future fails at once, the worker is SIGKILLed
-                          │ (when its other calls are done) and a fresh one started
-                          │ exits / segfaults: its in-flight calls fail "crash" / "memory"
+             worker k (spawned; own process group; subreaper) ──► reply ──► future
+                          │ past deadline: the call fails at once; the worker's whole
+                          │ process tree is killed (when its other calls are done)
+                          │ past memory_mb resident (sampled ~10x a second while busy), or
+                          │ dead (exit, signal): its in-flight calls fail "memory"/"crash",
+                          │ own=False when several were in flight; those sent with
+                          │ `retry_lost` run again once, alone, on another worker
+                          │ abandon(futures): they fail "timeout", their workers are killed
                           │ re-ran a script that trains (main_guard): every call, now and
                           │ later, fails UnguardedMainError; no worker is started again
                           ▼
@@ -17,8 +22,10 @@ with a hard deadline per call and an address-space limit per process.
 
 Workers are started with the "spawn" context, never fork: the driver holds torch, vLLM
 and Ray threads. Only the manager thread starts workers, since a worker is killed when
-the thread that started it ends (``PR_SET_PDEATHSIG``). Futures are resolved outside
-the lock, so a done-callback may submit again.
+the thread that started it ends (``PR_SET_PDEATHSIG``). A worker is killed with its
+process tree (``tree.kill_tree``): every process it started, in any process group, and
+any orphan of theirs, which the worker adopts as a child subreaper. Futures are resolved
+outside the lock, so a done-callback may submit again.
 """
 
 from __future__ import annotations
@@ -27,24 +34,27 @@ import atexit
 import contextlib
 import fcntl
 import itertools
+import logging
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.util  # its atexit hook joins children: ours must be registered after
 import os
 import pickle
-import signal
 import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
 
-from grouprl.sandbox.failures import CallFailed, death
+from grouprl.sandbox.failures import CallFailed, FailureKind, death
 from grouprl.sandbox.main_guard import UNGUARDED_EXIT_CODE, WORKER_NAME_PREFIX, worker_start_error
 from grouprl.sandbox.signals import blocked_signals
+from grouprl.sandbox.tree import kill_tree, resident_mb
 from grouprl.sandbox.worker import serve
+
+logger = logging.getLogger(__name__)
 
 _BOOT_FAILURES_LIMIT = 3
 """Workers in a row that die before they are ready: then queued calls fail, not loop."""
@@ -53,15 +63,35 @@ BOOT_TIMEOUT_S = 60.0
 """A worker not ready this long after its start is killed (a start takes ~0.1 s; a script
 that trains without ``if __name__ == "__main__":`` would train again in each worker)."""
 
+RSS_SAMPLE_S = 0.1
+"""How often the resident memory of each busy worker's process tree is read (``rss``)."""
+
+MEMORY_LIMITS = ("rss", "address_space")
+
 
 class _Call:
-    def __init__(self, *, payload: bytes, deadline_s: float | None, pinned: int | None) -> None:
+    def __init__(
+        self,
+        *,
+        payload: bytes,
+        deadline_s: float | None,
+        pinned: int | None,
+        alone: bool = False,
+        retry_lost: bool = False,
+    ) -> None:
         self.id = next(_CALL_IDS)
         self.payload = payload
         self.future: Future = Future()
         self.deadline_s = deadline_s
         self.pinned = pinned
+        self.alone = alone
+        self.retry_lost = retry_lost and pinned is None
         self.deadline_at = float("inf")
+
+    def claim(self) -> bool:
+        """Mark the future running (a call queued again after a lost worker already is);
+        False when the caller cancelled it."""
+        return self.future.running() or self.future.set_running_or_notify_cancel()
 
 
 _CALL_IDS = itertools.count()
@@ -82,6 +112,7 @@ class _Slot:
         self.ready = False
         self.started_at = 0.0
         self.retiring = False  # a call timed out or ran out of memory: replace when idle
+        self.abandoned = False  # abandon() failed a call it runs: kill it now
         self.inflight: dict[int, _Call] = {}
 
 
@@ -90,10 +121,15 @@ Resolved = list[tuple[Future, Any, BaseException | None]]
 
 class WorkerPool:
     """``size`` worker processes, each running up to ``concurrency`` calls at once in
-    threads, each limited to ``memory_mb`` MB of address space (None: no limit).
-    Workers start on the first ``submit``; ``close()`` (or leaving a ``with`` block, or
-    interpreter exit) kills them. ``initializer`` (picklable) runs in each worker as it
-    starts, before any call (outside the calls' deadlines)."""
+    threads, each limited to ``memory_mb`` MB (None: no limit) measured as
+    ``memory_limit`` says: "rss", the resident memory of the worker's process tree, read
+    by the manager thread while the worker has calls in flight (killed past it), or
+    "address_space", ``RLIMIT_AS`` on each process (a MemoryError past it). ``network``
+    False: each worker in its own user+network namespace where the kernel allows it
+    (``network_refused`` says why not). Workers start on the first ``submit``;
+    ``close()`` (or leaving a ``with`` block, or interpreter exit) kills them with their
+    process trees. ``initializer`` (picklable) runs in each worker as it starts, before
+    any call (outside the calls' deadlines)."""
 
     def __init__(
         self,
@@ -102,20 +138,31 @@ class WorkerPool:
         concurrency: int = 1,
         name: str = "pool",
         initializer: Callable[[], Any] | None = None,
+        memory_limit: str = "rss",
+        network: bool = True,
     ) -> None:
         if size < 1 or concurrency < 1:
             raise ValueError(f"WorkerPool: size={size}, concurrency={concurrency}; both >= 1")
         if memory_mb is not None and memory_mb < 64:
             raise ValueError(f"WorkerPool: memory_mb={memory_mb}; at least 64, or None")
+        if memory_limit not in MEMORY_LIMITS:
+            raise ValueError(
+                f"WorkerPool: memory_limit={memory_limit!r}; one of {list(MEMORY_LIMITS)}"
+            )
         self.size, self.memory_mb, self.concurrency, self.name = size, memory_mb, concurrency, name
         self.initializer = initializer
+        self.memory_limit, self.network = memory_limit, network
+        self.network_refused: str | None = None
+        """Why a worker kept the network though ``network=False`` (None: none did)."""
+        self._watch_rss = memory_mb is not None and memory_limit == "rss"
+        self._sample_at = 0.0
         self._ctx = multiprocessing.get_context("spawn")
         self._lock = threading.Lock()
         self._slots = [_Slot(k) for k in range(size)]
         self._queue: deque[_Call] = deque()
         self._pinned: list[deque[_Call]] = [deque() for _ in range(size)]
         self._stats: dict[str, int] = dict.fromkeys(
-            ("calls", "timeouts", "crashes", "memory", "errors", "restarts"), 0
+            ("calls", "timeouts", "crashes", "memory", "errors", "restarts", "retried"), 0
         )
         self._boot_failures = 0
         self._fatal: Exception | None = None  # every call fails with it (main_guard)
@@ -137,11 +184,17 @@ class WorkerPool:
         *args: Any,
         deadline_s: float | None = None,
         worker: int | None = None,
+        alone: bool = False,
+        retry_lost: bool = False,
         **kwargs: Any,
     ) -> Future:
         """Run ``fn(*args, **kwargs)`` in a worker; the future holds its value or raises
         ``CallFailed``. ``deadline_s`` counts from when the call starts in a worker.
-        ``worker=k`` pins the call to worker k (see ``worker_state``)."""
+        ``worker=k`` pins the call to worker k (see ``worker_state``). ``alone``: no other
+        call is in flight on its worker while it runs. ``retry_lost`` (unpinned calls
+        only; a pinned call is never retried): when its worker dies with other calls in
+        flight (a crash, killed for memory), run it again once, alone, on a fresh worker;
+        its future fails only when that fails too."""
         if worker is not None and not 0 <= worker < self.size:
             raise ValueError(f"WorkerPool.submit: worker={worker}; 0 <= worker < {self.size}")
         try:
@@ -157,7 +210,13 @@ class WorkerPool:
                 )
             )
             return call.future
-        call = _Call(payload=payload, deadline_s=deadline_s, pinned=worker)
+        call = _Call(
+            payload=payload,
+            deadline_s=deadline_s,
+            pinned=worker,
+            alone=alone,
+            retry_lost=retry_lost,
+        )
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"WorkerPool {self.name!r} is closed")
@@ -173,6 +232,34 @@ class WorkerPool:
                 self._thread.start()
         self._wake()
         return call.future
+
+    def abandon(
+        self, futures: Iterable[Future], *, message: str = "abandoned before it finished"
+    ) -> int:
+        """Fail each of ``futures`` not done yet with ``CallFailed("timeout", message)``:
+        queued ones are dropped, workers running one are killed with their process trees
+        (their other calls fail as lost, ``own=False``, or run again if ``retry_lost``) and
+        replaced. Returns how many it failed."""
+        wanted = {id(f) for f in futures if not f.done()}
+        failure = CallFailed("timeout", message)
+        resolved: Resolved = []
+        with self._lock:
+            for queue in (self._queue, *self._pinned):
+                dropped = [c for c in queue if id(c.future) in wanted]
+                if dropped:
+                    kept = [c for c in queue if id(c.future) not in wanted]
+                    queue.clear()
+                    queue.extend(kept)
+                for call in dropped:
+                    self._fail(call, failure, resolved, started=False)
+            for slot in self._slots:
+                for call in [c for c in slot.inflight.values() if id(c.future) in wanted]:
+                    del slot.inflight[call.id]
+                    self._fail(call, failure, resolved)
+                    slot.abandoned = True
+        _resolve(resolved)
+        self._wake()
+        return len(resolved)
 
     def generation(self, k: int) -> int:
         """How many times worker ``k`` has been started (0: not yet); a change means its
@@ -245,8 +332,10 @@ class WorkerPool:
                             self._receive(slot, resolved)
                         if slot.process is not None and slot.process.sentinel in ready:
                             self._on_exit(slot, resolved)
-                    self._expire(time.monotonic(), resolved)
-                    self._retire_idle()
+                    now = time.monotonic()
+                    self._expire(now, resolved)
+                    self._watch_memory(now, resolved)
+                    self._retire(resolved)
                 _resolve(resolved)
         finally:
             self._shutdown()
@@ -261,6 +350,8 @@ class WorkerPool:
                 deadline = min(deadline, slot.started_at + BOOT_TIMEOUT_S)
             for call in slot.inflight.values():
                 deadline = min(deadline, call.deadline_at)
+            if self._watch_rss and slot.inflight and slot is not self._spare:
+                deadline = min(deadline, self._sample_at)
         return waitables, min(max(deadline - time.monotonic(), 0.0), 1.0)
 
     def _every_slot(self) -> list[_Slot]:
@@ -300,6 +391,8 @@ class WorkerPool:
             args=(child_conn,),
             kwargs={
                 "memory_mb": self.memory_mb,
+                "memory_limit": self.memory_limit,
+                "network": self.network,
                 "concurrency": self.concurrency,
                 "initializer": self.initializer,
             },
@@ -319,21 +412,29 @@ class WorkerPool:
         while progress:
             progress = False
             for slot in self._slots:
-                if not slot.ready or slot.retiring or len(slot.inflight) >= self.concurrency:
+                if not self._takes_calls(slot):
                     continue
                 own = self._pinned[slot.index]
                 queue = own if own else self._queue
-                if not queue:
-                    continue
+                if not queue or (queue[0].alone and slot.inflight):
+                    continue  # an alone call waits for an idle worker, and the rest behind it
                 call = queue.popleft()
                 progress = True
-                if not call.future.set_running_or_notify_cancel():
+                if not call.claim():
                     continue
                 if call.deadline_s is not None:
                     call.deadline_at = time.monotonic() + call.deadline_s
                 slot.inflight[call.id] = call
                 with contextlib.suppress(OSError):  # a dead worker: its sentinel says so
                     slot.conn.send_bytes(pickle.dumps((call.id, call.payload)))
+
+    def _takes_calls(self, slot: _Slot) -> bool:
+        return (
+            slot.ready
+            and not (slot.retiring or slot.abandoned)
+            and len(slot.inflight) < self.concurrency
+            and not any(call.alone for call in slot.inflight.values())
+        )
 
     def _receive(self, slot: _Slot, resolved: Resolved) -> None:
         while True:
@@ -347,6 +448,7 @@ class WorkerPool:
             if tag == "ready":
                 slot.ready = True
                 self._boot_failures = 0
+                self._note_network(message[2])
                 continue
             call = slot.inflight.pop(message[1], None)
             if call is None:  # it timed out already
@@ -367,18 +469,22 @@ class WorkerPool:
                 slot.retiring = True  # what it allocated may still be held by globals
             self._fail(call, CallFailed(kind, text, error_type=error_type), resolved)
 
+    def _note_network(self, refused: str | None) -> None:
+        if refused is not None and self.network_refused is None:
+            self.network_refused = refused
+            logger.warning(f"pool {self.name!r}: network=False, but its workers keep it: {refused}")
+
     def _on_exit(self, slot: _Slot, resolved: Resolved) -> None:
         self._receive(slot, resolved)  # replies sent before it died
+        kill_tree(slot.process.pid)  # its group outlives it; not reaped yet, the id is safe
         slot.process.join(1.0)
         code = slot.process.exitcode
         was_ready = slot.ready
-        kind, text = death(code, memory_mb=self.memory_mb)
-        for call in list(slot.inflight.values()):
-            self._fail(call, CallFailed(kind, text, exit_code=code), resolved)
-        self._discard(slot)
+        kind, text = death(code, memory_mb=self.memory_mb, memory_limit=self.memory_limit)
         if was_ready:
-            slot.restart_wanted = not self._closed
+            self._lose(slot, kind, text, resolved, exit_code=code)
             return
+        self._discard(slot)
         if code == UNGUARDED_EXIT_CODE:
             self._fail_every_call(worker_start_error(self.name), resolved)
             return
@@ -392,7 +498,7 @@ class WorkerPool:
         for queue in (self._queue, *self._pinned):
             while queue:
                 call = queue.popleft()
-                if call.future.set_running_or_notify_cancel():
+                if call.claim():
                     resolved.append((call.future, None, error))
 
     def _boot_failed(self, slot: _Slot, text: str, code: int | None, resolved: Resolved) -> None:
@@ -432,23 +538,72 @@ class WorkerPool:
                 self._fail(call, failure, resolved)
                 slot.retiring = True
 
-    def _retire_idle(self) -> None:
+    def _watch_memory(self, now: float, resolved: Resolved) -> None:
+        """Kill each busy worker whose process tree is resident past ``memory_mb``."""
+        if not self._watch_rss or self.memory_mb is None or now < self._sample_at:
+            return
+        self._sample_at = now + RSS_SAMPLE_S
         for slot in self._slots:
-            if slot.process is not None and slot.retiring and not slot.inflight:
+            if slot.process is None or not slot.inflight:
+                continue
+            rss = resident_mb(slot.process.pid)
+            if rss > self.memory_mb:
+                text = (
+                    f"worker killed at {rss:.0f} MB resident (its process tree), over its "
+                    f"memory limit of {self.memory_mb} MB (memory_limit=rss)"
+                )
+                self._lose(slot, "memory", text, resolved)
+
+    def _retire(self, resolved: Resolved) -> None:
+        """Replace workers marked to go: at once when ``abandon`` failed a call of theirs
+        (the rest are lost), when idle when a call timed out or ran out of memory."""
+        for slot in self._slots:
+            if slot.process is None:
+                continue
+            if slot.abandoned:
+                text = "its worker was killed to stop a call abandoned beside it"
+                self._lose(slot, "crash", text, resolved, own=False)
+            elif slot.retiring and not slot.inflight:
                 self._discard(slot)
                 slot.restart_wanted = not self._closed
 
+    def _lose(
+        self,
+        slot: _Slot,
+        kind: FailureKind,
+        text: str,
+        resolved: Resolved,
+        *,
+        exit_code: int | None = None,
+        own: bool | None = None,
+    ) -> None:
+        """Worker ``slot`` died or must go: kill and replace it; its calls in flight fail
+        with ``kind`` (``own`` unless others were in flight beside them), but those sent
+        with ``retry_lost`` that are not surely its cause are queued again, once, alone."""
+        calls = list(slot.inflight.values())
+        own = len(calls) == 1 if own is None else own
+        slot.inflight.clear()
+        self._discard(slot)
+        slot.restart_wanted = not self._closed
+        for call in reversed(calls):  # to the queue's front, in their order
+            if call.retry_lost and not own and not self._closed:
+                call.retry_lost, call.alone = False, True
+                call.deadline_at = float("inf")
+                self._queue.appendleft(call)
+                self._stats["retried"] += 1
+            else:
+                self._fail(call, CallFailed(kind, text, exit_code=exit_code, own=own), resolved)
+
     def _discard(self, slot: _Slot) -> None:
-        """Kill slot's process (by PID) if it runs, reap it and close its pipe; counted as
-        a restart unless the pool is closing (before the failed calls are resolved, so a
+        """Kill slot's process with its whole tree if it runs, reap it and close its pipe;
+        counted as a restart unless the pool is closing (before the failed calls are resolved, so a
         caller sees the count include its failure)."""
         if not self._closed and slot is not self._spare:
             self._stats["restarts"] += 1
             self._keep_spare = True
         process = slot.process
-        if process.exitcode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(process.pid, signal.SIGKILL)
+        if process.exitcode is None:  # (exitcode reaps a worker that just died)
+            kill_tree(process.pid)
             process.join(5.0)
         slot.conn.close()
         with contextlib.suppress(ValueError):  # still running after SIGKILL: leave it
@@ -458,10 +613,9 @@ class WorkerPool:
     def _fail(
         self, call: _Call, failure: CallFailed, resolved: Resolved, *, started: bool = True
     ) -> None:
-        if not started and not call.future.set_running_or_notify_cancel():
+        if not started and not call.claim():
             return
-        key = {"timeout": "timeouts", "crash": "crashes", "memory": "memory", "error": "errors"}
-        self._stats[key[failure.kind]] += 1
+        self._stats[_STAT_OF[failure.kind]] += 1
         resolved.append((call.future, None, failure))
 
     def _shutdown(self) -> None:
@@ -476,10 +630,13 @@ class WorkerPool:
             for queue in (self._queue, *self._pinned):
                 while queue:
                     call = queue.popleft()
-                    if call.future.set_running_or_notify_cancel():
+                    if call.claim():
                         resolved.append((call.future, None, closed))
             self._close_wake()
         _resolve(resolved)
+
+
+_STAT_OF = {"timeout": "timeouts", "crash": "crashes", "memory": "memory", "error": "errors"}
 
 
 def _resolve(resolved: Resolved) -> None:

@@ -23,7 +23,6 @@ name made from its absolute path (``grouprl_user_{kind}_{stem}_{hash}``), regist
 
 from __future__ import annotations
 
-import asyncio
 import difflib
 import hashlib
 import importlib
@@ -39,7 +38,7 @@ from types import ModuleType
 from typing import Any
 
 from grouprl.config.imports import absolute_import_path, is_import_path
-from grouprl.sandbox.worker import worker_state
+from grouprl.sandbox.worker import run_awaited, worker_state
 
 Expects = Callable[[Any, str], str | None]
 """``expects(value, attr)``: why a loaded ``value`` is not the kind's (e.g. "'x' is a int,
@@ -203,15 +202,13 @@ class UserCode:
 
 
 def awaited_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)``, run to its end when ``fn`` is an ``async def``."""
+    """``fn(*args, **kwargs)``, run to its end when ``fn`` is an ``async def``: on the one
+    event loop this process keeps for its life (``worker.run_awaited``), never a loop of
+    its own per call, so loop-bound objects the code keeps work from call to call."""
     value = fn(*args, **kwargs)
     if inspect.isawaitable(value):
-        value = asyncio.run(_awaited(value))
+        value = run_awaited(value)
     return value
-
-
-async def _awaited(awaitable: Any) -> Any:
-    return await awaitable
 
 
 # --- import paths ---------------------------------------------------------------------------

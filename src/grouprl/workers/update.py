@@ -130,7 +130,8 @@ def run_updates(
     for iteration in range(num_iterations):
         for start in range(0, len(batch), mini_batch_size):
             mini = batch.select(slice(start, start + mini_batch_size))
-            norm = LossNorm(tokens=int(mini.loss_mask_BT.sum()), sequences=len(mini))
+            trained = int((mini.loss_mask_BT.sum(dim=1) > 0).sum())  # not dropped nor masked
+            norm = LossNorm(tokens=int(mini.loss_mask_BT.sum()), sequences=trained)
             if norm.tokens == 0:
                 continue
             optimizer.zero_grad(set_to_none=True)

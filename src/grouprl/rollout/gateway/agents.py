@@ -4,31 +4,37 @@ the rollout engine (docs/gateway.md).
 
 ::
 
-    rows ─► rollout.n episodes per row ─► gateway.open ─► pool.submit(run_agent, deadline)
-        agent ⇄ HTTP ⇄ gateway ⇄ engine (requests of all live episodes batched)
+    rows ─► rollout.n episodes per row ─► gateway.open ─► pool.submit(run_agent, deadline,
+        │                                                   retry_lost=True)
+        agent ⇄ HTTP ⇄ gateway ⇄ engine (one engine call per tick for all live episodes)
         agent returns a reward | None | fails (raises, crashes, past env.agent.timeout_s)
+        │ its worker died under ANOTHER agent (crash, memory): the pool runs it again,
+        │ alone on a fresh worker, and the gateway starts its episode over (Gateway.start)
     ─► one Trajectory per episode (gateway_record: token-exact, the last segment)
     ─► reward functions score every episode's last assistant message
     ─► the agent's reward (returned, else reported with POST /reward) replaces their total
-    ─► a failed agent scores 0: a RewardFailure("env.agent", sample, row), logged, counted
+    ─► a failed agent fails its sample (agent_error, rollout/reward.fail): dropped, trained
+       as 0 or stopping the run, as env.on_error says; one warning per step
 
 Episodes stay prompt-major (sample g of row p at ``p * n + g``), as the group estimators
 need. The pool (``env.sandbox.workers`` processes, ``env.agent.concurrency`` agents at once
-in each) lives as long as this object; ``env.sandbox.workers=0`` runs agents on threads here,
-uncontained (for debugging: a crash ends the run, a hang is only refused by the gateway).
+in each, ``env.network`` and ``env.sandbox.memory_limit`` as configured) lives as long as
+this object; ``env.sandbox.workers=0`` runs agents on threads here, uncontained (for
+debugging: a crash ends the run, a hang is only refused by the gateway).
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
-from grouprl.config.schema import RunConfig
+from grouprl.config.schema import OnError, RunConfig
 from grouprl.engines.base import RolloutEngine, SamplingSettings
-from grouprl.rewards.scoring import RewardFailure, RewardScores
+from grouprl.rewards.scoring import RewardScores
 from grouprl.rollout.gateway.record import EpisodeRecord
 from grouprl.rollout.gateway.server import Gateway
 from grouprl.rollout.gateway.worker import portable, run_agent
@@ -40,12 +46,30 @@ from grouprl.types import Trajectory
 logger = logging.getLogger(__name__)
 
 _FAILURE_TYPES = {"timeout": "TimeoutError", "crash": "WorkerCrash", "memory": "MemoryError"}
+LISTED_FAILURES = 3
+"""Failed agents a step's warning names; the rest are counted by error type."""
+
+
+@dataclass(frozen=True)
+class AgentFailure:
+    """One episode whose agent raised, returned a non-number, timed out, crashed its
+    worker or ran out of memory."""
+
+    sample_index: int
+    row_index: int | None
+    error_type: str
+    message: str
+
+    def describe(self) -> str:
+        return (
+            f"sample {self.sample_index} (row {self.row_index}): {self.error_type}: {self.message}"
+        )
 
 
 @dataclass
 class AgentOutcome:
     reward: float | None = None
-    failure: RewardFailure | None = None
+    failure: AgentFailure | None = None
 
 
 class AgentRollout:
@@ -82,14 +106,16 @@ class AgentRollout:
             score=self.score,
             correct_function=self.cfg.reward.correct_function,
             group_size=n,
+            on_error=self.cfg.reward.on_error,
         )
-        _apply_outcomes(trajectories, records, outcomes, scores)
+        _apply_outcomes(trajectories, records, outcomes, scores, on_error=self.cfg.env.on_error)
         stats = gateway.stats
         logger.debug(
-            "gateway: %d calls in %d engine calls, %d refused",
+            "gateway: %d calls in %d engine calls, %d refused, %d agents run again",
             stats.batched,
             stats.engine_calls,
             stats.refused,
+            sum(r.reruns for r in records),
         )
         return trajectories, scores
 
@@ -113,23 +139,31 @@ class AgentRollout:
 
     def _submit(self, base_url: str, task: dict[str, Any], key: str) -> Future:
         kwargs = {"model": "grouprl-policy", "api_key": key}
+        pool = self._started_pool()
+        if isinstance(pool, ThreadPoolExecutor):
+            return pool.submit(run_agent, self.spec, base_url, task, kwargs)
+        # an agent whose worker died under another agent runs again, alone (Gateway.start
+        # starts its episode over) rather than failing with it
+        return pool.submit(
+            run_agent, self.spec, base_url, task, kwargs, deadline_s=self.timeout_s, retry_lost=True
+        )
+
+    def _started_pool(self) -> WorkerPool | ThreadPoolExecutor:
         if self._pool is None:
-            sandbox, agent = self.cfg.env.sandbox, self.cfg.env.agent
-            assert agent is not None, "an AgentRollout is made only for env.agent"
-            if sandbox.workers == 0:
-                self._pool = ThreadPoolExecutor(max_workers=agent.concurrency)
+            env = self.cfg.env
+            assert env.agent is not None, "an AgentRollout is made only for env.agent"
+            if env.sandbox.workers == 0:
+                self._pool = ThreadPoolExecutor(max_workers=env.agent.concurrency)
             else:
                 self._pool = WorkerPool(
-                    size=sandbox.workers,
-                    memory_mb=sandbox.memory_mb,
-                    concurrency=agent.concurrency,
+                    size=env.sandbox.workers,
+                    memory_mb=env.sandbox.memory_mb,
+                    concurrency=env.agent.concurrency,
                     name="agent",
+                    memory_limit=env.sandbox.memory_limit,
+                    network=env.network,
                 )
-        if isinstance(self._pool, ThreadPoolExecutor):
-            return self._pool.submit(run_agent, self.spec, base_url, task, kwargs)
-        return self._pool.submit(
-            run_agent, self.spec, base_url, task, kwargs, deadline_s=self.timeout_s
-        )
+        return self._pool
 
     def _outcome(self, future: Future, index: int, key: str, gateway: Gateway) -> AgentOutcome:
         row = gateway.episodes[key].row
@@ -143,12 +177,17 @@ class AgentRollout:
         except CallFailed as err:
             error_type = _FAILURE_TYPES.get(err.kind, err.error_type or "Exception")
             message = err.message.removeprefix(f"{err.error_type}: ")
+            if err.kind == "timeout":
+                message = f"past env.agent.timeout_s={self.timeout_s:g}"
+            elif err.kind == "memory":
+                message += f" (env.sandbox.memory_mb={self.cfg.env.sandbox.memory_mb})"
+            if not err.own:
+                message += " (its worker died while it ran other agents too)"
         except Exception as err:  # workers=0: the agent's own exception
             if isinstance(self._pool, WorkerPool):
                 raise  # not one call's failure: the pool cannot run any (main_guard)
             error_type, message = type(err).__name__, str(err)
-        failure = RewardFailure("env.agent", index, row.get("_index"), error_type, message)
-        return AgentOutcome(failure=failure)
+        return AgentOutcome(failure=AgentFailure(index, row.get("_index"), error_type, message))
 
     def close(self) -> None:
         if isinstance(self._pool, WorkerPool):
@@ -163,20 +202,24 @@ def _apply_outcomes(
     records: list[EpisodeRecord],
     outcomes: list[AgentOutcome],
     scores: RewardScores,
+    *,
+    on_error: OnError,
 ) -> None:
     """The agent's reward (returned, else reported) is the ``agent`` part of the sample's
     reward, which replaces the reward functions' total; a failed agent fails its sample
-    (``env_error``, ``rollout/reward.fail``), counted and logged with its index."""
+    (``agent_error``, ``rollout/reward.fail`` with ``env.on_error``): dropped, trained as 0
+    or raised, and counted and logged once for the step."""
     agent_rewards = []
     for i, (traj, record, outcome) in enumerate(zip(trajectories, records, outcomes, strict=True)):
         reward = outcome.reward if outcome.reward is not None else record.reported_reward
+        failure = outcome.failure
         traj.turns[0].info["gateway"] = record.summary(
-            failure=None if outcome.failure is None else outcome.failure.error_type
+            failure=None if failure is None else failure.error_type
         )
-        if outcome.failure is not None:
+        if failure is not None:
             traj.stop_reason = "env_error"
-            fail(traj, reason="env_error")
-            scores.errors.append(outcome.failure)
+            message = f"{failure.error_type}: {failure.message}"
+            fail(traj, reason="agent_error", on_error=on_error, message=message, sample=i)
         elif reward is not None:
             record_parts(traj, agent=reward)
             traj.correct = reward >= 1.0
@@ -186,11 +229,26 @@ def _apply_outcomes(
         agent_rewards.append(traj.reward)
     if agent_rewards:
         scores.parts["agent"] = agent_rewards
-    failures = [o.failure for o in outcomes if o.failure is not None]
-    if failures:
-        logger.warning(
-            "%d of %d agent episodes failed and scored 0: %s",
-            len(failures),
-            len(outcomes),
-            "; ".join(f.describe() for f in failures[:5]),
-        )
+    _log_failures([o.failure for o in outcomes if o.failure is not None], len(outcomes), on_error)
+
+
+def _log_failures(failures: list[AgentFailure], episodes: int, on_error: OnError) -> None:
+    """One warning for the step's failed agents: counts by error type, the first few."""
+    if not failures:
+        return
+    counts = Counter(f.error_type for f in failures)
+    fate = {"drop": "left out of training", "zero": "trained as reward 0"}[on_error]
+    listed = "; ".join(f.describe() for f in failures[:LISTED_FAILURES])
+    more = (
+        f"; and {len(failures) - LISTED_FAILURES} more" if len(failures) > LISTED_FAILURES else ""
+    )
+    logger.warning(
+        "%d of %d agent episodes failed (%s), %s (env.on_error=%s): %s%s",
+        len(failures),
+        episodes,
+        ", ".join(f"{count} {kind}" for kind, count in counts.most_common()),
+        fate,
+        on_error,
+        listed,
+        more,
+    )

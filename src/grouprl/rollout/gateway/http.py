@@ -1,7 +1,7 @@
 """The gateway's HTTP side: routes, OpenAI-shaped errors, JSON and SSE answers.
 
 POST /e/<episode>/v1/chat/completions   (or /v1/... with the episode as the API key)
-  ──► gateway.episode_for(key) ──► gateway.chat / complete / report_reward ──► JSON
+  ──► gateway.episode_for(key) ──► gateway.chat / complete / report_reward / start ──► JSON
   GatewayError ──► {"error": {message, type, param, code}} with its 4xx status
 """
 
@@ -72,6 +72,7 @@ class GatewayHandler(BaseHTTPRequestHandler):
                 "/v1/completions": gateway.complete,
                 "/reward": gateway.report_reward,
                 "/v1/reward": gateway.report_reward,
+                "/v1/start": gateway.start,
             }
             if method != "POST" or route not in handlers:
                 raise GatewayError(404, f"no route {method} {self.path}", code="not_found")
@@ -85,7 +86,7 @@ class GatewayHandler(BaseHTTPRequestHandler):
             logger.exception("gateway error on %s", self.path)
             self._send(500, GatewayError(500, repr(err), code="internal_error").body())
             return
-        if stream and route != "/reward":
+        if stream and route.endswith("/completions"):
             self._send_stream(answer)
         else:
             self._send(200, answer)
@@ -100,12 +101,20 @@ class GatewayHandler(BaseHTTPRequestHandler):
         return key, path, False
 
     def _send(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self._write(status, "application/json", json.dumps(payload).encode())
+
+    def _write(self, status: int, content_type: str, data: bytes) -> None:
+        """Sends one answer. A client gone before it (its agent's worker died, or the agent
+        timed out) is no error here: the agent runs again or fails on its own account."""
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+            logger.debug("the client of %s left before its answer", self.path)
 
     def _send_stream(self, answer: dict[str, Any]) -> None:
         """The whole answer as one SSE chunk, then ``[DONE]``."""
@@ -125,8 +134,4 @@ class GatewayHandler(BaseHTTPRequestHandler):
                 }
             ]
         data = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self._write(200, "text/event-stream", data)

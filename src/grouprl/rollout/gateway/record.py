@@ -82,6 +82,17 @@ class EpisodeRecord:
         """Calls refused (past ``env.max_turns``, out of context, after the deadline)."""
         self.stop_reason = ""
         """Set when the gateway refused a call (``max_turns``, ``context_overflow``)."""
+        self.started = False
+        """The agent told the gateway it started (``Gateway.start``)."""
+        self.reruns = 0
+        """Times the episode started over (its agent was run again after its worker died
+        under another agent): this record holds the last run only."""
+
+    def rerun(self) -> EpisodeRecord:
+        """An empty record of the same episode, for its agent's next run."""
+        fresh = EpisodeRecord(key=self.key, index=self.index, row=self.row, eos_id=self._eos)
+        fresh.started, fresh.reruns = True, self.reruns + 1
+        return fresh
 
     # --- planning a call -------------------------------------------------------------------
 
@@ -169,6 +180,7 @@ class EpisodeRecord:
             "tool_call_errors": self.tool_call_errors,
             "refused": self.refused,
             "reported_reward": self.reported_reward is not None,
+            "reruns": self.reruns,
             "failure": failure,
         }
 
@@ -254,7 +266,8 @@ def template_message(message: dict[str, Any]) -> dict[str, Any]:
 def gateway_metrics(trajectories: list[Trajectory], *, prefix: str = "") -> dict[str, float]:
     """Per episode (of those that ran through the gateway; {} when none did): model calls,
     history rewrites, refused tool calls (malformed, unknown, mistyped), refused calls,
-    rewards reported by HTTP, and agents that failed (raised, crashed, timed out)."""
+    rewards reported by HTTP, agents that failed (raised, crashed, timed out), and agents
+    run again because their worker died under another agent."""
     found = [t.turns[0].info["gateway"] for t in trajectories if "gateway" in t.turns[0].info]
     if not found:
         return {}
@@ -268,5 +281,6 @@ def gateway_metrics(trajectories: list[Trajectory], *, prefix: str = "") -> dict
         "reported_rewards": sum(g["reported_reward"] for g in found),
         "agent_errors": len(failures),
         "agent_timeouts": failures.count("TimeoutError"),
+        "agent_reruns": sum(g.get("reruns", 0) for g in found),
     }
     return {f"{prefix}gateway/{name}": value / n for name, value in per_episode.items()}

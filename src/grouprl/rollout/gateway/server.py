@@ -9,16 +9,17 @@ that run their own loop (``env.agent``); it records every call token-exactly.
     EpisodeRecord.plan_chat ──► context ids (extends the episode, or a new segment)
         │ TurnLimits (rollout/turns.py): env.max_turns, rollout.max_model_len ──► refused
         │ pending requests ──► batcher thread: waits until every live episode has a
-        │                      request waiting, or BATCH_WAIT_S pass, then TurnEngine:
-        ▼                      one engine.generate per distinct max_tokens
+        │                      request waiting, or BATCH_WAIT_S pass (a tick), then
+        ▼                      TurnEngine: ONE engine.generate, each request's max_tokens
     Completion (engine ids, logprobs) ──► assistant message (tool calls parsed) ──► agent
         └─► EpisodeRecord.record ──► Trajectory (gateway_record.py)
 
 Routes (``/e/<episode>`` prefix, or ``/v1/...`` with the episode as the API key):
 ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models``,
-``POST /reward`` (``{"reward": x}``). Errors are OpenAI-shaped (``{"error": {message,
-type, param, code}}``) with a 4xx status, never one the openai client retries (408, 409,
-429): a closed episode is 410, an unknown one 401.
+``POST /reward`` (``{"reward": x}``), ``POST /v1/start`` (the agent's worker, before
+``solve``: a second start is a rerun, and the episode starts over). Errors are
+OpenAI-shaped (``{"error": {message, type, param, code}}``) with a 4xx status, never one
+the openai client retries (408, 409, 429): a closed episode is 410, an unknown one 401.
 
 Sampling is the run's (``rollout.temperature``, ``top_p``, ``top_k``: on-policy); a
 request's ``max_tokens`` / ``max_completion_tokens`` can only lower ``rollout.max_tokens``
@@ -191,8 +192,8 @@ class Gateway:
             self._generate(batch)
 
     def _generate(self, batch: list[_Request]) -> None:
-        """The batch's completions (``TurnEngine``: one engine call per distinct max_tokens);
-        an engine failure fails the whole batch."""
+        """The tick's completions in one engine call (``TurnEngine``), each request within
+        its own max_tokens; an engine failure fails the whole batch."""
         try:
             groups = self.turns.generate(
                 [r.context_ids for r in batch], max_tokens=[r.max_tokens for r in batch]
@@ -347,6 +348,20 @@ class Gateway:
         if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
             raise GatewayError(400, f"reward={value!r} must be a number", code="invalid_reward")
         record.reported_reward = float(value)
+        return {"ok": True}
+
+    def start(self, record: EpisodeRecord, body: dict[str, Any]) -> dict[str, Any]:
+        """The episode's agent starts (``worker.start_episode``, before ``solve``). A second
+        start is a rerun (the pool runs an agent again, alone, when its worker died under
+        another agent): the episode starts over with an empty record, so the lost run's
+        calls are not in its trajectory; a call of the lost run still waiting on the engine
+        records into the old record, which nothing reads."""
+        with self._cond:
+            if record.started:
+                self.episodes[record.key] = record.rerun()
+                self._episode_locks[record.key] = threading.Lock()
+            else:
+                record.started = True
         return {"ok": True}
 
     def models(self) -> dict[str, Any]:

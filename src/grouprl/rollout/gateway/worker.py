@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import urllib.error
+import urllib.request
 from typing import Any
 
 from grouprl.config.errors import ConfigError
@@ -24,6 +26,9 @@ from grouprl.config.schema import EnvConfig
 from grouprl.sandbox.user_code import UserCode, a_function, awaited_call
 
 AgentFn = Any
+
+START_TIMEOUT_S = 30.0
+"""How long an agent's worker waits for the gateway to take the episode's start."""
 
 AGENTS = UserCode(
     kind="agent",
@@ -75,7 +80,9 @@ def run_agent(
 ) -> float | None:
     """Runs ``solve`` for one episode in a pool worker (resolved there once per worker, so
     file paths work in the child); returns its reward or None. Raises TypeError for any
-    other return value."""
+    other return value. Tells the gateway first that the episode starts
+    (``start_episode``): a run again after its worker died starts it over."""
+    start_episode(base_url)
     value = awaited_call(AGENTS.load(spec), base_url, task, **kwargs)
     if value is None:
         return None
@@ -87,6 +94,29 @@ def run_agent(
             "(the reward) or None"
         )
     return float(value)
+
+
+def start_episode(base_url: str) -> None:
+    """``POST {base_url}/start``: the gateway drops what an earlier run of this episode
+    recorded (``Gateway.start``). Raises ConnectionError, naming ``env.network``, when
+    this worker cannot reach the gateway."""
+    request = urllib.request.Request(
+        f"{base_url.rstrip('/')}/start",
+        data=b"{}",
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=START_TIMEOUT_S) as response:
+            response.read()
+    except urllib.error.HTTPError:
+        raise
+    except OSError as err:
+        raise ConnectionError(
+            f"the agent's worker cannot reach the gateway at {base_url} ({err}). With "
+            "env.network=false each agent worker has a network namespace of its own, where "
+            "127.0.0.1 is not the gateway's: set env.network=true for agents"
+        ) from None
 
 
 def portable(spec: str) -> str:
