@@ -5,6 +5,7 @@ explains; this process joins the cluster, and leaves it at the end."""
 
 from __future__ import annotations
 
+import builtins
 import os
 import re
 import signal
@@ -45,7 +46,7 @@ def test_a_stopped_replica_fails_the_generation_within_its_bound_naming_it(
         ],
     )
     prompts, settings = [[1, 2, 3], [4, 5, 6]], SamplingSettings(group_size=2, max_tokens=4)
-    engines, pid = None, None
+    engines, pid, plain_print = None, None, builtins.print  # ray.init patches print
     try:
         engines = start_replicas(
             cfg, model_dir=tiny_model_dir, cache_dir=str(tmp_path), places=[], on_gpu=False
@@ -74,3 +75,4 @@ def test_a_stopped_replica_fails_the_generation_within_its_bound_naming_it(
         if engines is not None:
             engines.close()
         ray.shutdown()  # this process's connection; the cluster runs on
+        builtins.print = plain_print  # for the tests after this one in the process

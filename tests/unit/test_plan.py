@@ -237,7 +237,7 @@ def test_plan_shows_a_user_environment_its_args_and_how_it_is_contained():
     assert "up to 3 model turns" in row(text, "max turns")[1]
     value, how = row(text, "runs")
     assert value == "3 workers" and "killed after 5.0 s (env.sandbox.timeout_s)" in how
-    assert "(8192 MB each)" in how  # env.sandbox.memory_mb
+    assert "(8192 MB each, network)" in how  # env.sandbox.memory_mb, env.network
     assert row(text, "agent gateway")[0] == "off"
 
 

@@ -65,6 +65,16 @@ def pid() -> int:
     return os.getpid()
 
 
+def fork_then_hang(path: str, children: int) -> None:
+    """Start ``children`` sleeping children (a bounded stand-in for a fork bomb)."""
+    with open(path, "a") as pids:  # each pid as it starts: the tree may die at any fork
+        for _ in range(children):
+            pids.write(f"{subprocess.Popen(['sleep', '300']).pid} ")
+            pids.flush()
+            time.sleep(0.02)
+    time.sleep(3600)
+
+
 def start_threads(n: int) -> int:
     release = threading.Event()
     threads = [threading.Thread(target=release.wait) for _ in range(n)]
@@ -165,6 +175,21 @@ def test_a_call_past_its_deadline_leaves_nothing_of_its_process_tree(tmp_path):
         pids = [int(p) for p in path.read_text().split()]
         assert len(pids) == 4
         assert _gone(pids), [p for p in pids if running(p)]
+
+
+def test_a_tree_past_the_process_bound_is_killed_whole_before_its_deadline(tmp_path, monkeypatch):
+    monkeypatch.setattr("grouprl.sandbox.pool.MAX_PROCESSES", 6)  # read by the manager
+    path = tmp_path / "pids"
+    with WorkerPool(size=1, memory_mb=None, name="forks") as forks:
+        forks.submit(pid).result(timeout=30)
+        started = time.monotonic()
+        future = forks.submit(fork_then_hang, str(path), 12, deadline_s=30)
+        with pytest.raises(CallFailed) as caught:
+            future.result(timeout=20)
+        assert time.monotonic() - started < 10, "killed at the bound, not at the deadline"
+        assert caught.value.kind == "crash" and "more than 6" in caught.value.message
+        assert _gone([int(p) for p in path.read_text().split()])
+        assert forks.submit(pid).result(timeout=30) > 0  # a fresh worker took its place
 
 
 def test_close_leaves_nothing_of_the_workers_process_trees(pool):

@@ -107,7 +107,9 @@ class TurnEngine:
         context's (default ``settings.max_tokens``). One engine call whatever the mix: when
         the values differ, the engine gets each prompt's (``max_tokens_each``) and their
         largest as ``max_tokens``. Raises what the engine raises (then the call takes no
-        seed: the next one reuses it)."""
+        seed: the next one reuses it). No context: no call."""
+        if not contexts:
+            return []
         lengths = list(max_tokens) if max_tokens is not None else [self.settings.max_tokens]
         settings = replace(
             self.settings,

@@ -51,7 +51,7 @@ from typing import Any
 from grouprl.sandbox.failures import CallFailed, FailureKind, death
 from grouprl.sandbox.main_guard import UNGUARDED_EXIT_CODE, WORKER_NAME_PREFIX, worker_start_error
 from grouprl.sandbox.signals import blocked_signals
-from grouprl.sandbox.tree import kill_tree, resident_mb
+from grouprl.sandbox.tree import kill_tree, usage
 from grouprl.sandbox.worker import serve
 
 logger = logging.getLogger(__name__)
@@ -64,7 +64,14 @@ BOOT_TIMEOUT_S = 60.0
 that trains without ``if __name__ == "__main__":`` would train again in each worker)."""
 
 RSS_SAMPLE_S = 0.1
-"""How often the resident memory of each busy worker's process tree is read (``rss``)."""
+"""How often each busy worker's process tree is read: its resident memory (``rss``) and
+its processes (``MAX_PROCESSES``)."""
+
+MAX_PROCESSES = 256
+"""Processes in one worker's tree at most (the worker and what its calls started); past
+it the tree is killed and its calls fail as a crash. A sample, not a kernel limit: a fast
+fork bomb can pass it between two reads (RLIMIT_NPROC counts every process of the user,
+and root ignores it), but it is frozen and killed whole at the next."""
 
 MEMORY_LIMITS = ("rss", "address_space")
 
@@ -334,7 +341,7 @@ class WorkerPool:
                             self._on_exit(slot, resolved)
                     now = time.monotonic()
                     self._expire(now, resolved)
-                    self._watch_memory(now, resolved)
+                    self._watch(now, resolved)
                     self._retire(resolved)
                 _resolve(resolved)
         finally:
@@ -350,7 +357,7 @@ class WorkerPool:
                 deadline = min(deadline, slot.started_at + BOOT_TIMEOUT_S)
             for call in slot.inflight.values():
                 deadline = min(deadline, call.deadline_at)
-            if self._watch_rss and slot.inflight and slot is not self._spare:
+            if slot.inflight and slot is not self._spare:
                 deadline = min(deadline, self._sample_at)
         return waitables, min(max(deadline - time.monotonic(), 0.0), 1.0)
 
@@ -538,16 +545,23 @@ class WorkerPool:
                 self._fail(call, failure, resolved)
                 slot.retiring = True
 
-    def _watch_memory(self, now: float, resolved: Resolved) -> None:
-        """Kill each busy worker whose process tree is resident past ``memory_mb``."""
-        if not self._watch_rss or self.memory_mb is None or now < self._sample_at:
+    def _watch(self, now: float, resolved: Resolved) -> None:
+        """Kill each busy worker whose process tree is resident past ``memory_mb``
+        (``rss``) or holds more than ``MAX_PROCESSES`` processes."""
+        if now < self._sample_at:
             return
         self._sample_at = now + RSS_SAMPLE_S
         for slot in self._slots:
             if slot.process is None or not slot.inflight:
                 continue
-            rss = resident_mb(slot.process.pid)
-            if rss > self.memory_mb:
+            rss, processes = usage(slot.process.pid)
+            if processes > MAX_PROCESSES:
+                text = (
+                    f"worker killed with {processes} processes in its tree, more than "
+                    f"{MAX_PROCESSES} (a fork without bound?)"
+                )
+                self._lose(slot, "crash", text, resolved)
+            elif self._watch_rss and self.memory_mb is not None and rss > self.memory_mb:
                 text = (
                     f"worker killed at {rss:.0f} MB resident (its process tree), over its "
                     f"memory limit of {self.memory_mb} MB (memory_limit=rss)"

@@ -90,14 +90,15 @@ def _every_parent() -> dict[int, list[int]]:
     return by_parent
 
 
-def resident_mb(pid: int) -> float:
-    """Resident memory of ``pid`` and its descendants together, in MB (pages shared
-    between them count once per process)."""
-    total = 0
-    for each in (pid, *descendants(pid)):
+def usage(pid: int) -> tuple[float, int]:
+    """``(resident MB, processes)`` of ``pid`` and its descendants together (pages shared
+    between them count once per process; zombies count as processes)."""
+    tree = (pid, *descendants(pid))
+    pages = 0
+    for each in tree:
         with contextlib.suppress(OSError, IndexError, ValueError):
-            total += int((_PROC / str(each) / "statm").read_text().split()[1])
-    return total * _PAGE / 2**20
+            pages += int((_PROC / str(each) / "statm").read_text().split()[1])
+    return pages * _PAGE / 2**20, len(tree)
 
 
 def kill_tree(pid: int) -> None:
