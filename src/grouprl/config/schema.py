@@ -148,8 +148,10 @@ class RewardFunction(Section):
 class SandboxConfig(Section):
     """How user code runs (reward functions, environments, agents): in worker processes
     (started with `spawn`), each call within a deadline and each worker within a memory
-    limit. A call that hangs, crashes or runs out of memory costs only its worker, which is
-    replaced; the run goes on. Network and files are not isolated."""
+    limit, each worker killed with every process it started. A call that hangs, crashes or
+    runs out of memory costs only its own sample or episode; its worker is replaced and
+    the run goes on. Files are not isolated; the network is off where `reward.network` /
+    `env.network` say so (docs/sandbox.md)."""
 
     workers: int = Field(default=2, ge=0)
     """Worker processes that run the code (calls for different samples or episodes run in
