@@ -185,6 +185,13 @@ ENV_SANDBOX = SandboxConfig(workers=2, memory_mb=8192, timeout_s=30.0)
 
 OnError = Literal["drop", "zero", "raise"]
 
+FAILED_SAMPLES = {
+    "drop": "left out of training",
+    "zero": "trained as score 0",
+    "raise": "the run stops",
+}
+"""What becomes of a failed sample under each ``on_error``, for messages and `plan`."""
+
 
 def on_error_value(value: Any, *, key: str) -> Any:
     """``on_error`` as given: the old ``abort`` is ``raise``."""

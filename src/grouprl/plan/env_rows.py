@@ -8,7 +8,7 @@ before the plan prints (``driver/preflight.py``), not here.
 from __future__ import annotations
 
 from grouprl.config.errors import show
-from grouprl.config.schema import EnvConfig, RunConfig
+from grouprl.config.schema import FAILED_SAMPLES, EnvConfig, RunConfig
 from grouprl.plan.rows import Row
 
 BUILT_IN = {
@@ -75,11 +75,8 @@ def _containment(env: EnvConfig) -> Row:
         f"env.sandbox.workers processes ({memory}, {network}), {env.concurrency} steps at "
         f"once in each (env.concurrency); start/step calls killed after "
         f"{show(box.timeout_s)} s (env.sandbox.timeout_s): the episode ends env_error, "
-        f"{_FAILED[env.on_error]} (env.on_error={env.on_error})",
+        f"{FAILED_SAMPLES[env.on_error]} (env.on_error={env.on_error})",
     )
-
-
-_FAILED = {"drop": "left out of training", "zero": "trained as reward 0", "raise": "the run stops"}
 
 
 def _gateway_row(cfg: RunConfig) -> Row:

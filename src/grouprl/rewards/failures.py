@@ -21,15 +21,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Literal
 
+from grouprl.config.schema import FAILED_SAMPLES
 from grouprl.rewards.registry import RewardError
 
 logger = logging.getLogger(__name__)
-
-CONSEQUENCE = {
-    "drop": "left out of training (reward.on_error=drop)",
-    "zero": "trained as score 0 (reward.on_error=zero)",
-    "raise": "the run stops (reward.on_error=raise)",
-}
 
 
 @dataclass
@@ -119,7 +114,7 @@ def log_failures(errors: list[RewardFailure], *, samples: int, on_error: str) ->
         first = failures[0]
         logger.warning(
             "reward function %r failed on %d of %d samples this step (%s); first on %s: "
-            "%s: %s. Those samples are %s",
+            "%s: %s. Those samples are %s (reward.on_error=%s)",
             function,
             sum(f.samples for f in failures),
             samples,
@@ -127,5 +122,6 @@ def log_failures(errors: list[RewardFailure], *, samples: int, on_error: str) ->
             first.where(),
             first.error_type,
             first.message,
-            CONSEQUENCE[on_error],
+            FAILED_SAMPLES[on_error],
+            on_error,
         )

@@ -42,7 +42,7 @@ from grouprl.config.imports import is_import_path
 from grouprl.rewards.format import format_reward
 from grouprl.rewards.math import math_answer
 from grouprl.rewards.qa import exact_match, token_f1
-from grouprl.sandbox.main_guard import _rerun_by_spawn
+from grouprl.sandbox.main_guard import rerun_by_spawn
 from grouprl.sandbox.user_code import UserCode, a_function
 
 RewardFn = Callable[..., Any]
@@ -209,7 +209,7 @@ def in_main(name: str, fn: RewardFn, *, index: int) -> str | None:
     if is_import_path(name) or getattr(fn, "__module__", None) != "__main__":
         return None
     main = sys.modules.get("__main__")
-    if main is not None and _rerun_by_spawn(main):
+    if main is not None and rerun_by_spawn(main):
         return None  # a script: each worker imports it again (as __mp_main__)
     attr = getattr(fn, "__name__", "fn")
     return (

@@ -59,7 +59,7 @@ def refuse_unguarded_main(what: str) -> None:
         )
     main = sys.modules.get("__main__")
     frame = _top_level_frame("__main__")
-    if main is None or frame is None or not _rerun_by_spawn(main):
+    if main is None or frame is None or not rerun_by_spawn(main):
         return
     path, line = frame.f_code.co_filename, frame.f_lineno
     if _unguarded(path, line):
@@ -96,7 +96,7 @@ def _top_level_frame(module_name: str) -> FrameType | None:
     return None
 
 
-def _rerun_by_spawn(main: ModuleType) -> bool:
+def rerun_by_spawn(main: ModuleType) -> bool:
     """Whether spawn re-runs ``main`` in its children (``multiprocessing.spawn``'s rules:
     a module by name unless it is a ``__main__.py``, else a script file)."""
     name = getattr(getattr(main, "__spec__", None), "name", None)

@@ -32,7 +32,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
-from grouprl.config.schema import OnError, RunConfig
+from grouprl.config.schema import FAILED_SAMPLES, OnError, RunConfig
 from grouprl.engines.base import RolloutEngine, SamplingSettings
 from grouprl.rewards.scoring import RewardScores
 from grouprl.rollout.gateway.record import EpisodeRecord
@@ -237,7 +237,7 @@ def _log_failures(failures: list[AgentFailure], episodes: int, on_error: OnError
     if not failures:
         return
     counts = Counter(f.error_type for f in failures)
-    fate = {"drop": "left out of training", "zero": "trained as reward 0"}[on_error]
+    fate = FAILED_SAMPLES[on_error]
     listed = "; ".join(f.describe() for f in failures[:LISTED_FAILURES])
     more = (
         f"; and {len(failures) - LISTED_FAILURES} more" if len(failures) > LISTED_FAILURES else ""
