@@ -37,6 +37,10 @@ class Completion:
     finish_reason: str  # "stop" (end-of-sequence token) or "length"
     text: str = ""
     replica: int = field(default=0, compare=False)  # which rollout replica sampled it
+    versions: list[int] = field(default_factory=list)
+    """The weight version that sampled each token (partial rollouts: a generation continued
+    after a weight push spans versions); empty: every token by the episode's
+    ``Trajectory.weight_version``."""
 
 
 @dataclass
@@ -168,6 +172,7 @@ class TrainingBatch:
     old_values_BT: Tensor | None = None  # critic values the advantages were computed with
     returns_BT: Tensor | None = None  # the critic's regression targets
     replica_BT: Tensor | None = None  # long: the replica that sampled each generated token
+    version_BT: Tensor | None = None  # long: the weight version of each generated token, else -1
 
     def __len__(self) -> int:
         return self.input_ids_BT.shape[0]

@@ -542,15 +542,27 @@ def test_node_memory_checkpoints_are_allowed_across_nodes():
     assert derive(cfg).world_size == 2  # each node keeps its part and its peer's copy
 
 
-def test_one_step_off_policy_needs_a_correction():
-    cfg = load_config("tiny-arith", ["rollout.max_staleness=1"])
-    with pytest.raises(ConfigError, match="algo.tis_cap") as err:
+def test_staleness_takes_decoupled_ppo_unless_told_and_refuses_no_correction():
+    assert load_config("tiny-arith", ["rollout.max_staleness=3"]).algo.correction == "decoupled"
+    assert load_config("tiny-arith", []).algo.correction == "none"
+    tis = load_config("tiny-arith", ["rollout.max_staleness=1", "algo.tis_cap=2.0"])
+    assert tis.algo.correction == "tis"
+    cfg = load_config("tiny-arith", ["rollout.max_staleness=1", "algo.correction=none"])
+    with pytest.raises(ConfigError, match="algo.correction=none") as err:
         derive(cfg)
     assert "algo.old_logprobs=engine" in str(err.value)
-    for fix in ("algo.tis_cap=2.0", "algo.old_logprobs=engine"):
-        derive(load_config("tiny-arith", ["rollout.max_staleness=1", fix]))
+    fixed = ["rollout.max_staleness=1", "algo.correction=none", "algo.old_logprobs=engine"]
+    derive(load_config("tiny-arith", fixed))
     with pytest.raises(ConfigError, match="rollout.max_staleness"):
-        load_config("tiny-arith", ["rollout.max_staleness=2"])
+        load_config("tiny-arith", ["rollout.max_staleness=65"])
+
+
+def test_stream_keys_without_staleness_are_refused_and_the_band_must_hold_one():
+    cfg = load_config("tiny-arith", ["rollout.partial_rollout_tokens=8"])
+    with pytest.raises(ConfigError, match="rollout.partial_rollout_tokens=8 would be ignored"):
+        derive(cfg)
+    with pytest.raises(ConfigError, match="algo.is_band"):
+        derive(load_config("tiny-arith", ["algo.is_band=[1.5, 2.0]"]))
 
 
 # --- keys from verl and TRL, and every bad key at once ----------------------------

