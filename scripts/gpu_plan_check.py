@@ -11,7 +11,9 @@ tier")::
     PYTHONPATH=/tmp/site:src python3 scripts/gpu_plan_check.py
     CASES=mid-0.2B CASE_TIMEOUT=165 PYTHONPATH=/tmp/site:src python3 scripts/gpu_plan_check.py
 
-Issue 27's closing note has an H200's figures.
+Issue 27's closing note has an H200's figures. Every case is one rank, so it checks the
+one-rank path (autocast over float32 weights); the sharded path's FSDP2 mixed precision
+is checked by tests/gpu/test_cuda_precision.py.
 """
 
 import json

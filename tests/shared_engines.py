@@ -40,6 +40,7 @@ class SharedEngines:
             self._initial[key] = {n: p.detach() for n, p in model.named_parameters()}
             return replicas
         replicas.update_weights(self._initial[key].items(), version=0)
+        replicas.segment_tokens = cfg.rollout.partial_rollout_tokens  # this run's setting
         return replicas
 
     def engine(self, model_dir: str, *, cache_dir: Path) -> Any:

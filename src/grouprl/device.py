@@ -1,9 +1,12 @@
 """Device and dtype resolution: the one place that decides where tensors live.
 
 ``auto`` means CUDA when a GPU is visible, else CPU; the ``auto`` dtype is
-float32 on CPU and bfloat16 on CUDA. ``model.dtype=bfloat16`` on CPU trains under
-autocast too: faster than float32 on CPUs with bf16 matrix units (Intel AMX; 1.9x per
-step for a 24M model), slower on CPUs without them, so ``auto`` never picks it there.
+float32 on CPU and bfloat16 on CUDA. The dtype is what training passes compute in: the
+weights and optimizer states stay float32, cast per layer by FSDP2 on several ranks
+(``workers/fsdp.py``) and by ``torch.autocast`` on one (``autocast_for``).
+``model.dtype=bfloat16`` on CPU computes in bf16 too: faster than float32 on CPUs with
+bf16 matrix units (Intel AMX; 1.9x per step for a 24M model), slower on CPUs without
+them, so ``auto`` never picks it there.
 """
 
 from __future__ import annotations
@@ -63,7 +66,9 @@ def dtype_name(dtype: torch.dtype) -> DtypeName:
 
 def autocast_for(device: torch.device, dtype: torch.dtype):
     """A no-argument context factory: mixed precision in ``dtype`` when it is 16-bit (the
-    weights and optimizer states stay float32), nothing when it is float32."""
+    weights and optimizer states stay float32), nothing when it is float32. For a model
+    that is not sharded: over FSDP2's gathers, autocast's cache of casts would hold a
+    16-bit copy of every layer (``workers/common.autocast`` picks)."""
     import functools
 
     if dtype != torch.float32:

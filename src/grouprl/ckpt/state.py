@@ -3,8 +3,9 @@
 Everything here is JSON (``trainer.json``): step, weight version, sampler
 position, LR scheduler, the RNG states (Python, NumPy, torch CPU and CUDA),
 algorithm state (the adaptive KL coefficient), the validation before the first
-step, the best validation so far (``checkpoint.keep_best``). Nothing in a checkpoint
-is ever unpickled.
+step, the best validation so far (``checkpoint.keep_best``), and with a rollout stream
+its buffer and unfinished prompts (trajectories as ``types.trajectory_to_dict``
+records). Nothing in a checkpoint is ever unpickled.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ class TrainerState:
     eval_before: dict[str, float]  # validation before the first step, for the final summary
     algo: dict[str, float] = field(default_factory=dict)  # e.g. the adaptive KL coefficient
     best: dict[str, Any] | None = None  # checkpoint.keep_best: ckpt.best.Best as a dict
+    stream: dict[str, Any] | None = None
+    """rollout.max_staleness >= 1: the rollout stream (``driver/stream.Stream.state_dict``):
+    its finished groups, the prompts admitted but unfinished, its counters; JSON too."""
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), indent=1).encode()

@@ -133,7 +133,8 @@ VERL: tuple[Alias, ...] = (
     _v(f"{AR}.actor.kl_loss_type", "algo.kl_estimator",
        "low_var_kl -> k3, kl -> k1, mse -> k2; abs and full have none"),
     _v(f"{AR}.actor.tis_imp_ratio_cap", "algo.tis_cap",
-       "token-level truncated importance weights min(pi_trainer / pi_engine, cap)", same=True),
+       "token-level truncated importance weights min(pi_trainer / pi_engine, cap); set alone it "
+       "chooses algo.correction=tis", same=True),
     # the actor: optimizer and memory
     _v(f"{AR}.actor.optim.lr", "train.lr", same=True),
     _v(f"{AR}.actor.optim.lr_warmup_steps", "train.warmup_steps",
@@ -164,8 +165,8 @@ VERL: tuple[Alias, ...] = (
     _v(f"{AR}.rollout.name", "rollout.engine",
        "vllm -> vllm, hf -> hf, an external vLLM server -> server; sglang has none"),
     _v(f"{AR}.rollout.mode", "rollout.max_staleness",
-       "verl's async agent loop has no equivalent; rollout.max_staleness=1 generates the next "
-       "batch while this one trains"),
+       "verl's async agent loop has no equivalent; rollout.max_staleness=k streams rollouts "
+       "up to k weight versions ahead of training (docs/async.md)"),
     _v(f"{AR}.rollout.n", "rollout.n", "samples per prompt (the group size)", same=True),
     _v(f"{AR}.rollout.temperature", "rollout.temperature", same=True),
     _v(f"{AR}.rollout.top_p", "rollout.top_p", same=True),
@@ -226,8 +227,10 @@ VERL: tuple[Alias, ...] = (
     _v("algorithm.filter_groups.enable", "algo.dynamic_sampling", same=True),
     _v("algorithm.filter_groups.max_num_gen_batches", "algo.max_sampling_rounds",
        "generation rounds per step; verl's 0 (unlimited) has none"),
-    _v("algorithm.rollout_correction.rollout_is_threshold", "algo.tis_cap",
-       "token-level truncation (rollout_is=token)"),
+    _v("algorithm.rollout_correction.rollout_is_threshold", ("algo.tis_cap", "algo.correction"),
+       "the cap of algo.correction=tis (rollout_is=token) or seq_tis (rollout_is=sequence); "
+       "Seq-MIS (rollout_rs=seq_sum_k1, band 0.5_2.0) is algo.correction=seq_mask with "
+       "algo.is_band, token_k1 rejection is token_mask"),
     _v("algorithm.rollout_correction.bypass_old_logprob_for_rollout", "algo.old_logprobs",
        "true -> algo.old_logprobs=engine"),
     # rewards
@@ -346,11 +349,17 @@ TRL: tuple[Alias, ...] = (
     _t("vllm_tensor_parallel_size", "rollout.tensor_parallel_size"),
     _t("vllm_max_model_length", "rollout.max_model_len"),
     _t("vllm_enable_sleep_mode", (), "a colocated engine always sleeps while its GPU trains"),
-    _t("vllm_importance_sampling_correction", "algo.tis_cap",
-       "on in TRL by default, off in grouprl: set algo.tis_cap to turn it on"),
-    _t("vllm_importance_sampling_cap", "algo.tis_cap"),
-    _t("vllm_importance_sampling_mode", "algo.tis_cap",
-       "token_truncate only (TRL's default mode is sequence_mask)"),
+    _t("vllm_importance_sampling_correction", "algo.correction",
+       "on in TRL by default (sequence_mask, cap 3); grouprl's algo.correction=auto is none "
+       "for a synchronous run (decoupled PPO with rollout.max_staleness > 0): set "
+       "algo.correction to turn it on"),
+    _t("vllm_importance_sampling_cap", ("algo.tis_cap", "algo.is_band"),
+       "the cap of the token_truncate and sequence_truncate modes (algo.tis_cap), the band's "
+       "top for token_mask and sequence_mask (algo.is_band=[low, high])"),
+    _t("vllm_importance_sampling_mode", "algo.correction",
+       "token_truncate -> tis, sequence_truncate -> seq_tis, token_mask -> token_mask, "
+       "sequence_mask -> seq_mask (TRL's default; a sequence's ratio is the product of its "
+       "tokens' in both)"),
     _t("temperature", "rollout.temperature"),
     _t("top_p", "rollout.top_p"),
     _t("top_k", "rollout.top_k", "TRL's 0 disables it; grouprl's -1 does"),

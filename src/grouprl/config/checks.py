@@ -35,7 +35,7 @@ from grouprl.config.errors import ConfigError, show
 from grouprl.config.ignored_keys import ignored_key_problems
 from grouprl.config.replica_checks import replica_problems
 from grouprl.config.run_checks import run_problems
-from grouprl.config.schema import DataSource, RunConfig
+from grouprl.config.schema import AlgoConfig, DataSource, RunConfig
 
 
 @dataclass(frozen=True)
@@ -310,6 +310,7 @@ def _check_algo(cfg: RunConfig) -> list[str]:
                 "each batch after the last update, with nothing in flight. Set "
                 f"rollout.max_staleness >= 1 or remove rollout.{key}."
             )
+    problems += _ignored_correction_keys(algo)
     low, high = algo.is_band
     if not 0 <= low < 1 < high:
         problems.append(
@@ -452,4 +453,27 @@ def _check_trainer(cfg: RunConfig) -> list[str]:
             f"trainer.run_dir={show(cfg.trainer.run_dir)} has a placeholder other than "
             "{name} (the run name), the only one filled in; fix the braces."
         )
+    return problems
+
+
+CORRECTION_KEYS = {
+    "tis_cap": ("decoupled", "tis", "seq_tis"),
+    "is_band": ("token_mask", "seq_mask"),
+    "m2po_threshold": ("m2po",),
+}
+"""The ``algo`` keys each correction reads; set with another correction they are ignored."""
+
+
+def _ignored_correction_keys(algo: AlgoConfig) -> list[str]:
+    """A correction setting given with a correction that does not read it is refused."""
+    defaults = AlgoConfig.model_fields
+    problems = []
+    for key, users in CORRECTION_KEYS.items():
+        value = getattr(algo, key)
+        if algo.correction not in users and value != defaults[key].default:
+            problems.append(
+                f"algo.{key}={value} would be ignored: algo.correction={algo.correction} "
+                f"does not read it (only {', '.join(users)} do). Remove algo.{key} or "
+                f"choose one of those corrections."
+            )
     return problems

@@ -25,9 +25,11 @@ class ModelConfig(Section):
     path: str = "builtin:tiny-arith"
     """Hugging Face model: `builtin:tiny-arith` (shipped), a local directory, or a hub name."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """Precision of training passes (autocast over float32 weights) and of the rollout
-    engine; `auto` is float32 on CPU and bfloat16 on GPU. On a CPU with AMX, bfloat16 is
-    faster than float32 (a 24M model's step: 1.9x); on other CPUs it is slower."""
+    """Precision of training passes and of the rollout engine (float32 master weights and
+    optimizer states either way: several ranks gather each layer in this dtype, FSDP2's
+    MixedPrecisionPolicy; one rank trains under autocast); `auto` is float32 on CPU and
+    bfloat16 on GPU. On a CPU with AMX, bfloat16 is faster than float32 (a 24M model's
+    step: 1.9x); on other CPUs it is slower."""
     trust_remote_code: bool = False
     """Passed to transformers when loading the model and tokenizer."""
     revision: str | None = None

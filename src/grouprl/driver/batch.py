@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from grouprl.types import TrainingBatch, Trajectory
+from grouprl.types import Completion, TrainingBatch, Trajectory
 
 
 def build_batch(
@@ -20,7 +20,9 @@ def build_batch(
     logprobs are placed at the positions of the tokens they score and
     ``turn_index_BT`` numbers the model turns. With more than one rollout replica,
     ``replica_BT`` says which sampled each generated token (-1 elsewhere).
-    Advantages start at zero.
+    ``version_BT`` is the weight version that sampled each generated token
+    (``Completion.versions``; a completion without them: the trajectory's
+    ``weight_version``), -1 elsewhere. Advantages start at zero.
     """
     rows = [t.sequence_ids() for t in trajectories]
     width = max(len(ids) for ids in rows)
@@ -31,6 +33,7 @@ def build_batch(
     turn_index = torch.full((B, width), -1, dtype=torch.long)
     engine_lp = torch.zeros((B, width), dtype=torch.float32)
     replica = torch.full((B, width), -1, dtype=torch.long)
+    version = torch.full((B, width), -1, dtype=torch.long)
     for b, (traj, ids) in enumerate(zip(trajectories, rows, strict=True)):
         input_ids[b, : len(ids)] = torch.tensor(ids)
         attention[b, : len(ids)] = 1
@@ -43,6 +46,7 @@ def build_batch(
             turn_index[b, start:end] = k
             replica[b, start:end] = turn.completion.replica
             engine_lp[b, start:end] = torch.tensor(turn.completion.logprobs, dtype=torch.float32)
+            version[b, start:end] = torch.tensor(token_versions(turn.completion, traj))
             start = end + len(turn.observation_ids)
     return TrainingBatch(
         input_ids_BT=input_ids,
@@ -52,7 +56,22 @@ def build_batch(
         advantages_BT=torch.zeros_like(loss_mask),
         engine_logprobs_BT=engine_lp,
         replica_BT=replica if int(replica.max()) > 0 else None,
+        version_BT=version,
     )
+
+
+def token_versions(completion: Completion, traj: Trajectory) -> list[int]:
+    """The weight version of each of ``completion``'s tokens: its own (``versions``), else
+    the trajectory's ``weight_version`` for all of them."""
+    if not completion.versions:
+        return [traj.weight_version] * len(completion.token_ids)
+    if len(completion.versions) != len(completion.token_ids):
+        raise ValueError(
+            f"a completion of prompt index {traj.prompt_index} has {len(completion.versions)} "
+            f"weight versions for {len(completion.token_ids)} tokens: the engine must give "
+            "one per token (Completion.versions), or none"
+        )
+    return completion.versions
 
 
 def trained_samples(

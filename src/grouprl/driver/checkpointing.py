@@ -117,11 +117,30 @@ def resume(c: Components, ckpt: Checkpointer, run_dir: Path) -> dict[str, float]
     ckpt.restored()
     state = TrainerState.read(found.path / TRAINER_FILE)
     c.state.load_state_dict(asdict(state))
+    _resume_stream(c, state)
     c.state.best = _best_on_disk(c.state.best, ckpt) if c.cfg.checkpoint.keep_best else None
     c.policy.call(PolicyWorker.load_scheduler_state, state.scheduler)
     set_rng_state(state.rng)
     sync_weights(c, version=state.weight_version)
     return state.eval_before
+
+
+def _resume_stream(c: Components, state: TrainerState) -> None:
+    """Puts the checkpoint's rollout stream back: its finished groups and the prompts it
+    had admitted but not finished (issued again first), so no prompt is lost or drawn
+    twice. A stream saved by a run that now has rollout.max_staleness=0 cannot be."""
+    if c.stream is not None and state.stream is not None:
+        c.stream.load_state_dict(state.stream, version=state.weight_version)
+    elif state.stream is not None:
+        unfinished = sum(len(r["rows"]) for r in state.stream["unfinished"])
+        logger.warning(
+            "the checkpoint holds a rollout stream (rollout.max_staleness >= 1) with %d "
+            "finished groups and %d admitted prompts not yet trained; this run has "
+            "rollout.max_staleness=0, so they are not trained (the sampler continues after "
+            "them). Resume with the original rollout.max_staleness to train them.",
+            len(state.stream["buffer"]),
+            unfinished,
+        )
 
 
 def changed_keys(saved: Path, cfg: RunConfig, *, shown: int = 8) -> str:

@@ -15,6 +15,10 @@ advantages (algo registry) ─► critic update ─► policy update ─► KL c
           │                  engine.update_weights (v + 1) ◄─┘
           ▼
 metrics sinks / samples.jsonl / checkpoint / validation every N steps
+
+With rollout.max_staleness >= 1 the first box runs on the stream's producer thread
+(driver/stream.py): the step takes its batch from the stream's buffer instead, and the
+push waits for the generation in flight (engine.pushing) before the next version goes.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +36,7 @@ from torch import Tensor
 
 from grouprl.algo.advantages import ADVANTAGES, AdvantageInputs
 from grouprl.algo.aggregate import LossNorm, token_mean
+from grouprl.algo.corrections import mismatch_alarms
 from grouprl.algo.kl import KLController, kl_rewards
 from grouprl.algo.shaping import overlong_penalty, policy_learns, signal_groups
 from grouprl.algo.traits import ESTIMATORS
@@ -39,7 +45,7 @@ from grouprl.config.schema import RunConfig
 from grouprl.data.sampler import PromptSampler
 from grouprl.driver.batch import build_batch, trained_samples, turn_tensors
 from grouprl.driver.evaluate import validate
-from grouprl.driver.overlap import RolloutAhead
+from grouprl.driver.stream import Generated, Stream, Taken, oldest_version
 from grouprl.engines.base import SamplingSettings
 from grouprl.engines.replicas import ReplicaSet
 from grouprl.metrics.telemetry import Hardware, pass_flops, rank_memory_metrics
@@ -116,12 +122,16 @@ class Components:
     checkpoint_files: dict[str, bytes]  # the model's config and tokenizer files, the config
     hardware: Hardware  # model shape and device peak, for MFU
     critic: Role[CriticWorker] | None = None  # with a critic: section
-    ahead: RolloutAhead | None = None  # with rollout.max_staleness=1: the next batch
+    stream: Stream | None = None  # with rollout.max_staleness >= 1: the rollout stream
     env: Any = None  # the environment (its worker processes close with the run)
 
     def checkpoint_state(self) -> dict[str, Any]:
-        """``state`` as a checkpoint records it: the sampler before any batch ahead."""
-        return self.state.state_dict(sampler=self.ahead.sampler_state() if self.ahead else None)
+        """``state`` as a checkpoint records it; with the stream, its buffer and rounds in
+        flight too (``stream``), and the sampler as the stream saw it under its lock."""
+        if self.stream is None:
+            return self.state.state_dict() | {"stream": None}
+        stream = self.stream.state_dict()
+        return self.state.state_dict(sampler=stream["sampler"]) | {"stream": stream}
 
 
 def sampling_seed(seed: int, step: int, round_: int = 0) -> int:
@@ -130,17 +140,19 @@ def sampling_seed(seed: int, step: int, round_: int = 0) -> int:
     return ((seed * 1_000_003 + step) * 100_000 + round_ * 10_000_019) % (2**31 - 1)
 
 
-def _generate(c: Components, step: int, round_: int) -> tuple[list[Trajectory], RewardScores]:
-    """One round of ``data.batch_size`` prompts x ``rollout.n`` samples, scored and shaped."""
+def _generate(
+    c: Components, rows: list[int], *, seed: int
+) -> tuple[list[Trajectory], RewardScores]:
+    """One round: the prompts at ``rows`` x ``rollout.n`` samples, scored and shaped."""
     cfg = c.cfg
-    prompt_set = c.train_set.take(c.state.sampler.next_batch(cfg.data.batch_size))
+    prompt_set = c.train_set.take(rows)
     settings = SamplingSettings(
         group_size=cfg.rollout.n,
         temperature=cfg.rollout.temperature,
         top_p=cfg.rollout.top_p,
         top_k=cfg.rollout.top_k,
         max_tokens=cfg.rollout.max_tokens,
-        seed=sampling_seed(cfg.train.seed, step, round_),
+        seed=seed,
         ignore_eos=cfg.rollout.ignore_eos,
     )
     trajectories, scores = c.rollout(prompt_set, settings)
@@ -172,7 +184,9 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
     dropped: list[list[Trajectory]] = []
     rounds = algo.max_sampling_rounds if algo.dynamic_sampling else 1
     for round_ in range(rounds):
-        trajectories, scores = _generate(c, step, round_)
+        rows = c.state.sampler.next_batch(cfg.data.batch_size)
+        seed = sampling_seed(cfg.train.seed, step, round_)
+        trajectories, scores = _generate(c, rows, seed=seed)
         generated += trajectories
         all_scores.append(scores)
         varied = signal_groups(
@@ -199,6 +213,39 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
         kept += dropped[:filled]
     batch = [t for group in kept[:wanted] for t in group]
     generate_s = time.perf_counter() - t0 - c.score.seconds
+    stats = RoundStats(generated, all_scores, generate_s, c.score.seconds, c.engine.drain_metrics())
+    metrics = rollout_metrics(c, [stats])
+    if algo.dynamic_sampling:
+        metrics["sampling/rounds"] = float(len(all_scores))
+        metrics["sampling/filled_groups"] = float(filled)
+    return batch, metrics
+
+
+@dataclass
+class RoundStats:
+    """What one or more generation rounds produced, for the step's metrics: every sample
+    generated (kept or not), the scores, the seconds generating and scoring, and the
+    replicas' counters (``ReplicaSet.drain_metrics``)."""
+
+    generated: list[Trajectory]
+    scores: list[RewardScores]
+    generate_s: float
+    reward_s: float
+    replicas: dict[str, float]
+
+
+def rollout_metrics(c: Components, rounds: list[RoundStats]) -> dict[str, float]:
+    """Lengths, throughput, rewards and episode metrics over ``rounds`` (a synchronous
+    step's, or those the stream finished since the last step; none: no metrics)."""
+    cfg, algo = c.cfg, c.cfg.algo
+    generated = [t for r in rounds for t in r.generated]
+    if not generated:
+        return {}
+    generate_s = sum(r.generate_s for r in rounds)
+    replicas: dict[str, float] = {}
+    for r in rounds:
+        for key, value in r.replicas.items():
+            replicas[key] = replicas.get(key, 0.0) + value
     lengths = [t.generated_tokens for t in generated]
     tokens_per_s = sum(lengths) / max(generate_s, 1e-9)
     metrics = {
@@ -206,13 +253,13 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
         "response_len/max": float(max(lengths)),
         "response/truncated_frac": sum(t.completion.finish_reason == "length" for t in generated)
         / len(generated),
-        "time/reward_s": c.score.seconds,
+        "time/reward_s": sum(r.reward_s for r in rounds),
         "time/generate_s": generate_s,
         "tokens_per_s": tokens_per_s,
         # per replica: one GPU, one tensor-parallel group, or one CPU engine
         "perf/generate_tokens_per_s": tokens_per_s / len(c.engine),
-        **reward_metrics(RewardScores.concat(all_scores)),
-        **c.engine.drain_metrics(),
+        **reward_metrics(RewardScores.concat([s for r in rounds for s in r.scores])),
+        **replicas,
     }
     metrics.update(_training_rewards(generated, accuracy=cfg.judges_correctness))
     if algo.overlong_buffer is not None:
@@ -220,10 +267,51 @@ def rollout_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, 
             generated
         )
     metrics.update(episode_metrics(generated))
-    if algo.dynamic_sampling:
-        metrics["sampling/rounds"] = float(len(all_scores))
-        metrics["sampling/filled_groups"] = float(filled)
-    return batch, metrics
+    return metrics
+
+
+def stream_round(c: Components, rows: list[int], round_index: int) -> Generated:
+    """One round of the stream (on its producer thread): the prompts at ``rows``, seeded
+    by the global round index as the synchronous loop seeds step ``round_index + 1``'s
+    first round, with dynamic sampling's verdict per group."""
+    cfg = c.cfg
+    t0 = time.perf_counter()
+    c.score.seconds = 0.0
+    c.engine.drain_metrics()  # what validation generated is not this round's
+    seed = sampling_seed(cfg.train.seed, round_index + 1)
+    trajectories, scores = _generate(c, rows, seed=seed)
+    reward_s = c.score.seconds
+    stats = RoundStats(
+        trajectories,
+        [scores],
+        time.perf_counter() - t0 - reward_s,
+        reward_s,
+        c.engine.drain_metrics(),
+    )
+    n = cfg.rollout.n
+    groups = [trajectories[i : i + n] for i in range(0, len(trajectories), n)]
+    keep = [True] * len(groups)
+    if cfg.algo.dynamic_sampling:
+        keep = signal_groups(
+            [t.reward for t in trajectories], group_size=n, trains=[t.trains for t in trajectories]
+        )
+    return Generated(groups, keep, stats)
+
+
+def _take(c: Components) -> tuple[list[Trajectory], dict[str, float]]:
+    """The step's batch from the stream, with the metrics of the rounds finished since
+    the last step (lengths, throughput, reward functions; none when no round finished)
+    and the stream's own. The reward, accuracy and failures are the batch's: the
+    samples this step trains, generated by earlier rounds."""
+    assert c.stream is not None, "a stream runs with rollout.max_staleness >= 1"
+    taken: Taken = c.stream.take(c.state.weight_version)
+    metrics = rollout_metrics(c, taken.rounds)
+    metrics.update(_training_rewards(taken.trajectories, accuracy=c.cfg.judges_correctness))
+    metrics.update(taken.metrics)
+    if c.cfg.algo.dynamic_sampling:
+        metrics["sampling/rounds"] = float(len(taken.rounds))
+        metrics["sampling/filled_groups"] = taken.metrics["stream/filled"]
+    return taken.trajectories, metrics
 
 
 def _training_rewards(generated: list[Trajectory], *, accuracy: bool) -> dict[str, float]:
@@ -299,8 +387,16 @@ def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict
         beta = c.state.kl.beta
         started = time.perf_counter()
         metrics.update(
-            c.policy.call(PolicyWorker.update, batch, beta=beta, mini_batch_size=c.mini_batch_size)
+            c.policy.call(
+                PolicyWorker.update,
+                batch,
+                beta=beta,
+                mini_batch_size=c.mini_batch_size,
+                version=c.state.weight_version,
+            )
         )
+        for alarm in mismatch_alarms(metrics, threshold=algo.mismatch_alarm):
+            logger.warning("step %d: %s", step, alarm)
         metrics.update(_update_perf(c, batch, time.perf_counter() - started))
         _warn_of_odd_replicas(metrics, step)
     c.state.kl.update(metrics.get("kl"), n_samples=int(valid_B.sum()))
@@ -374,14 +470,14 @@ def _describe_drop(traj: Trajectory, sample: int) -> str:
 def _staleness(c: Components, trajectories: list[Trajectory]) -> dict[str, float]:
     """Weight versions each sample lags the policy it trains (bounded by
     rollout.max_staleness: a larger lag is a bug in the loop, never trained on)."""
-    lags = [c.state.weight_version - t.weight_version for t in trajectories]
+    lags = [c.state.weight_version - oldest_version(t) for t in trajectories]
     if max(lags) > c.cfg.rollout.max_staleness:
         raise RuntimeError(
             f"a batch generated with weights {c.state.weight_version - max(lags)} would train "
             f"policy version {c.state.weight_version}: more than rollout.max_staleness="
             f"{c.cfg.rollout.max_staleness} behind"
         )
-    return {"staleness": sum(lags) / len(lags)} if c.ahead is not None else {}
+    return {"staleness": sum(lags) / len(lags)} if c.stream is not None else {}
 
 
 def _update_perf(c: Components, batch: TrainingBatch, seconds: float) -> dict[str, float]:
@@ -433,38 +529,42 @@ def sync_weights(c: Components, *, version: int) -> None:
 
 
 def run_validation(c: Components) -> dict[str, float]:
+    """Held-out scores; with the stream, while it is paused (no round in flight shares
+    the engine, and validation's samples are no round's)."""
     if c.eval_set is None or len(c.eval_set) == 0:
         return {}
-    return validate(
-        run=c.rollout,
-        prompt_set=c.eval_set,
-        rollout=c.cfg.rollout,
-        seed=c.cfg.train.seed,
-        accuracy=c.cfg.judges_correctness,
-    )
+    with c.stream.paused() if c.stream is not None else nullcontext():
+        return validate(
+            run=c.rollout,
+            prompt_set=c.eval_set,
+            rollout=c.cfg.rollout,
+            seed=c.cfg.train.seed,
+            accuracy=c.cfg.judges_correctness,
+        )
 
 
 def one_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, float]]:
-    """Generate, score, update, sync: training step ``step`` (1-based). With a batch
-    ahead (``driver/overlap.py``), this step's batch was generated during the last one
-    and the next one generates while this one trains."""
+    """Generate, score, update, sync: training step ``step`` (1-based). With the stream
+    (``driver/stream.py``), the batch comes from its buffer, generated while earlier
+    steps trained, and the push waits for the engine's generation in flight."""
     t0 = time.perf_counter()
-    taken = c.ahead.take(step) if c.ahead is not None else None
-    trajectories, metrics = taken if taken is not None else rollout_step(c, step)
-    if c.ahead is not None and step < c.total_steps:
-        c.ahead.start(step + 1)
+    trajectories, metrics = rollout_step(c, step) if c.stream is None else _take(c)
     t1 = time.perf_counter()
     with c.engine.released():  # a colocated engine sleeps while training uses the GPU
         metrics.update(train_step(c, trajectories, step))
     t2 = time.perf_counter()
-    if c.ahead is not None:
-        c.ahead.settle()  # the batch in flight finishes with the weights it started with
-    t3 = time.perf_counter()
-    sync_weights(c, version=c.state.weight_version + 1)
+    version = c.state.weight_version + 1
+    if c.stream is None:
+        t3 = t2
+        sync_weights(c, version=version)
+    else:
+        with c.engine.pushing():  # the generation in flight ends its segment first
+            t3 = time.perf_counter()
+            sync_weights(c, version=version)
+        c.stream.advanced(version)
+        metrics["time/wait_rollout_s"] = t3 - t2
     t4 = time.perf_counter()
     metrics.update({"time/train_s": t2 - t1, "time/weight_sync_s": t4 - t3, "time/step_s": t4 - t0})
-    if c.ahead is not None:
-        metrics["time/wait_rollout_s"] = t3 - t2
     metrics["weight_version"] = float(c.state.weight_version)
     metrics.update(rank_memory_metrics(c.policy.each(PolicyWorker.memory)))
     c.state.step = step

@@ -32,9 +32,9 @@ from grouprl.driver.checkpointing import (
     save,
     small_files,
 )
-from grouprl.driver.loop import Components, RunState, one_step, rollout_step, run_validation
-from grouprl.driver.overlap import RolloutAhead
+from grouprl.driver.loop import Components, RunState, one_step, run_validation, stream_round
 from grouprl.driver.preflight import check_before_loading
+from grouprl.driver.stream import Stream
 from grouprl.engines.build import shares_training_gpu
 from grouprl.engines.replicas import ReplicaSet
 from grouprl.metrics.progress import TrainProgress
@@ -124,10 +124,24 @@ def build(cfg: RunConfig) -> Iterator[Components]:
             hardware=hardware,
             env=env,
         )
-        if cfg.rollout.max_staleness:  # generating ahead needs the parts, not the batch ahead
-            ahead = side.closing(RolloutAhead(partial(rollout_step, c), c.state.sampler))
-            c = replace(c, ahead=ahead)
+        if cfg.rollout.max_staleness:  # the stream needs the parts; closed before them
+            c = replace(c, stream=side.closing(_stream(c)))
         yield c
+
+
+def _stream(c: Components) -> Stream:
+    """The rollout stream (``driver/stream.py``); its producer starts at the first step,
+    after a resume has put back the checkpoint's stream."""
+    algo = c.cfg.algo
+    return Stream(
+        partial(stream_round, c),
+        c.state.sampler,
+        batch_size=c.cfg.data.batch_size,
+        max_staleness=c.cfg.rollout.max_staleness,
+        policy=c.cfg.rollout.staleness_policy,
+        max_rounds=algo.max_sampling_rounds if algo.dynamic_sampling else 1,
+        max_groups=c.total_steps * c.cfg.data.batch_size,
+    )
 
 
 def _check_staleness(cfg: RunConfig, device: torch.device) -> None:
@@ -231,7 +245,8 @@ def _reference_logprobs(
 def sample_records(
     trajectories: list[Trajectory], tokenizer, *, n: int, group_size: int
 ) -> list[dict]:
-    """The first sample of each of the first ``n`` prompts, readable."""
+    """The first sample of each of the first ``n`` prompts, readable, with its dataset
+    row index (``prompt_index``: which prompts a step trained, across resumes)."""
     picked = trajectories[::group_size][:n]
     return [
         {
@@ -242,6 +257,7 @@ def sample_records(
             "correct": t.correct,
             "finish_reason": t.completion.finish_reason,
             "weight_version": t.weight_version,
+            "prompt_index": t.prompt_index,
         }
         for t in picked
     ]
@@ -345,15 +361,18 @@ def _loop(
             # the save below would not be the final one it waits for
             preempted = preemption.requested
             final = last or stopping or preempted
-            save(c, ckpt, eval_before=eval_before, final=final, best=best)
-            metrics.update(ckpt.drain_metrics())
-            sinks.log(c.state.step, metrics)
+            # before the save: a checkpoint of this step exists only once the step's
+            # samples are written, so samples.jsonl records every prompt a resumed run
+            # counts as trained (a resume drops the lines past its checkpoint)
             samples.write(
                 c.state.step,
                 sample_records(
                     trajectories, c.tokenizer, n=cfg.trainer.log_samples, group_size=cfg.rollout.n
                 ),
             )
+            save(c, ckpt, eval_before=eval_before, final=final, best=best)
+            metrics.update(ckpt.drain_metrics())
+            sinks.log(c.state.step, metrics)
             progress.update(c.state.step, metrics)
             if preempted:
                 _finish_preempted(ckpt, preemption, step=c.state.step)

@@ -7,6 +7,9 @@ whatever their number.
     weights (v) ─► each node's leader training rank gathers the full weights once and
                    pushes them to the replicas on its node (one copy in the node's object
                    store) ─► every replica reports v before generation resumes
+    pushing() ─► the push gate: a push made while generations run waits for the segments
+                 in flight on every replica and holds new ones off (``engines/segments.py``:
+                 generation in segments, each token tagged with its weight version)
 
 Sample j of prompt i is seeded ``seed + i * n + j`` (``SamplingSettings``); a run of
 prompts starting at i0 is sent with ``seed + i0 * n``, so each sample draws the same
@@ -29,12 +32,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+import torch
 from torch import Tensor
 
 from grouprl.config.replica_timeouts import Bound, step_generation_bound
 from grouprl.config.schema import RunConfig
 from grouprl.engines.actor_engine import ActorEngine, RolloutHost
 from grouprl.engines.base import RolloutEngine, SamplingSettings, WeightVersion
+from grouprl.engines.segments import PushGate, generate_in_segments, tag_versions
 from grouprl.types import Completion
 
 logger = logging.getLogger(__name__)
@@ -71,11 +76,32 @@ def split_by_work(
 
 
 class ReplicaSet(WeightVersion):
-    """``engines[k]`` runs on ``slots[k]``; ``names[k]`` is what messages call it."""
+    """``engines[k]`` runs on ``slots[k]``; ``names[k]`` is what messages call it.
 
-    def __init__(self, engines: list[RolloutEngine], slots: list[Slot], names: list[str]) -> None:
+    Every generation runs under the push gate (``pushing``: a weight push waits for the
+    segments in flight, and new ones wait for it), in one segment, or in segments of at
+    most ``segment_tokens`` tokens (``rollout.partial_rollout_tokens``: partial rollouts,
+    ``engines/segments.py``); every token it returns carries the weight version that
+    sampled it (``Completion.versions``). ``decode`` (the tokenizer's, special tokens
+    skipped as the engines do) decodes a completion made of several segments whole;
+    ``max_model_len`` (the engines') finishes a sample whose prefix fills it."""
+
+    def __init__(
+        self,
+        engines: list[RolloutEngine],
+        slots: list[Slot],
+        names: list[str],
+        *,
+        segment_tokens: int | None = None,
+        decode: Callable[[list[int]], str] | None = None,
+        max_model_len: int | None = None,
+    ) -> None:
         self.engines, self.slots, self.names = engines, slots, names
+        self.segment_tokens, self.decode = segment_tokens, decode
+        self.max_model_len = max_model_len
+        self._gate = PushGate()
         self._samples, self._seconds = [0] * len(engines), [0.0] * len(engines)
+        self._segments = self._spanning = 0
         # twice the replicas: a generation ahead (rollout.max_staleness) and the training
         # step's release of the engines never wait for each other's threads
         self._pool = ThreadPoolExecutor(max_workers=2 * len(engines), thread_name_prefix="replica")
@@ -86,6 +112,56 @@ class ReplicaSet(WeightVersion):
     def generate(
         self, prompts: list[list[int]], settings: SamplingSettings
     ) -> list[list[Completion]]:
+        """``RolloutEngine.generate`` over the replicas, with each token's weight version;
+        in segments with ``segment_tokens``, else in one under the push gate (then the
+        engine calls are exactly those of a plain generation)."""
+        if self.segment_tokens is None:
+            with self._gate.segment():
+                version = self.weight_version
+                groups = self._generate_once(prompts, settings, new_samples=True)
+            tag_versions(groups, version)
+            self._segments += 1
+            return groups
+        first = True
+
+        def call(batch: list[list[int]], share: SamplingSettings) -> list[list[Completion]]:
+            nonlocal first
+            out = self._generate_once(batch, share, new_samples=first)
+            first = False
+            return out
+
+        groups, segments = generate_in_segments(
+            call,
+            prompts,
+            settings,
+            segment_tokens=self.segment_tokens,
+            segment=self._gate.segment,
+            version=lambda: self.weight_version,
+            decode=self.decode,
+            max_model_len=self.max_model_len,
+        )
+        self._segments += segments
+        self._spanning += sum(len(set(c.versions)) > 1 for group in groups for c in group)
+        return groups
+
+    @contextmanager
+    def pushing(self) -> Iterator[None]:
+        """Wrap every weight push made while generations may run: waits until no
+        generation segment is in flight on any replica, and holds new segments off until
+        the block ends (a push that waits goes before segments that start after it)."""
+        with self._gate.pushing():
+            yield
+
+    @property
+    def pushes_waiting(self) -> int:
+        """Pushes waiting for the generation segments in flight to finish."""
+        return self._gate.pushes_waiting
+
+    def _generate_once(
+        self, prompts: list[list[int]], settings: SamplingSettings, *, new_samples: bool
+    ) -> list[list[Completion]]:
+        """One engine call split over the replicas; ``new_samples``: count its samples in
+        the per-replica metrics (a continuation segment's are counted already)."""
         max_tokens = settings.prompt_max_tokens(len(prompts))
         runs = split_by_work(prompts, len(self.engines), max_tokens=max_tokens)
 
@@ -104,16 +180,25 @@ class ReplicaSet(WeightVersion):
             groups = self.engines[k].generate(prompts[part.start : part.stop], share)
             for completion in (c for group in groups for c in group):
                 completion.replica = k
-            self._samples[k] += len(part) * settings.group_size
+            if new_samples:
+                self._samples[k] += len(part) * settings.group_size
             self._seconds[k] += time.perf_counter() - t0
             return groups
 
         return [group for groups in self._each(run, count=len(runs)) for group in groups]
 
     def drain_metrics(self) -> dict[str, float]:
-        """Samples and seconds each replica generated since the last call (with more than
-        one replica): how evenly the work spread."""
+        """Since the last call: samples and seconds each replica generated (with more than
+        one replica: how evenly the work spread); the segments generated, the samples whose
+        tokens span weight versions and the seconds pushes waited for segments in flight
+        (with ``segment_tokens``)."""
         out: dict[str, float] = {}
+        if self.segment_tokens is not None:
+            out["rollout/segments"] = float(self._segments)
+            out["rollout/spanning_samples"] = float(self._spanning)
+            out["rollout/push_wait_s"] = self._gate.wait_s
+        self._segments = self._spanning = 0
+        self._gate.wait_s = 0.0
         if len(self.engines) > 1:
             for k in range(len(self.engines)):
                 out[f"replica/{k}/samples"] = float(self._samples[k])
@@ -125,7 +210,8 @@ class ReplicaSet(WeightVersion):
         """Pushes from this process to every replica (a run's pushes come from the
         training ranks instead: ``targets``, ``confirm``)."""
         weights = dict(named_tensors)
-        self.confirm(version, push(list(enumerate(self.engines)), weights, version=version))
+        with self.pushing():
+            self.confirm(version, push(list(enumerate(self.engines)), weights, version=version))
 
     def targets(self, leaders: Sequence[int]) -> dict[int, list[tuple[int, RolloutEngine]]]:
         """The replicas each node's leader rank pushes to: ``leaders[i]`` is the first
@@ -182,18 +268,24 @@ class ReplicaSet(WeightVersion):
 
 
 def push(
-    targets: list[tuple[int, RolloutEngine]], weights: dict[str, Tensor], *, version: int
+    targets: list[tuple[int, RolloutEngine]],
+    weights: dict[str, Tensor],
+    *,
+    version: int,
+    dtype: torch.dtype | None = None,
 ) -> dict[int, int]:
     """Pushes ``weights`` to ``targets`` (replica index, engine) from this process and
     returns the version each replica reports. The replicas in actors read one copy
-    put in this node's object store."""
+    put in this node's object store, cast to ``dtype`` (the engines') before it is
+    written there: a bfloat16 engine's push moves half the bytes of float32."""
     reported: dict[int, int] = {}
     remote = [(k, e) for k, e in targets if isinstance(e, ActorEngine)]
     if remote:
         import ray
 
-        shared = ray.put({name: t.detach().cpu() for name, t in weights.items()})
-        nbytes = sum(t.numel() * t.element_size() for t in weights.values())
+        cast = {name: t.detach().to(dtype or t.dtype).cpu() for name, t in weights.items()}
+        shared = ray.put(cast)
+        nbytes = sum(t.numel() * t.element_size() for t in cast.values())
         started = [(k, e, e.push(shared, version)) for k, e in remote]
         for k, engine, ref in started:
             reported[k] = engine.pushed(ref, nbytes=nbytes)
@@ -210,7 +302,8 @@ def push(
 def slots(cfg: RunConfig, places: list[dict[str, Any]], *, on_gpu: bool) -> list[Slot]:
     """Where each of ``cfg.rollout_replicas`` replicas runs. ``places`` are the training
     ranks' (rank order: ``node`` id, ``ip``, ``gpus``); empty for a run in this process,
-    whose replicas spread over the Ray cluster's nodes.
+    whose replicas spread over the Ray cluster's nodes (on CPU, the nodes other than this
+    process's first: its cores train).
 
     Colocated on GPUs, replica k shares the GPUs of ``tensor_parallel_size`` ranks from
     rank ``k * world // replicas``; otherwise it goes to node ``k * nodes // replicas``."""
@@ -218,6 +311,8 @@ def slots(cfg: RunConfig, places: list[dict[str, Any]], *, on_gpu: bool) -> list
     if not places:  # one rank in this process: its GPU is this process's first
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")
         nodes = _ray_nodes()
+        if not on_gpu:  # the rank trains on this node's CPUs: CPU engines go to others first
+            nodes = nodes[1:] + nodes[:1]
         places = [{"node": n["NodeID"], "ip": n["NodeManagerAddress"]} for n in nodes]
         places[0]["gpus"] = [int(g) for g in visible[: cfg.rollout.tensor_parallel_size]]
     node_ids = list(dict.fromkeys(p["node"] for p in places))
@@ -253,11 +348,13 @@ def start_replicas(
     places: list[dict[str, Any]],
     on_gpu: bool,
     env: Callable[[int], dict[str, str]] | None = None,
+    decode: Callable[[list[int]], str] | None = None,
 ) -> ReplicaSet:
     """``cfg.rollout_replicas`` engines in Ray actors, started at once and waited for;
     ``on_gpu``: the training ranks (and so the replicas) use GPUs.
     ``env(k)``: extra environment variables for replica k (benchmarks bind each to its
-    own cores)."""
+    own cores). Generation in segments of ``rollout.partial_rollout_tokens``; ``decode``:
+    ``ReplicaSet``'s."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -303,7 +400,14 @@ def start_replicas(
             ActorEngine(actor, name, timeout_s=r.timeout_s, sleeps=bool(slot.gpus), on_gpu=on_gpu)
         )
         names.append(name)
-    started = ReplicaSet(engines, where, names)
+    started = ReplicaSet(
+        engines,
+        where,
+        names,
+        segment_tokens=r.partial_rollout_tokens,
+        decode=decode,
+        max_model_len=r.max_model_len,
+    )
     try:
         ready = [e.actor.__ray_call__.remote(_pid) for e in engines]
         pids = started._each(
@@ -332,6 +436,20 @@ def _pid(host: RolloutHost) -> int:
     return os.getpid()
 
 
-def in_driver(engine: RolloutEngine, *, name: str = "rollout engine (in the driver)") -> ReplicaSet:
-    """One engine in this process as a replica set of one."""
-    return ReplicaSet([engine], [Slot(0, "", "driver")], [name])
+def in_driver(
+    engine: RolloutEngine,
+    *,
+    name: str = "rollout engine (in the driver)",
+    segment_tokens: int | None = None,
+    decode: Callable[[list[int]], str] | None = None,
+    max_model_len: int | None = None,
+) -> ReplicaSet:
+    """One engine in this process as a replica set of one (``ReplicaSet`` for the rest)."""
+    return ReplicaSet(
+        [engine],
+        [Slot(0, "", "driver")],
+        [name],
+        segment_tokens=segment_tokens,
+        decode=decode,
+        max_model_len=max_model_len,
+    )

@@ -7,9 +7,16 @@
                      ▼
     each push:     fill(named_tensors): copy_ (with the cast) into the views; names and
                      │ shapes checked against the checkpoint, all or nothing
-                     │ collective_rpc("grouprl_load_weights") ──► each worker hands its
-                     │ views to vLLM's own in-place reload (``reload_weights`` with a
-                     ▼ weights iterator: fused and sharded layouts are vLLM's business)
+                     │ collective_rpc("grouprl_load_weights") ──► each worker writes
+                     │ them into its live model: the lean reload of vLLM-cpu
+                     │ (``vllm_cpu_reload``: live tensors, then the linear layers' packed
+                     │ handles) where it applies, else vLLM's own ``reload_weights``
+                     ▼ (fused and sharded layouts are vLLM's business there)
+
+The layout serves the lean reload: the parts vLLM fuses into one matrix (q, k and v
+projections; gate and up) lie back to back in that order, so the fused weight is a
+view of the buffer and is repacked from there without a copy; a tied head shares the
+embeddings' bytes (one copy to fill, none to store twice).
 
 This replaces writing a safetensors file per push, reading it back in the worker and
 removing it. The buffer stays for the engine's life: it costs host memory of one copy
@@ -19,7 +26,8 @@ file is mapped: a tmpfs that is too small fails here, cleanly, and never later a
 SIGBUS on a write into a page it could not back.
 
 ``WorkerExtension`` is mixed into vLLM's worker class (``worker_extension_cls``); it
-runs in the worker process and imports nothing of grouprl's beyond this module.
+runs in the worker process and imports nothing of grouprl's beyond this module,
+``weights`` and ``vllm_cpu_reload``.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import math
 import os
 import tempfile
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -41,18 +50,49 @@ Layout = list[tuple[str, str, list[int], int]]
 """(name, dtype name, shape, byte offset) of each tensor in the buffer."""
 
 
-def plan_layout(expected: dict[str, tuple[int, ...]], dtype: torch.dtype) -> tuple[Layout, int]:
-    """Offsets of every expected tensor (in name order) and the buffer's size in bytes."""
+FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+"""Modules vLLM fuses into one linear layer, in its row order (the
+``packed_modules_mapping`` of the Llama, Qwen and Mistral families)."""
+
+TIED_HEAD, EMBEDDINGS = "lm_head.weight", "model.embed_tokens.weight"
+
+
+def _group(name: str) -> tuple[str, int]:
+    """The fused group a name belongs to (its own name when none) and its place in it:
+    ``a.q_proj.weight`` -> ``("a.q_proj+k_proj+v_proj.weight", 0)``."""
+    module, _, suffix = name.rpartition(".")
+    parent, _, leaf = module.rpartition(".")
+    for parts in FUSED:
+        if leaf in parts:
+            return f"{parent}.{'+'.join(parts)}.{suffix}", parts.index(leaf)
+    return name, 0
+
+
+def plan_layout(
+    expected: dict[str, tuple[int, ...]], dtype: torch.dtype, *, tied: bool = False
+) -> tuple[Layout, int]:
+    """Offsets of every expected tensor and the buffer's size in bytes. Names go in
+    name order, except that a fused group's parts are back to back in vLLM's row order
+    (padding only after the group); ``tied``: the head takes the embeddings' offset."""
     itemsize = torch.empty((), dtype=dtype).element_size()
     dtype_name = str(dtype).removeprefix("torch.")
+    alias = tied and TIED_HEAD in expected and EMBEDDINGS in expected
     layout: Layout = []
+    offsets: dict[str, int] = {}
     offset = 0
-    for name in sorted(expected):
+    previous = None
+    for name in sorted((n for n in expected if not (alias and n == TIED_HEAD)), key=_group):
+        group = _group(name)[0]
+        if group != previous:  # a new group starts aligned
+            offset = -(-offset // ALIGN) * ALIGN
+        previous = group
         shape = list(expected[name])
+        offsets[name] = offset
         layout.append((name, dtype_name, shape, offset))
-        nbytes = itemsize * math.prod(shape)
-        offset += -(-nbytes // ALIGN) * ALIGN
-    return layout, max(offset, ALIGN)
+        offset += itemsize * math.prod(shape)
+    if alias:
+        layout.append((TIED_HEAD, dtype_name, list(expected[TIED_HEAD]), offsets[EMBEDDINGS]))
+    return layout, max(-(-offset // ALIGN) * ALIGN, ALIGN)
 
 
 def map_layout(path: str, layout: Layout, size: int) -> dict[str, Tensor]:
@@ -101,9 +141,15 @@ class SharedWeights:
         engine: str,
     ) -> None:
         self.expected, self.tied, self.engine = expected, tied, engine
-        self.layout, self.size = plan_layout(expected, dtype)
+        self.layout, self.size = plan_layout(expected, dtype, tied=tied)
         self.path: str | None = reserve_file(self.size, prefix="grouprl-push-")
         self.views = map_layout(self.path, self.layout, self.size)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes a full fill writes: every tensor once in the engine's dtype (a tied head
+        shares the embeddings' bytes)."""
+        return sum(v.nbytes for v in {v.data_ptr(): v for v in self.views.values()}.values())
 
     def unlink(self) -> None:
         """Remove the file's name once every worker has mapped it (memory is freed when
@@ -124,9 +170,11 @@ class SharedWeights:
             view = self.views.get(name)
             if view is not None and tuple(view.shape) == got[name]:
                 view.copy_(tensor.detach())
-        if self.tied and "lm_head.weight" not in got and "model.embed_tokens.weight" in got:
-            self.views["lm_head.weight"].copy_(self.views["model.embed_tokens.weight"])
-            got["lm_head.weight"] = got["model.embed_tokens.weight"]
+        if self.tied and TIED_HEAD not in got and EMBEDDINGS in got:
+            head, embeddings = self.views[TIED_HEAD], self.views[EMBEDDINGS]
+            if head.data_ptr() != embeddings.data_ptr():  # not sharing the bytes
+                head.copy_(embeddings)
+            got[TIED_HEAD] = got[EMBEDDINGS]
         check_complete(got, self.expected, engine=self.engine)
 
 
@@ -134,13 +182,37 @@ class WorkerExtension:
     """Methods mixed into each vLLM worker: map the push buffer, load from it in place."""
 
     reload_weights: Callable[..., None]  # the vLLM worker's own method
+    model_runner: Any  # the vLLM worker's
+    vllm_config: Any
 
-    def grouprl_attach_weights(self, path: str, layout: Layout, size: int) -> int:
+    def grouprl_attach_weights(self, path: str, layout: Layout, size: int) -> str:
+        """Map the buffer and plan the lean reload; returns why the lean reload does not
+        apply ("" when it does: then every push takes it)."""
+        from grouprl.engines import vllm_cpu_reload
+
         self._grouprl_views = map_layout(path, layout, size)
-        return len(self._grouprl_views)
+        parallel = self.vllm_config.parallel_config
+        try:
+            self._grouprl_plan = vllm_cpu_reload.plan(
+                self.model_runner.get_model(),
+                self._grouprl_views,
+                tp_size=parallel.tensor_parallel_size * parallel.pipeline_parallel_size,
+            )
+        except vllm_cpu_reload.NotApplicable as why:
+            self._grouprl_plan = None
+            return str(why)
+        return ""
 
-    def grouprl_load_weights(self) -> None:
-        # the worker's reload_weights: vLLM's layer-wise in-place reload, from our views
+    def grouprl_load_weights(self, lean: bool = True) -> bool:
+        """Load the buffer into the live model; returns whether the lean reload ran
+        (``lean=False``: vLLM's own reload, which the weight_sync benchmark compares)."""
+        from grouprl.engines import vllm_cpu_reload
+
+        if lean and self._grouprl_plan is not None:
+            vllm_cpu_reload.load(self._grouprl_plan, self._grouprl_views)
+            return True
+        # vLLM's layer-wise in-place reload, from our views
         self.reload_weights(
             weights_iterator=iter(list(self._grouprl_views.items())), is_checkpoint_format=True
         )
+        return False

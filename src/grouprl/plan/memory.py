@@ -15,27 +15,38 @@ embeddings have no weights. Other architectures come out approximate or unknown.
 The per-token activation and KV cache sizes that ``plan/gpu_memory.py`` plans with
 live here too.
 
-Activations: what one decoder layer saves for backward per token, under bf16 autocast
-over float32 weights (q = heads x D, T the tokens per sample), counted from transformers'
-Qwen2/Llama code with sdpa attention::
+Activations: what one decoder layer saves for backward per token (q = heads x D, T the
+tokens per sample), counted from transformers' Qwen2/Llama code with sdpa attention. Two
+precisions (``Precision``): ``autocast``, bf16 autocast over float32 weights (one rank),
+and ``fsdp2``, FSDP2's mixed precision (a sharded rank: each layer gathered in bf16, so the
+residual stream is bf16 too)::
 
+    autocast: 26H + 8q + 8I + 2T
     16H   float32: the residual stream stays float32 (the embeddings are float32 and the
           bf16 outputs are added to it): the layer's input, the residual after attention,
           and each RMSNorm's normalized float32 copy
     10H   bf16 casts of the two RMSNorm outputs, one per q, k, v, gate and up projection
           (autocast caches casts of weights only, so each projection casts its input)
+    fsdp2: 16H + 8q + 8I + 2T
+    16H   per RMSNorm: the float32 upcast of its bf16 input (4H), its bf16 normalized
+          copy (2H) and its bf16 output (2H), which q, k and v (gate and up) share
+    both
      8q   sdpa's bf16 q, k and v (KV heads repeated to q's width: transformers repeats
           them when there is a padding mask) and its output, which o_proj reads in place
      8I   bf16 gate, SiLU and up outputs and their product
      2T   the bf16 attention bias row of a padded micro-batch
 
-Once per token (not per layer): 16H for the final norm's input and normalized copy, its
-output and the scored positions the logprob chunks read. The saved tensors were listed
-with torch's saved-tensor hooks on CPU (sdpa's as CUDA's kernels keep them), and with the
-other rows of ``plan/trainer_memory.py`` they come within 1% of the peak allocated bytes
-measured on an H100 for Qwen2.5-0.5B and -1.5B shapes (issue 18; 315-token samples).
+Once per token (not per layer), around the head: the final norm's input and normalized
+copy, its output and the scored positions the logprob chunks read: 16H under autocast
+(all float32), 10H under fsdp2 (the float32 upcast, then bf16). With activation
+checkpointing a layer keeps only its input: 4H (float32) under autocast, 2H under fsdp2.
+The saved tensors were listed with torch's saved-tensor hooks on CPU (sdpa's as CUDA's
+kernels keep them; the fsdp2 counts on a bf16 model, which computes as FSDP2's gathered
+layers do), and with the other rows of ``plan/trainer_memory.py`` the autocast counts
+come within 1% of the peak allocated bytes measured on an H100 for Qwen2.5-0.5B and -1.5B
+shapes (issue 18; 315-token samples). The fsdp2 counts are not yet measured on a GPU.
 ``model.dtype=float32`` on a GPU trains without autocast, whose larger activations this
-does not model.
+does not model (it is planned as ``autocast``).
 """
 
 from __future__ import annotations
@@ -44,7 +55,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from grouprl.assets import BUILTIN_PREFIX, ModelPathError, resolve_model_path
 from grouprl.plan.known_models import known_config
@@ -53,7 +64,12 @@ from grouprl.plan.known_models import known_config
 ADAMW_FP32_BYTES = 4 + 4 + 2 * 4
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 FP32_BYTES = 4
-HEAD_ACTIVATION_BYTES_PER_H = 16  # final norm input and copy, its output, scored positions
+Precision = Literal["autocast", "fsdp2"]  # the module docstring says what each saves
+LAYER_BYTES_PER_H: dict[Precision, int] = {"autocast": 26, "fsdp2": 16}
+# the final norm's input (upcast) and normalized copy, its output, the scored positions
+HEAD_BYTES_PER_H: dict[Precision, int] = {"autocast": 16, "fsdp2": 10}
+# a checkpointed layer's input: the residual stream's dtype
+STREAM_BYTES: dict[Precision, int] = {"autocast": 4, "fsdp2": 2}
 KNOWN_CONFIGS_WHERE = "grouprl's table of known configs"
 
 
@@ -188,20 +204,31 @@ def estimate_params(config: dict[str, Any]) -> ParamCount:
     )
 
 
-def layer_activation_bytes(shape: DecoderShape, *, seq_len: int) -> int:
+def layer_activation_bytes(
+    shape: DecoderShape, *, seq_len: int, precision: Precision = "autocast"
+) -> int:
     """Bytes one decoder layer saves for backward per token (the module docstring counts
-    them): 26H + 8q + 8I + 2T, T = ``seq_len`` tokens per sample."""
-    return 26 * shape.hidden + 8 * shape.q_out + 8 * shape.intermediate + 2 * seq_len
+    them): 26H (autocast) or 16H (fsdp2) + 8q + 8I + 2T, T = ``seq_len`` tokens per sample."""
+    per_h = LAYER_BYTES_PER_H[precision]
+    return per_h * shape.hidden + 8 * shape.q_out + 8 * shape.intermediate + 2 * seq_len
 
 
-def activation_bytes(shape: DecoderShape, *, tokens: int, seq_len: int, checkpointing: bool) -> int:
+def activation_bytes(
+    shape: DecoderShape,
+    *,
+    tokens: int,
+    seq_len: int,
+    checkpointing: bool,
+    precision: Precision = "autocast",
+) -> int:
     """Activations of one forward/backward over ``tokens`` tokens of ``seq_len``-token
-    samples: every layer's, or with checkpointing each layer's float32 input (4H) and
-    one layer recomputed; plus 16H per token around the head."""
-    per_layer = layer_activation_bytes(shape, seq_len=seq_len)
-    head = HEAD_ACTIVATION_BYTES_PER_H * shape.hidden
+    samples: every layer's, or with checkpointing each layer's input (4H float32 under
+    autocast, 2H bf16 under fsdp2) and one layer recomputed; plus the head's 16H (10H)."""
+    per_layer = layer_activation_bytes(shape, seq_len=seq_len, precision=precision)
+    head = HEAD_BYTES_PER_H[precision] * shape.hidden
     if checkpointing:
-        return tokens * (shape.layers * FP32_BYTES * shape.hidden + per_layer + head)
+        kept = shape.layers * STREAM_BYTES[precision] * shape.hidden
+        return tokens * (kept + per_layer + head)
     return tokens * (shape.layers * per_layer + head)
 
 

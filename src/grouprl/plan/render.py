@@ -12,6 +12,7 @@ from grouprl.config.algorithms import ALGORITHMS
 from grouprl.config.checks import Derived, per_token_advantages
 from grouprl.config.errors import show
 from grouprl.config.schema import DataSource, RunConfig
+from grouprl.plan.async_rows import async_rows
 from grouprl.plan.batch_rows import batch_rows, token_rows
 from grouprl.plan.env_rows import env_rows
 from grouprl.plan.layout import PlanView, Section
@@ -33,8 +34,9 @@ def render_plan(cfg: RunConfig, derived: Derived, *, here: bool = False) -> Plan
 
 
 def plan_sections(cfg: RunConfig, derived: Derived, *, here: bool = False) -> list[Section]:
-    """Run, batch, length, tokens, algorithm, rollout, models, memory per GPU and output
-    rows, for the machines the recipe describes (``here``: this one, ``plan/target.py``)."""
+    """Run, batch, length, tokens, algorithm, rollout, async (``plan/async_rows.py``),
+    models, memory per GPU and output rows, for the machines the recipe describes
+    (``here``: this one, ``plan/target.py``)."""
     target = plan_target(cfg, here=here)
     return [
         ("run", _run_rows(cfg, derived, target)),
@@ -44,6 +46,7 @@ def plan_sections(cfg: RunConfig, derived: Derived, *, here: bool = False) -> li
         ("algorithm", _algo_rows(cfg, derived)),
         ("environment", env_rows(cfg)),
         ("rollout", rollout_rows(cfg, target)),
+        ("async", async_rows(cfg)),
         ("models", model_rows(cfg, derived)),
         ("memory per GPU", memory_rows(cfg, derived)),
         ("output", _output_rows(cfg, derived)),

@@ -11,21 +11,29 @@ letters as in ``plan/memory.py``)::
       reference        P x 2 / W with algo.beta > 0 (model.dtype); 0 with cluster.offload
       critic states    Pc x 16 / W with a critic: section; 0 with cluster.offload
     the training phase's working memory: the larger of the passes and the step
-      gathered params  (2 x layer + root) x 4 when sharded: one decoder layer gathered, one
+      gathered params  (2 x layer + root) x b when sharded: one decoder layer gathered, one
                        prefetched, the root (embeddings, final norm, untied lm_head) kept
-                       gathered through forward/backward; one rank: already resident
-      autocast copies  (L x layer linears + V x H) x 2: bf16 casts of the decoder's linear
-                       weights and of the LM head. torch.autocast caches the cast of each
-                       weight until the forward returns, and each linear keeps its cast for
-                       backward, so all are alive at the forward's end. Not divided by W:
-                       autocast casts the float32 weights FSDP2 gathers, and its cache keeps
-                       them after FSDP2 reshards (checked with FSDP2 on CPU)
-      activations      N x (L x (26H + 8q + 8I + 2T) + 16H), ``plan/memory.py``; with
-                       train.activation_checkpointing N x (L x 4H + one layer + 16H)
+                       gathered through forward/backward; b = 2 with a 16-bit model.dtype
+                       (FSDP2's mixed precision gathers the float32 shards cast to bf16,
+                       ``workers/fsdp.py``), 4 with float32; one rank: already resident
+      autocast copies  one rank with a 16-bit model.dtype (no FSDP2: torch.autocast over
+                       the float32 weights): (L x layer linears + V x H) x 2, bf16 casts of
+                       the decoder's linear weights and of the LM head. torch.autocast
+                       caches the cast of each weight until the forward returns, and each
+                       linear keeps its cast for backward, so all are alive at the
+                       forward's end. Sharded ranks: 0, FSDP2 casts each unit as it
+                       gathers it and frees it after use (autocast over FSDP2's float32
+                       gathers would cache a bf16 copy of the whole model on every rank:
+                       133 GiB planned for the 72B recipe's full fine-tuning, issue 28)
+      activations      N x (L x (26H + 8q + 8I + 2T) + 16H) under autocast, N x (L x (16H
+                       + 8q + 8I + 2T) + 10H) under FSDP2's bf16 (``plan/memory.py``); with
+                       train.activation_checkpointing each layer keeps its input (4H, 2H)
+                       and one layer is recomputed
       logprob chunk    min(train.logprob_chunk_tokens, N) x V x 4 x 4: fp32 logits,
                        log-softmax, and the entropy's exp(logp) and exp(logp) x logp
-      critic pass      the critic's gathered params, autocast copies and activations (same
-                       N); it runs apart from the policy's pass, so the larger counts
+      critic pass      the critic's gathered params, autocast copies (one rank) and
+                       activations (same N); it runs apart from the policy's pass, so the
+                       larger counts
       optimizer step   P x 4 / W: AdamW's foreach step takes the square root of the second
                        moments into new tensors; + P x 8 / W of moments brought back with
                        cluster.offload_optimizer. It follows backward, which freed the
@@ -43,9 +51,13 @@ from grouprl.plan.engine_memory import engine_dtype
 from grouprl.plan.memory import (
     ADAMW_FP32_BYTES,
     FP32_BYTES,
+    HEAD_BYTES_PER_H,
+    LAYER_BYTES_PER_H,
+    STREAM_BYTES,
     DecoderShape,
     MemoryRow,
     ParamCount,
+    Precision,
     activation_bytes,
     decoder_shape,
     estimate_params,
@@ -67,7 +79,6 @@ class Trainer:
     resident: list[MemoryRow]  # held in both phases
     passes: list[MemoryRow]  # the training phase's working rows (the larger counts)
     working: int  # the larger of the policy's pass, the critic's pass, the optimizer step
-    copies: int  # the policy's autocast copies (whole on every rank)
 
     @property
     def held(self) -> int:
@@ -100,8 +111,14 @@ def trainer_memory(
         resident=resident,
         passes=policy_pass + critic + [step],
         working=max(working, step.bytes),
-        copies=policy_pass[1].bytes,
     )
+
+
+def precision(cfg: RunConfig, *, world: int) -> Precision:
+    """How the training passes compute (``workers/common.autocast``): sharded ranks with a
+    16-bit model.dtype under FSDP2's mixed precision, one rank under autocast. A float32
+    model.dtype computes in float32, whose activations are planned as autocast's."""
+    return "fsdp2" if world > 1 and cfg.model.dtype != "float32" else "autocast"
 
 
 def _policy_pass(
@@ -116,17 +133,15 @@ def _policy_pass(
         if cfg.train.micro_batch_tokens is None
         else f"train.micro_batch_tokens, or one {per}-token sample"
     )
-    ckpt = cfg.train.activation_checkpointing
+    ckpt, world = cfg.train.activation_checkpointing, derived.world_size
+    how = precision(cfg, world=world)
     chunk = min(cfg.train.logprob_chunk_tokens, tokens)
-    acts = activation_bytes(shape, tokens=tokens, seq_len=per, checkpointing=ckpt)
+    acts = activation_bytes(shape, tokens=tokens, seq_len=per, checkpointing=ckpt, precision=how)
+    text = _activation_text(shape, seq_len=per, ckpt=ckpt, precision=how)
     return [
-        _gathered_row(shape, count, head=count.lm_head, sharded=derived.world_size > 1),
-        _copies_row(cfg, shape, count),
-        MemoryRow(
-            "activations",
-            acts,
-            f"{tokens:,} tokens ({where}) x " + _activation_text(shape, seq_len=per, ckpt=ckpt),
-        ),
+        _gathered_row(shape, count, head=count.lm_head, world=world, cfg=cfg),
+        _copies_row(cfg, shape, count, world=world),
+        MemoryRow("activations", acts, f"{tokens:,} tokens ({where}) x {text}"),
         MemoryRow(
             "logprob chunk",
             chunk * shape.vocab * FP32_BYTES * CHUNK_TENSORS,
@@ -136,11 +151,18 @@ def _policy_pass(
     ]
 
 
-def _copies_row(cfg: RunConfig, shape: DecoderShape, count: ParamCount) -> MemoryRow:
+def _copies_row(cfg: RunConfig, shape: DecoderShape, count: ParamCount, *, world: int) -> MemoryRow:
     linears = shape.layers * count.layer_linears
     head = shape.vocab * shape.hidden
     if cfg.model.dtype == "float32":
         return MemoryRow("autocast copies", 0, "model.dtype=float32: no autocast, no copies")
+    if world > 1:
+        return MemoryRow(
+            "autocast copies",
+            0,
+            f"none: {world} ranks train under FSDP2's mixed precision (bf16 layers gathered "
+            "and freed one at a time, in gathered params), not autocast",
+        )
     if cfg.train.lora.rank and cfg.train.activation_checkpointing:
         # frozen weights are not cached, and checkpointing keeps no layer's cast
         linears = count.layer_linears
@@ -148,8 +170,8 @@ def _copies_row(cfg: RunConfig, shape: DecoderShape, count: ParamCount) -> Memor
         "autocast copies",
         (linears + head) * BF16,
         f"bf16 casts of the float32 weights, kept from the forward to the backward: "
-        f"{human_count(linears)} linear weights + {human_count(head)} LM head x 2 bytes; "
-        "whole on every rank (autocast casts FSDP2's gathered weights)",
+        f"{human_count(linears)} linear weights + {human_count(head)} LM head x 2 bytes "
+        "(one rank: torch.autocast, no FSDP2)",
     )
 
 
@@ -214,33 +236,45 @@ def _reference_row(cfg: RunConfig, params: int, *, world: int) -> MemoryRow:
     return MemoryRow("reference", per_rank, how)
 
 
-def _gathered_row(shape: DecoderShape, count: ParamCount, *, head: int, sharded: bool) -> MemoryRow:
-    if not sharded:
+def _gathered_row(
+    shape: DecoderShape, count: ParamCount, *, head: int, world: int, cfg: RunConfig
+) -> MemoryRow:
+    if world == 1:
         return MemoryRow("gathered params", 0, "one rank: the whole model is resident already")
     layer = (count.decoder - shape.vocab * shape.hidden - shape.hidden) // shape.layers
     root = shape.vocab * shape.hidden + shape.hidden + head
     head_text = ", untied lm_head" if head else ""
+    size = FP32_BYTES if precision(cfg, world=world) == "autocast" else BF16
+    dtype = "fp32" if size == FP32_BYTES else f"model.dtype={cfg.model.dtype}: FSDP2 gathers bf16"
     return MemoryRow(
         "gathered params",
-        (GATHERED_LAYERS * layer + root) * FP32_BYTES,
+        (GATHERED_LAYERS * layer + root) * size,
         f"FSDP2 gathers a decoder layer ({human_count(layer)} params) and prefetches the "
         f"next, and keeps the root ({human_count(root)}: embeddings, final norm{head_text}) "
-        f"gathered: (2 x {human_count(layer)} + {human_count(root)}) x 4 bytes (fp32)",
+        f"gathered: (2 x {human_count(layer)} + {human_count(root)}) x {size} bytes ({dtype})",
     )
 
 
-def _activation_text(shape: DecoderShape, *, seq_len: int, ckpt: bool) -> str:
+def _activation_text(shape: DecoderShape, *, seq_len: int, ckpt: bool, precision: Precision) -> str:
+    per_h, head_h = LAYER_BYTES_PER_H[precision], HEAD_BYTES_PER_H[precision]
+    stream = (
+        "bf16 under autocast over an fp32 residual stream"
+        if precision == "autocast"
+        else "FSDP2's bf16 layers: a bf16 residual stream"
+    )
     per_layer = (
-        f"{layer_activation_bytes(shape, seq_len=seq_len):,} bytes (26H + 8q + 8I + 2T, "
-        "bf16 under autocast over an fp32 residual stream)"
+        f"{layer_activation_bytes(shape, seq_len=seq_len, precision=precision):,} bytes "
+        f"({per_h}H + 8q + 8I + 2T, {stream})"
     )
     if ckpt:
+        kept = STREAM_BYTES[precision]
+        dtype = "fp32" if kept == FP32_BYTES else "bf16"
         return (
-            f"({shape.layers} layers x 4H fp32 layer inputs + one layer's {per_layer}, "
-            "recomputed, + 16H at the head) (train.activation_checkpointing=true)"
+            f"({shape.layers} layers x {kept}H {dtype} layer inputs + one layer's {per_layer}, "
+            f"recomputed, + {head_h}H at the head) (train.activation_checkpointing=true)"
         )
     return (
-        f"({shape.layers} layers x {per_layer} + 16H at the head) "
+        f"({shape.layers} layers x {per_layer} + {head_h}H at the head) "
         "(train.activation_checkpointing=false)"
     )
 
@@ -252,13 +286,15 @@ def _critic_rows(
     shape, count = decoder_shape(config), estimate_params(config)
     states = _states_row("critic states", count.value_model, world=world, cfg=cfg)
     head = shape.hidden + 1  # the scalar value head, part of the root unit
-    gathered = _gathered_row(shape, count, head=head, sharded=world > 1)
-    copies = 0 if cfg.model.dtype == "float32" else shape.layers * count.layer_linears * BF16
+    gathered = _gathered_row(shape, count, head=head, world=world, cfg=cfg)
+    autocast = cfg.model.dtype != "float32" and world == 1
+    copies = shape.layers * count.layer_linears * BF16 if autocast else 0
     acts = activation_bytes(
         shape,
         tokens=tokens,
         seq_len=derived.max_tokens_per_sample,
         checkpointing=cfg.train.activation_checkpointing,
+        precision=precision(cfg, world=world),
     )
     critic_pass = MemoryRow(
         "critic pass",

@@ -7,7 +7,10 @@ a time, and each turn's generation is one engine call over all episodes still ru
         ─► step(text) ─► observation ids ─► engine (the running episodes' contexts) ─► ...
 
 A context is the prompt, then every turn's engine tokens and rendered
-observation: exactly the tokens the trainer will see (``Trajectory.sequence_ids``).
+observation: exactly the tokens the trainer will see (``Trajectory.sequence_ids``). Each
+token carries the weight version that sampled it (``Completion.versions``, from the
+replica set): a turn after a weight push has the new one; the trajectory's
+``weight_version`` is its first token's (``turns.first_version``).
 Single-turn prompting is the environment whose every step ends the episode
 (``envs/single_turn.py``): one engine call, no observation rendered. An environment in
 this process (``env.sandbox.workers=0``) may have ``async def`` steps too: they run on the
@@ -37,7 +40,7 @@ from grouprl.envs.base import (
 )
 from grouprl.envs.contained import EnvFailure
 from grouprl.rollout.gateway.record import gateway_metrics
-from grouprl.rollout.turns import TurnEngine, TurnLimits
+from grouprl.rollout.turns import TurnEngine, TurnLimits, first_version
 from grouprl.sandbox.user_code import awaited_call
 from grouprl.types import Trajectory, Turn
 
@@ -124,7 +127,7 @@ def _first_turns(
             prompt_index=row["_index"],
             prompt_ids=prompt,
             turns=[Turn(completion)],
-            weight_version=turns.engine.weight_version,
+            weight_version=first_version(completion, turns.engine),
             row=row,
         )
         for row, prompt, group in zip(rows, prompts, groups, strict=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,7 @@ def start_engine(
     nodes of the training ranks at ``places`` (``rollout.placement``), or one engine here
     on ``device``."""
     model_dir = resolve_model_path(cfg.model.path)
+    decode = partial(tokenizer.decode, skip_special_tokens=True)  # as the engines decode
     if cfg.rollout_in_actors:
         return start_replicas(
             cfg,
@@ -157,11 +159,15 @@ def start_engine(
             cache_dir=str(cache_dir),
             places=places or [],
             on_gpu=device.type == "cuda",
+            decode=decode,
         )
     from grouprl.engines.build import make_engine
 
     return in_driver(
         make_engine(
             cfg, model_dir=model_dir, tokenizer=tokenizer, device=device, cache_dir=str(cache_dir)
-        )
+        ),
+        segment_tokens=cfg.rollout.partial_rollout_tokens,
+        decode=decode,
+        max_model_len=cfg.rollout.max_model_len,
     )

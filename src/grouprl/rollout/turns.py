@@ -39,6 +39,14 @@ def call_seed(seed: int | None, call: int) -> int | None:
     return None if seed is None else seed + call * SEED_STRIDE
 
 
+def first_version(completion: Completion, engine: RolloutEngine) -> int:
+    """The weight version that sampled the completion's first token: its oldest (a
+    generation continued after a weight push has newer ones after it, ``Completion
+    .versions``), what an episode's staleness counts from; the engine's version for an
+    engine that does not tag its tokens, or a completion without tokens."""
+    return completion.versions[0] if completion.versions else engine.weight_version
+
+
 @dataclass(frozen=True)
 class LimitHit:
     """A turn the episode may not have: why it ends, and the words for the agent or log."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 import torch
@@ -32,8 +32,8 @@ def loads_weights(rank: Rank) -> bool:
 
 def prepare(scorer: torch.nn.Module, model: PreTrainedModel, *, rank: Rank, cfg: RunConfig) -> None:
     """Turns on activation checkpointing if asked (it acts in training mode only) and
-    places ``model`` on the rank's device; on a multi-rank group, shards it and fills
-    every rank's shards from rank 0's weights."""
+    places ``model`` on the rank's device; on a multi-rank group, shards it (FSDP2's mixed
+    precision in the compute dtype) and fills every rank's shards from rank 0's weights."""
     if cfg.train.activation_checkpointing:
         checkpoint_activations(model)
     if not rank.distributed:
@@ -41,7 +41,7 @@ def prepare(scorer: torch.nn.Module, model: PreTrainedModel, *, rank: Rank, cfg:
         model.to(rank.device)  # pyright: ignore[reportArgumentType]
         return
     full = model.state_dict() if loads_weights(rank) else {}
-    shard(scorer, model, offload=cfg.cluster.offload)
+    shard(scorer, model, offload=cfg.cluster.offload, compute_dtype=compute_dtype(cfg, rank))
     if not loads_weights(rank):
         model.to_empty(device="cpu" if cfg.cluster.offload else rank.device)
     set_model_state_dict(
@@ -58,9 +58,21 @@ def place_optimizer_states(optimizer: torch.optim.Optimizer, *, rank: Rank, cfg:
         states_on_host(optimizer)
 
 
-def autocast(cfg: RunConfig, rank: Rank):
-    device = torch.device(rank.device)
-    return autocast_for(device, resolve_dtype(cfg.model.dtype, device))
+def compute_dtype(cfg: RunConfig, rank: Rank) -> torch.dtype:
+    """The dtype a role's passes compute in: ``model.dtype`` on the rank's device (``auto``:
+    bfloat16 on CUDA, float32 on CPU). The policy and critic keep float32 weights whatever
+    it is; the reference is loaded in it."""
+    return resolve_dtype(cfg.model.dtype, torch.device(rank.device))
+
+
+def autocast(cfg: RunConfig, rank: Rank) -> Callable[[], AbstractContextManager]:
+    """The context every pass of a role runs in. On a multi-rank group none: FSDP2 gathers
+    each unit already in the compute dtype (``workers/fsdp.py``), and autocast over its
+    gathered weights would cache a cast of every layer. One rank (no process group, no
+    FSDP2): ``torch.autocast`` over the float32 weights when the compute dtype is 16-bit."""
+    if rank.distributed:
+        return nullcontext
+    return autocast_for(torch.device(rank.device), compute_dtype(cfg, rank))
 
 
 def my_rows(batch: TrainingBatch, rank: Rank) -> TrainingBatch:

@@ -66,10 +66,11 @@ class PolicyWorker:
             )
 
     def update(
-        self, batch: TrainingBatch, *, beta: float, mini_batch_size: int
+        self, batch: TrainingBatch, *, beta: float, mini_batch_size: int, version: int
     ) -> dict[str, float]:
         """The policy's optimizer steps for one training step, then one LR-schedule step.
-        Metrics are summed over the ranks (the same on every rank)."""
+        ``version`` is the weight version being trained (staleness per token is measured
+        from it). Metrics are summed over the ranks (the same on every rank)."""
         batch = batch.to(torch.device(self.rank.device))
         self.scorer.train()
         metrics = policy_update(
@@ -80,6 +81,7 @@ class PolicyWorker:
             train=self.cfg.train,
             mini_batch_size=mini_batch_size,
             beta=beta,
+            version=version,
             autocast=self.autocast,
             rank=self.rank,
         )
@@ -97,39 +99,59 @@ class PolicyWorker:
         """This rank's memory now and at its peak since the last call (GiB)."""
         return memory_now(torch.device(self.rank.device))
 
-    def weights(self, *, on: frozenset[int] = frozenset({0})) -> dict[str, Tensor] | None:
+    def weights(
+        self, *, on: frozenset[int] = frozenset({0}), dtype: torch.dtype | None = None
+    ) -> dict[str, Tensor] | None:
         """Full weights by parameter name, for rollout engines (LoRA merged in, under the
         base model's names). Every rank must call this (the shards are gathered one
-        parameter at a time); the ranks in ``on`` get them on the CPU, the others None."""
+        parameter at a time); the ranks in ``on`` get them on the CPU, the others None.
+
+        ``dtype``: the engine's. A shard is cast before its all-gather and a GPU tensor
+        before its copy to the host, so a bfloat16 engine costs half the bytes to move;
+        LoRA's base weights and adapters are merged in float32 and cast after. One CPU
+        process hands over its live tensors uncast: the engine casts them in its one
+        copy."""
         from torch.distributed.tensor import DTensor
 
         keep = self.rank.rank in on
         full: dict[str, Tensor] = {}
         for name, param in self.model.named_parameters():
             t = param.detach()
+            cast = dtype is not None and ".lora_" not in name and ".base_layer." not in name
             if isinstance(t, DTensor):
                 if t.device.type != t.device_mesh.device_type:  # cluster.offload: CPU shards
                     t = t.to(t.device_mesh.device_type)
                     assert isinstance(t, DTensor)  # .to keeps a DTensor a DTensor
+                if cast:  # the shard: the all-gather moves the engine's bytes
+                    t = t.to(dtype)
+                    assert isinstance(t, DTensor)
                 t = t.full_tensor()  # a collective: every rank takes part
-            if keep:  # one process: the live tensors, as the engine here copies them
-                full[name] = t.cpu() if self.rank.distributed else t
+            if not keep:
+                continue
+            if cast and t.device.type != "cpu":  # before the copy to the host
+                t = t.to(dtype)
+            # one process: the live tensors, as the engine here copies them
+            full[name] = t.cpu() if self.rank.distributed else t
         if not keep:
             return None
         if has_lora(self.model):
             full = merged_weights(full, scaling=lora_scaling(self.model))
+            if dtype is not None and (self.rank.distributed or self.rank.device != "cpu"):
+                full = {name: t.to(dtype) for name, t in full.items()}
         return full
 
     def push_weights(
         self, targets: dict[int, list[tuple[int, RolloutEngine]]], *, version: int
     ) -> dict[int, int]:
         """Gathers the full weights on each node's leader rank (the keys of ``targets``),
-        which pushes them to its node's rollout replicas; returns replica -> the version
-        it reports (empty on the other ranks)."""
-        weights = self.weights(on=frozenset(targets))
+        which pushes them to its node's rollout replicas, in the engines' dtype (that of
+        ``model.dtype`` on this rank's kind of device); returns replica -> the version it
+        reports (empty on the other ranks)."""
+        dtype = resolve_dtype(self.cfg.model.dtype, torch.device(self.rank.device))
+        weights = self.weights(on=frozenset(targets), dtype=dtype)
         if weights is None or not targets[self.rank.rank]:
             return {}
-        return push(targets[self.rank.rank], weights, version=version)
+        return push(targets[self.rank.rank], weights, version=version, dtype=dtype)
 
     # --- checkpoints ----------------------------------------------------------------
 

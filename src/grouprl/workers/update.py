@@ -24,10 +24,12 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 from torch.distributed.tensor import DTensor
 
 from grouprl.algo.aggregate import LossNorm, token_mean
+from grouprl.algo.corrections import CorrectionInputs, correction_name, m2po_cutoff
 from grouprl.algo.objective import micro_batch_loss
 from grouprl.config.schema import AlgoConfig, TrainConfig
 from grouprl.types import TrainingBatch
@@ -185,6 +187,131 @@ def replica_gaps(metrics: dict[str, float]) -> dict[str, float]:
     return out
 
 
+def token_lags(batch: TrainingBatch, version: int | None) -> Tensor:
+    """How many weight versions behind ``version`` (the policy being trained) each loss
+    token was sampled: 0 for all without ``batch.version_BT`` or ``version``. Rows
+    without loss tokens, prompts and padding get 0 too (the loss mask leaves them out)."""
+    mask_BT = batch.loss_mask_BT.bool()
+    if batch.version_BT is None or version is None:
+        return torch.zeros_like(batch.loss_mask_BT, dtype=torch.long)
+    lag_BT = torch.where(mask_BT, version - batch.version_BT, 0)
+    if (lag_BT < 0).any():
+        newest = int(batch.version_BT[mask_BT].max())
+        raise ValueError(
+            f"a token was sampled by weight version {newest}, newer than the trained "
+            f"policy's version={version}: the caller passes the version the trainer holds"
+        )
+    return lag_BT
+
+
+def offpolicy_parts(
+    log_ratio_BT: Tensor, lag_BT: Tensor, mask_BT: Tensor, lags: list[int], *, norm: LossNorm
+) -> dict[str, Tensor]:
+    """Per staleness level k, sums over the loss tokens of lag k of: the k3 estimate of
+    KL(pi_behav || pi_prox) (``log_ratio_BT`` = log pi_prox - log pi_behav =: d, so
+    k3 = e^d - 1 - d: unbiased for samples drawn by pi_behav), the ratio e^d and |d|,
+    and the token count, each over the mini-batch's tokens. Summed over micro-batches
+    and ranks, ``part / token_share`` is the level's mean (``offpolicy_stats``). Every
+    level of the step's batch has all four keys in every pass, so every rank reduces the
+    same keys."""
+    ratio_BT = log_ratio_BT.exp()
+    values = {
+        "kl_part": ratio_BT - 1 - log_ratio_BT,
+        "ratio_part": ratio_BT,
+        "abs_log_ratio_part": log_ratio_BT.abs(),
+    }
+    out = {}
+    for k in lags:
+        at_k_BT = (mask_BT.bool() & (lag_BT == k)).to(log_ratio_BT.dtype)
+        for name, value_BT in values.items():
+            out[f"offpolicy/lag{k}/{name}"] = (value_BT * at_k_BT).sum() / max(norm.tokens, 1)
+        out[f"offpolicy/lag{k}/token_share"] = at_k_BT.sum() / max(norm.tokens, 1)
+    return out
+
+
+def offpolicy_stats(metrics: dict[str, float]) -> dict[str, float]:
+    """``metrics`` with each level's parts replaced by means over its tokens:
+    ``offpolicy/lag<k>/kl``, ``ratio_mean`` and ``abs_log_ratio``; ``token_share`` (the
+    level's share of the loss tokens) stays."""
+    out = dict(metrics)
+    finals = {"kl_part": "kl", "ratio_part": "ratio_mean", "abs_log_ratio_part": "abs_log_ratio"}
+    for key in [k for k in metrics if k.startswith("offpolicy/lag") and k.endswith("/kl_part")]:
+        prefix = key.removesuffix("/kl_part")
+        share = out[f"{prefix}/token_share"]
+        for part, final in finals.items():
+            value = out.pop(f"{prefix}/{part}")
+            if share > 0:
+                out[f"{prefix}/{final}"] = value / share
+    return out
+
+
+def _sum_over_ranks(values_BT: Tensor, rank: Rank) -> Tensor:
+    """``values_BT`` summed over the ranks: each rank's rows, zeros elsewhere, become the
+    whole batch's on every rank."""
+    if rank.distributed and dist.is_initialized():
+        values_BT = values_BT.clone()
+        dist.all_reduce(values_BT)
+    return values_BT
+
+
+def _max_over_ranks(value: float, rank: Rank) -> float:
+    if not (rank.distributed and dist.is_initialized()):
+        return value
+    top = torch.tensor([value], dtype=torch.float64, device=rank.device)
+    dist.all_reduce(top, op=dist.ReduceOp.MAX)
+    return float(top.item())
+
+
+def _proximal_logprobs(
+    scorer: TokenScorer,
+    batch: TrainingBatch,
+    *,
+    mini_batch_size: int,
+    train: TrainConfig,
+    autocast: Callable[[], AbstractContextManager],
+    rank: Rank,
+) -> Tensor:
+    """The sampling policy's logprobs (pi_prox), once before any update, for the rows this
+    rank trains on; zeros on the other ranks' rows."""
+    rows = rank.rows(len(batch), mini_batch_size=mini_batch_size)
+    old_BT = torch.zeros_like(batch.engine_logprobs_BT)
+    old_BT[rows] = no_grad_scores(
+        scorer.loss_logprobs,
+        batch.select(rows),
+        micro=MicroBatching.of(train),
+        autocast=autocast,
+        rank=rank,
+    )
+    return old_BT
+
+
+def _first_pass_metrics(
+    micro: TrainingBatch,
+    before_BT: Tensor,
+    *,
+    replicas: int,
+    lag_levels: list[int],
+    version: int | None,
+    norm: LossNorm,
+    peak: list[float],
+) -> dict[str, Tensor]:
+    """The policy's logprobs before the update (``before_BT``) against the engine's: the
+    gap (numerics; after a good sync ~0 in float32, one step of policy change with
+    rollout.max_staleness=1), per replica, and per staleness level. ``peak[0]`` becomes
+    the largest ratio seen (a max cannot go through the metrics' sums)."""
+    gap_BT = (before_BT - micro.engine_logprobs_BT).abs()
+    metrics = {"engine_logprob_gap": token_mean(gap_BT, micro.loss_mask_BT, norm=norm)}
+    if micro.replica_BT is not None:
+        metrics.update(replica_gap_parts(gap_BT, micro, replicas, norm=norm))
+    inputs = CorrectionInputs(before_BT, micro.engine_logprobs_BT, micro.loss_mask_BT)
+    log_ratio_BT = inputs.log_ratio_BT()
+    lag_BT = token_lags(micro, version)
+    metrics.update(offpolicy_parts(log_ratio_BT, lag_BT, micro.loss_mask_BT, lag_levels, norm=norm))
+    if micro.loss_mask_BT.any():
+        peak[0] = max(peak[0], float(log_ratio_BT[micro.loss_mask_BT.bool()].max().exp()))
+    return metrics
+
+
 def policy_update(
     *,
     scorer: TokenScorer,
@@ -194,27 +321,41 @@ def policy_update(
     train: TrainConfig,
     mini_batch_size: int,
     beta: float = 0.0,
+    version: int | None = None,
     autocast: Callable[[], AbstractContextManager] = nullcontext,
     rank: Rank = SINGLE,
 ) -> dict[str, float]:
-    """Runs the policy's update and returns metrics averaged over its optimizer steps."""
+    """Runs the policy's update and returns metrics averaged over its optimizer steps.
+    ``version`` is the weight version being trained: a token's staleness is ``version``
+    minus the version that sampled it (``batch.version_BT``), and the off-policy
+    statistics are logged per staleness level (``offpolicy/lag<k>/...``)."""
+    correction = correction_name(algo)
     single_update = algo.num_iterations == 1 and mini_batch_size == len(batch)
     if algo.old_logprobs == "engine":
         batch.old_logprobs_BT = batch.engine_logprobs_BT
-    if not single_update and batch.old_logprobs_BT is None:
-        # the sampling policy's logprobs, once, for the rows this rank trains on
-        rows = rank.rows(len(batch), mini_batch_size=mini_batch_size)
-        old_BT = torch.zeros_like(batch.engine_logprobs_BT)
-        old_BT[rows] = no_grad_scores(
-            scorer.loss_logprobs,
-            batch.select(rows),
-            micro=MicroBatching.of(train),
+    whole_old_BT = batch.old_logprobs_BT  # the driver's are the whole batch's
+    # m2po's mask is the whole step's (mini- and micro-batch sizes must not change it), so
+    # it needs pi_prox before any update: one extra pass when the batch feeds one update
+    if (not single_update or correction == "m2po") and batch.old_logprobs_BT is None:
+        batch.old_logprobs_BT = _proximal_logprobs(
+            scorer,
+            batch,
+            mini_batch_size=mini_batch_size,
+            train=train,
             autocast=autocast,
             rank=rank,
         )
-        batch.old_logprobs_BT = old_BT
-
+        if correction == "m2po":  # the ranks' rows partition the batch
+            whole_old_BT = _sum_over_ranks(batch.old_logprobs_BT, rank)
+    cutoff = None
+    if correction == "m2po":
+        assert whole_old_BT is not None  # given, or the pass above ran
+        whole = CorrectionInputs(whole_old_BT, batch.engine_logprobs_BT, batch.loss_mask_BT)
+        m2_BT = whole.log_ratio_BT() ** 2
+        cutoff = m2po_cutoff(m2_BT[batch.loss_mask_BT.bool()], threshold=algo.m2po_threshold)
     replicas = 0 if batch.replica_BT is None else int(batch.replica_BT.max()) + 1
+    lag_levels = sorted(set(token_lags(batch, version)[batch.loss_mask_BT.bool()].tolist()))
+    peak = [-math.inf]
 
     def micro_loss(micro: TrainingBatch, norm: LossNorm, iteration: int):
         with autocast():
@@ -234,17 +375,22 @@ def policy_update(
             norm=LossNorm(norm.tokens, norm.sequences, algo.norm_tokens),
             cfg=algo,
             beta=beta,
+            m2po_cutoff=cutoff,
         )
         metrics["entropy"] = token_mean(entropy_BT, micro.loss_mask_BT, norm=norm)
         if iteration == 0:
-            # the policy's logprobs before the update vs the engine's: numerics, and a
-            # stale-weights alarm (after a good sync ~0 in float32; one step of policy
-            # change with rollout.max_staleness=1)
             before_BT = logprobs_BT.detach() if algo.old_logprobs == "engine" else old_BT
-            gap_BT = (before_BT - micro.engine_logprobs_BT).abs()
-            metrics["engine_logprob_gap"] = token_mean(gap_BT, micro.loss_mask_BT, norm=norm)
-            if micro.replica_BT is not None:
-                metrics.update(replica_gap_parts(gap_BT, micro, replicas, norm=norm))
+            metrics.update(
+                _first_pass_metrics(
+                    micro,
+                    before_BT,
+                    replicas=replicas,
+                    lag_levels=lag_levels,
+                    version=version,
+                    norm=norm,
+                    peak=peak,
+                )
+            )
         return loss, metrics
 
     metrics = run_updates(
@@ -258,4 +404,7 @@ def policy_update(
         max_grad_norm=train.max_grad_norm,
         rank=rank,
     )
-    return replica_gaps(metrics)
+    ratio_max = _max_over_ranks(peak[0], rank)
+    if ratio_max > -math.inf:  # the largest r_t of the step's loss tokens, every rank's
+        metrics["offpolicy/ratio_max"] = ratio_max
+    return offpolicy_stats(replica_gaps(metrics))

@@ -44,7 +44,7 @@ from typing import Any, NoReturn
 from grouprl.engines.base import RolloutEngine, SamplingSettings
 from grouprl.rollout.gateway.http import GatewayError, GatewayHandler
 from grouprl.rollout.gateway.record import EpisodeRecord, Plan
-from grouprl.rollout.turns import LimitHit, TurnEngine, TurnLimits
+from grouprl.rollout.turns import LimitHit, TurnEngine, TurnLimits, first_version
 from grouprl.tools.wire import assistant_reply, request_tools
 from grouprl.types import Completion
 
@@ -316,7 +316,7 @@ class Gateway:
         with self._cond:
             if record.key not in self._live:  # past the deadline while generating
                 raise GatewayError(410, f"episode {record.key} is closed", code="episode_closed")
-            version = self.engine.weight_version
+            version = first_version(completion, self.engine)  # not a push's after it
         record.record(plan, completion, reply=reply, weight_version=version, info=info)
 
     def _envelope(self, kind, choice, plan: Plan, completion: Completion) -> dict[str, Any]:

@@ -1,0 +1,411 @@
+"""Rollout as a stream: a producer thread generates rounds of prompts while the trainer
+learns, and admission control bounds how stale a sample can be when it trains.
+
+    producer thread (this file)                       trainer (driver/loop.one_step)
+    ───────────────────────────                       ──────────────────────────────
+    admit a round: B prompts (re-issued ones first,   take(): the next B kept groups,
+      then the sampler) while every group's lag       FIFO (waits: time/wait_generate_s)
+      can stay <= max_staleness ◄─── waits on ───┐          │
+    generate + score at engine version v          │    train them (policy version k)
+    each group: signal? ── kept ─► buffer (FIFO)  │    with engine.pushing(): push k + 1
+                        └─ evicted (spare filler) └──── advanced(k + 1): notify
+
+A "round" is ``data.batch_size`` prompts generated and scored as one engine call (the
+synchronous loop's ``_generate``), seeded by a global round counter, so the samples do
+not depend on timing where the weight versions do not. Kept groups take global positions
+p = 0, 1, ... in FIFO order (counted across resumes); the group at position p trains at
+step p // B + 1 with policy version p // B. Admission (``staleness_policy=wait``): a round
+started at engine version v is admitted only while its last group's ``p // B - v`` is at
+most ``max_staleness``; otherwise the producer waits until a push raises v. Evicted groups
+(dynamic sampling: no reward signal) take no position, so the groups after them train
+sooner, never later. ``staleness_policy=drop`` admits while the buffer has room for
+``max_staleness + 1`` batches and, at take time, drops a group that lags more than
+``max_staleness`` (counted; its prompt is issued again ahead of new ones).
+
+Dynamic sampling as verl does it: evicted groups free their positions and the next
+rounds admit more prompts; after ``max_rounds`` rounds without completing the batch
+being filled, it is completed with evicted groups (zero advantage) and a warning, as the
+synchronous loop does, so a task without any signal never loops forever.
+
+``state_dict`` is taken under the stream's lock, so every admitted prompt is in exactly
+one place: a finished group in the buffer, or the round in flight (re-issued whole, with
+its round index and so its seeds, by ``load_state_dict``), or already trained.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from grouprl.data.sampler import PromptSampler
+from grouprl.types import Trajectory, trajectory_from_dict, trajectory_to_dict
+
+logger = logging.getLogger(__name__)
+
+STATE_FORMAT = 1
+"""The version of ``Stream.state_dict``'s layout (a checkpoint's ``trainer.json``)."""
+
+
+@dataclass(frozen=True)
+class Round:
+    """One admitted round: its global index (the sampling seed's), its dataset row
+    positions in prompt order, and the engine's weight version when it was admitted."""
+
+    index: int
+    rows: list[int]
+    version: int
+
+
+@dataclass
+class Generated:
+    """What the generate function returns for a round: ``rollout.n`` trajectories per
+    prompt in prompt order, which groups to keep (dynamic sampling's signal; all True
+    without it), and ``info``, the caller's own record of the round (its metrics)."""
+
+    groups: list[list[Trajectory]]
+    keep: list[bool]
+    info: Any = None
+
+
+@dataclass
+class Group:
+    """A finished group, its prompt's row position (in the prompt set the sampler
+    walks) and the engine version that admitted it."""
+
+    trajectories: list[Trajectory]
+    row: int
+    version: int
+
+
+@dataclass
+class Taken:
+    """One training batch: ``batch_size`` groups' trajectories (FIFO order), the ``info``
+    of every round finished since the last take, and the stream's metrics."""
+
+    trajectories: list[Trajectory]
+    rounds: list[Any]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def oldest_version(t: Trajectory) -> int:
+    """The oldest weight version that produced any of the trajectory's tokens (per-token
+    ``Completion.versions`` where recorded, else the trajectory's ``weight_version``)."""
+    versions = [v for turn in t.turns for v in turn.completion.versions]
+    return min(versions, default=t.weight_version)
+
+
+def spans_versions(t: Trajectory) -> bool:
+    """Whether the trajectory's tokens were produced by more than one weight version."""
+    return len({v for turn in t.turns for v in turn.completion.versions}) > 1
+
+
+class StreamClosed(RuntimeError):
+    """``take`` on a stream that was closed."""
+
+
+class Stream:
+    """The producer thread, the buffer and admission control (module docstring).
+
+    ``generate(rows, round_index)`` generates and scores one round. ``batch_size`` is
+    the groups per training step; ``max_rounds`` the rounds a batch may take to fill with
+    kept groups before it is completed with evicted ones (``algo.max_sampling_rounds``
+    with dynamic sampling, else 1); ``max_groups`` the kept groups the run trains in all
+    (no round starts once they are generated). The first ``take`` says which version the engine
+    serves (a resumed run's), unless ``load_state_dict`` did; ``advanced`` raises it
+    after each push.
+    """
+
+    def __init__(
+        self,
+        generate: Callable[[list[int], int], Generated],
+        sampler: PromptSampler,
+        *,
+        batch_size: int,
+        max_staleness: int,
+        policy: Literal["wait", "drop"] = "wait",
+        max_rounds: int = 1,
+        max_groups: int | None = None,
+    ) -> None:
+        assert max_staleness >= 1, "max_staleness=0 runs the synchronous loop, no stream"
+        self.generate, self.sampler = generate, sampler
+        self.batch_size, self.max_staleness = batch_size, max_staleness
+        self.policy, self.max_rounds, self.max_groups = policy, max_rounds, max_groups
+        self._cond = threading.Condition()
+        self._version = 0
+        self._loaded = False  # whether load_state_dict set the counters
+        self._kept = 0  # global positions given to kept groups so far (trained ones too)
+        self._rounds = 0  # rounds admitted so far: the next round's index
+        self._buffer: deque[Group] = deque()
+        self._spare: list[Group] = []  # evicted groups of the batch being filled (filler)
+        self._filling_rounds = 0  # rounds finished since the batch being filled began
+        self._pending: deque[Round] = deque()  # rounds to issue again whole (a resume)
+        self._reissue: deque[int] = deque()  # rows to issue ahead of the sampler (drops)
+        self._in_flight: Round | None = None
+        self._finished: list[Any] = []  # rounds' info since the last take
+        self._counts = {"dropped_stale": 0, "evicted": 0, "filled": 0}
+        self._step_counts = dict.fromkeys(self._counts, 0)
+        self._admission_wait_s = 0.0
+        self._paused = 0
+        self._closed = False
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    # ── the trainer's side ──────────────────────────────────────────────────────────
+
+    def take(self, version: int) -> Taken:
+        """The next ``batch_size`` groups to train policy ``version`` (waiting for them);
+        starts the producer on the first call. A producer's error is raised here.
+
+        ``version`` is the steps trained so far (the loop's ``weight_version``): on a
+        first call without a loaded state, the batches before it count as trained."""
+        self._start(version)
+        started = time.perf_counter()
+        with self._cond:
+            while True:
+                self._raise_if_failed()
+                if self.policy == "drop":
+                    self._drop_stale(version)
+                if len(self._buffer) >= self.batch_size:
+                    break
+                self._cond.wait()
+            groups = [self._buffer.popleft() for _ in range(self.batch_size)]
+            self._cond.notify_all()  # room in the buffer (drop policy)
+            rounds, self._finished = self._finished, []
+            metrics = {
+                "time/wait_generate_s": time.perf_counter() - started,
+                "stream/buffer_groups": float(len(self._buffer)),
+                "stream/in_flight_groups": float(
+                    len(self._in_flight.rows) if self._in_flight else 0
+                ),
+                "stream/admission_wait_s": self._admission_wait_s,
+                **{f"stream/{k}": float(v) for k, v in self._step_counts.items()},
+            }
+            self._admission_wait_s = 0.0
+            self._step_counts = dict.fromkeys(self._counts, 0)
+        trajectories = [t for g in groups for t in g.trajectories]
+        metrics["stream/spanning_samples"] = float(sum(map(spans_versions, trajectories)))
+        return Taken(trajectories, rounds, metrics)
+
+    def advanced(self, version: int) -> None:
+        """The engine serves ``version`` now (after a push): rounds waiting for it may go."""
+        with self._cond:
+            self._version = version
+            self._cond.notify_all()
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """No round is in flight and none is admitted inside the block (validation uses
+        the engine); the producer's error, if any, is raised on entry."""
+        with self._cond:
+            self._paused += 1
+            try:
+                while self._in_flight is not None and self._error is None:
+                    self._cond.wait()
+                self._raise_if_failed()
+            except BaseException:
+                self._paused -= 1
+                raise
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._paused -= 1
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        """Stops admitting, lets a round in flight finish (its groups are dropped: the
+        run is ending), joins the producer."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+
+    # ── checkpoints ─────────────────────────────────────────────────────────────────
+
+    def state_dict(self) -> dict[str, Any]:
+        """The stream as JSON, consistent under the lock: the finished groups (buffer and
+        spare), the rounds admitted but unfinished, the rows to issue again, the sampler
+        after the last admitted prompt, the position and round counters."""
+        with self._cond:
+            unfinished = list(self._pending) + ([self._in_flight] if self._in_flight else [])
+            return {
+                "format": STATE_FORMAT,
+                "buffer": [_group_to_dict(g) for g in self._buffer],
+                "spare": [_group_to_dict(g) for g in self._spare],
+                "unfinished": [{"index": r.index, "rows": r.rows} for r in unfinished],
+                "reissue": list(self._reissue),
+                "sampler": self.sampler.state_dict(),
+                "kept": self._kept,
+                "rounds": self._rounds,
+                "filling_rounds": self._filling_rounds,
+                "counts": dict(self._counts),
+            }
+
+    def load_state_dict(self, state: dict[str, Any], *, version: int) -> None:
+        """Puts a checkpoint's stream back before the producer starts: its finished groups
+        in the buffer, its unfinished rounds first in line (same rows, same round index
+        and so the same seeds), generated at ``version`` (the restored weights')."""
+        assert self._thread is None, "load the state before the first take"
+        if state.get("format") != STATE_FORMAT:
+            raise ValueError(
+                f"the checkpoint's rollout stream state has format {state.get('format')!r}; "
+                f"this grouprl reads format {STATE_FORMAT}"
+            )
+        with self._cond:
+            self._buffer = deque(_group_from_dict(g) for g in state["buffer"])
+            self._spare = [_group_from_dict(g) for g in state["spare"]]
+            self._pending = deque(
+                Round(index=int(r["index"]), rows=[int(i) for i in r["rows"]], version=version)
+                for r in state["unfinished"]
+            )
+            self._reissue = deque(int(i) for i in state["reissue"])
+            self.sampler.load_state_dict(state["sampler"])
+            self._kept, self._rounds = int(state["kept"]), int(state["rounds"])
+            self._filling_rounds = int(state["filling_rounds"])
+            self._counts.update({k: int(v) for k, v in state["counts"].items()})
+            self._version = version
+            self._loaded = True
+
+    # ── the producer ────────────────────────────────────────────────────────────────
+
+    def _start(self, version: int) -> None:
+        if self._thread is None:
+            if not self._loaded:
+                self._version, self._kept = version, version * self.batch_size
+            self._thread = threading.Thread(target=self._produce, name="rollout-stream")
+            self._thread.start()
+
+    def _produce(self) -> None:
+        try:
+            while (round_ := self._admit()) is not None:
+                generated = self.generate(round_.rows, round_.index)
+                self._finish(round_, generated)
+        except BaseException as err:  # reaches the trainer at its next take
+            with self._cond:
+                self._error = err
+                self._in_flight = None
+                self._cond.notify_all()
+
+    def _admit(self) -> Round | None:
+        """The next round once admission allows it (None: closed). Rows are drawn under
+        the lock, so a checkpoint sees each admitted prompt in flight or finished."""
+        waited = time.perf_counter()
+        with self._cond:
+            while not self._closed and (self._paused or not self._admissible()):
+                self._cond.wait()
+            self._admission_wait_s += time.perf_counter() - waited
+            if self._closed:
+                return None
+            if self._pending:
+                round_ = self._pending.popleft()
+                round_ = Round(round_.index, round_.rows, self._version)
+            else:
+                again = min(len(self._reissue), self.batch_size)
+                rows = [self._reissue.popleft() for _ in range(again)]
+                if len(rows) < self.batch_size:
+                    rows += self.sampler.next_batch(self.batch_size - len(rows))
+                round_ = Round(self._rounds, rows, self._version)
+                self._rounds += 1
+            self._in_flight = round_
+            return round_
+
+    def _admissible(self) -> bool:
+        """Whether a round of ``batch_size`` prompts may start now (module docstring)."""
+        size = len(self._pending[0].rows) if self._pending else self.batch_size
+        if self.max_groups is not None and self._kept >= self.max_groups:
+            return False  # the last step's groups are all generated
+        if self.policy == "drop":
+            return len(self._buffer) + size <= (self.max_staleness + 1) * self.batch_size
+        last = self._kept + size - 1  # every group kept: the latest it can train
+        return last // self.batch_size - self._version <= self.max_staleness
+
+    def _finish(self, round_: Round, generated: Generated) -> None:
+        """A round's groups into the buffer (kept) or the spare (evicted); a batch that
+        took ``max_rounds`` rounds is completed with evicted groups."""
+        with self._cond:
+            self._in_flight = None
+            if self._closed:
+                self._cond.notify_all()
+                return
+            crossed = False
+            parts = zip(generated.groups, round_.rows, generated.keep, strict=True)
+            for trajectories, row, keep in parts:
+                group = Group(trajectories, row, round_.version)
+                if keep:
+                    self._buffer.append(group)
+                    self._kept += 1
+                    crossed |= self._kept % self.batch_size == 0
+                else:
+                    self._count("evicted")
+                    if not crossed:  # filler for the batch being filled, not the next
+                        self._spare.append(group)
+            self._filling_rounds += 1
+            if crossed:
+                self._spare, self._filling_rounds = [], 0
+            elif self._filling_rounds >= self.max_rounds:
+                self._fill()
+            self._finished.append(generated.info)
+            self._cond.notify_all()
+
+    def _fill(self) -> None:
+        """Completes the batch being filled with evicted groups (they add no gradient)."""
+        missing = self.batch_size - self._kept % self.batch_size  # the batch is not full
+        logger.warning(
+            "dynamic sampling found too few groups with differing rewards in "
+            "algo.max_sampling_rounds=%d rounds; filled the batch with %d zero-advantage "
+            "groups. If this repeats, raise algo.max_sampling_rounds or check that the "
+            "rewards can differ (a task too easy or too hard for the model).",
+            self.max_rounds,
+            missing,
+        )
+        assert len(self._spare) >= missing, "each round of B prompts evicts what it does not keep"
+        self._buffer.extend(self._spare[:missing])
+        self._kept += missing
+        self._count("filled", missing)
+        self._spare, self._filling_rounds = [], 0
+
+    def _drop_stale(self, version: int) -> None:
+        """``staleness_policy=drop``: groups that would train ``version`` more than
+        ``max_staleness`` behind leave the buffer; their prompts are issued again first."""
+        fresh: deque[Group] = deque()
+        for group in self._buffer:
+            lag = version - min(oldest_version(t) for t in group.trajectories)
+            if lag > self.max_staleness:
+                self._reissue.append(group.row)
+                self._kept -= 1  # positions count the groups that train
+                self._count("dropped_stale")
+            else:
+                fresh.append(group)
+        if len(fresh) != len(self._buffer):
+            self._buffer = fresh
+            self._cond.notify_all()
+
+    def _count(self, name: str, n: int = 1) -> None:
+        self._counts[name] += n
+        self._step_counts[name] += n
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise StreamClosed("the rollout stream was closed")
+
+
+def _group_to_dict(group: Group) -> dict[str, Any]:
+    return {
+        "row": group.row,
+        "version": group.version,
+        "trajectories": [trajectory_to_dict(t) for t in group.trajectories],
+    }
+
+
+def _group_from_dict(d: dict[str, Any]) -> Group:
+    trajectories = [trajectory_from_dict(t) for t in d["trajectories"]]
+    return Group(trajectories, int(d["row"]), int(d["version"]))
