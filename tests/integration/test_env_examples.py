@@ -12,7 +12,7 @@ from grouprl.driver.run import train
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples/envs"
 
 
-def _run(tmp_path, tiny_model_dir, name: str, *extra: str) -> list[dict]:
+def _run(tmp_path, tiny_model_dir, name: str, *extra: str, steps: int = 2) -> list[dict]:
     cfg = load_config(
         "tiny-arith",
         [
@@ -27,7 +27,7 @@ def _run(tmp_path, tiny_model_dir, name: str, *extra: str) -> list[dict]:
             "data.eval.limit=4",
             "train.mini_batch_size=8",
             "train.micro_batch_size=8",
-            "train.steps=2",
+            f"train.steps={steps}",
             "trainer.eval_every=null",
             "metrics.progress=false",
             f"trainer.run_dir={tmp_path / 'run'}",
@@ -35,7 +35,7 @@ def _run(tmp_path, tiny_model_dir, name: str, *extra: str) -> list[dict]:
         ],
     )
     summary = train(cfg)
-    assert summary["finished"] and summary["step"] == 2
+    assert summary["finished"] and summary["step"] == steps
     return [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
 
 
@@ -50,6 +50,29 @@ def test_guess_the_number_gives_feedback_and_another_turn(tmp_path, tiny_model_d
         assert sum(stops.values()) == pytest.approx(1.0)
         assert x["episode/env_errors"] == 0.0
         assert x["episode/stop/parse_error"] == 0.0
+
+
+def test_a_multi_turn_environment_streams_with_partial_rollouts(tmp_path, tiny_model_dir):
+    """rollout.max_staleness=2 with partial rollouts of 8 tokens over an environment in
+    its worker processes: episodes of several turns generate on the stream's thread while
+    the policy trains, every step within the staleness bound, each token's version seen
+    by the loss (its lag's statistics), and nothing fails."""
+    lines = _run(
+        tmp_path,
+        tiny_model_dir,
+        "guess_number.py:GuessTheNumber",
+        "env.max_turns=3",
+        "rollout.max_staleness=2",
+        "rollout.partial_rollout_tokens=8",
+        steps=4,
+    )
+    steps = [x for x in lines if "staleness" in x]
+    assert len(steps) == 4 and max(x["staleness"] for x in steps) <= 2.0
+    assert all(x["train/dropped_samples"] == 0.0 for x in steps)
+    assert any(x.get("episode/turns", 0.0) > 1.0 for x in steps)
+    for x in steps:  # the loss grouped its tokens by the version that sampled them
+        lags = [int(k.split("/")[1].removeprefix("lag")) for k in x if k.endswith("/kl")]
+        assert lags and max(lags) <= 2, x
 
 
 SCRIPTED_CALCULATOR = """

@@ -140,10 +140,12 @@ def test_the_failures_are_logged_in_one_warning_with_the_first_sample_and_row(co
 
 def test_memory_stays_bounded(contained_run):
     _, steps, claims, _, peak_before_gib = contained_run
-    # the memory limit (resident memory, read by a watchdog several times a second) stopped
-    # the allocation near the limit: a block may land between two readings
+    # the memory limit (resident memory, read by a watchdog 10 times a second) stopped
+    # the allocation near the limit: a block (~20 ms to write) may land between two
+    # readings, and the watchdog's thread may wait for the interpreter lock behind the
+    # driver's for one more (seen once in a full suite run: 9 blocks against 768 MB)
     blocks = len((claims / "allocate").read_text().split()[1])
-    assert 1 <= blocks < MEMORY_MB / 100 + 1
+    assert 1 <= blocks < MEMORY_MB / 100 + 2
     # The driver's peak grew by less than those blocks alone would have added here: the
     # allocation happened in the worker. (The driver's own growth, loading the tiny model
     # and training it with the hf engine, is ~0.2-0.35 GiB; the blocks held ~0.7 GiB.)

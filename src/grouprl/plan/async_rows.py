@@ -19,9 +19,9 @@ Row = tuple[str, str, str]  # quantity, value, how it follows from the config
 
 CORRECTIONS = {
     "none": "no importance weight: the loss takes the samples as on-policy",
-    "decoupled": "decoupled PPO (AReaL): PPO clip against the trainer's logprobs at the "
-    "behaviour version, tokens weighted by pi_prox / pi_behaviour, those above the cap "
-    "masked",
+    "decoupled": "decoupled PPO (AReaL): PPO clip against the trainer's logprobs before "
+    "the update (pi_prox), tokens weighted by pi_prox / pi_behaviour (the engine's), those "
+    "above the cap masked",
     "tis": "truncated importance sampling per token: min(pi_trainer / pi_engine, cap)",
     "seq_tis": "one truncated weight per sequence: min(product of its token ratios, cap)",
     "token_mask": "IcePop: tokens whose ratio pi_trainer / pi_engine leaves the band masked",
