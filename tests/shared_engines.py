@@ -59,5 +59,9 @@ class SharedEngines:
         return engine
 
     def close(self) -> None:
-        for close in self._closers:
+        """Closes every engine started so far; a second call has nothing left to close."""
+        closers, self._closers = self._closers, []
+        self._sets.clear()
+        self._initial.clear()
+        for close in closers:
             close()

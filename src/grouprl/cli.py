@@ -109,6 +109,19 @@ def recipes() -> None:
 
 
 @app.command()
+def tasks() -> None:
+    """List reasoning-gym's tasks, one per line: name and description (the graders extra;
+    train on one with data.train={source: reasoning_gym:NAME, size: N})."""
+    with _user_errors():
+        from grouprl.data.reasoning_gym import task_names
+
+        found = task_names()
+        width = max((len(name) for name in found), default=0)
+        for name, description in found.items():
+            typer.echo(f"{name:<{width}}  {description}".rstrip())
+
+
+@app.command()
 def init(
     name: Annotated[
         str, typer.Argument(help="The recipe's name: writes NAME.yaml (a path works too).")

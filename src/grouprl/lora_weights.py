@@ -15,6 +15,19 @@ ADAPTER = "default"
 _LORA_KEY = re.compile(rf"^(?P<prefix>.+)\.lora_(?P<which>[AB])\.{ADAPTER}\.weight$")
 
 
+def adapter_prefix(name: str) -> tuple[str, str] | None:
+    """``("a.q_proj", "A")`` for ``a.q_proj.lora_A.default.weight``; None for a name that
+    is not an adapter's."""
+    match = _LORA_KEY.match(name)
+    return None if match is None else (match["prefix"], match["which"])
+
+
+def merge_adapter(base: Tensor, a: Tensor, b: Tensor, *, scaling: float) -> Tensor:
+    """``base + scaling x b @ a`` computed in float32, in ``base``'s dtype."""
+    delta = (b.float() @ a.float()) * scaling
+    return (base.float() + delta).to(base.dtype)
+
+
 def merged_weights(state: dict[str, Tensor], *, scaling: float) -> dict[str, Tensor]:
     """``state`` (LoRA names) as the base model's weights: each adapted module's
     ``base_layer.weight`` plus ``scaling x B @ A`` under the module's own name; other
@@ -34,7 +47,6 @@ def merged_weights(state: dict[str, Tensor], *, scaling: float) -> dict[str, Ten
         prefix = name.removesuffix(".base_layer.weight")
         if prefix != name and prefix in adapters:
             pair = adapters[prefix]
-            delta = (pair["B"].float() @ pair["A"].float()) * scaling
-            value = (value.float() + delta).to(value.dtype)
+            value = merge_adapter(value, pair["A"], pair["B"], scaling=scaling)
         out[base] = value
     return out

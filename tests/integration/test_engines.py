@@ -11,9 +11,13 @@ pushes are all-or-nothing.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
+import signal
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -95,57 +99,97 @@ def vllm_engine(model_dir, shared_engines, tmp_path_factory):
     return shared_engines.engine(model_dir, cache_dir=tmp_path_factory.mktemp("vllm-cache"))
 
 
-@pytest.fixture(scope="module")
-def vllm_server(model_dir, tmp_path_factory):
+class VllmServer:
     """`vllm serve` of the tiny model on 127.0.0.1 with the dev endpoints (weight pushes)
-    and processed logprobs; stopped by its PID's process group."""
-    pytest.importorskip("vllm")
-    import signal
-    import socket
-    import subprocess
-    import urllib.request
+    and processed logprobs, its log in ``cache``; stopped by its PID's process group."""
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    cache = tmp_path_factory.mktemp("vllm-server")
-    env = os.environ | {
-        "VLLM_SERVER_DEV_MODE": "1",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_CACHE_ROOT": str(cache / "vllm"),
-        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
-        "VLLM_LOGGING_LEVEL": "WARNING",
-        "HF_HUB_OFFLINE": "1",
-    }
-    # the API server module: vllm-cpu's `vllm` CLI looks up a package named `vllm`
-    serve = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir]
-    serve += ["--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"]
-    serve += ["--max-model-len", "256", "--enforce-eager", "--seed", "0"]
-    serve += ["--logprobs-mode", "processed_logprobs", "--no-enable-chunked-prefill"]
-    log = open(cache / "server.log", "wb")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(
-        serve, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 240
+    def __init__(self, model_dir: str, cache: Path) -> None:
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self.model_dir, self.cache = model_dir, cache
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        """Starts the server unless it runs already; returns at once (it boots in ~40 s)."""
+        if self.proc is not None:
+            return
+        env = os.environ | {
+            "VLLM_SERVER_DEV_MODE": "1",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_CACHE_ROOT": str(self.cache / "vllm"),
+            "TORCHINDUCTOR_CACHE_DIR": str(self.cache / "inductor"),
+            "VLLM_LOGGING_LEVEL": "WARNING",
+            "HF_HUB_OFFLINE": "1",
+        }
+        port = self.url.rsplit(":", 1)[1]
+        # the API server module: vllm-cpu's `vllm` CLI looks up a package named `vllm`
+        serve = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+        serve += ["--model", self.model_dir, "--host", "127.0.0.1", "--port", port]
+        serve += ["--dtype", "float32", "--max-model-len", "256", "--enforce-eager"]
+        serve += ["--seed", "0", "--logprobs-mode", "processed_logprobs"]
+        serve += ["--no-enable-chunked-prefill"]
+        with open(self.cache / "server.log", "wb") as log:  # the child keeps its own handle
+            self.proc = subprocess.Popen(
+                serve, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+
+    def wait_ready(self, timeout_s: float = 240) -> str:
+        """The server's URL once /health answers."""
+        import urllib.request
+
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout_s
         while True:
-            assert proc.poll() is None, (cache / "server.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "vllm serve did not come up in 240 s"
+            assert self.proc.poll() is None, (self.cache / "server.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, f"vllm serve did not come up in {timeout_s} s"
             try:
-                with urllib.request.urlopen(url + "/health", timeout=2):
-                    break
+                with urllib.request.urlopen(self.url + "/health", timeout=2):
+                    return self.url
             except OSError:
                 time.sleep(1)
-        yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
         try:
-            proc.wait(timeout=30)
+            self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def _uses_the_server(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    on_server = callspec is not None and callspec.params.get("engine") == "server"
+    return on_server or "vllm_server" in getattr(item, "fixturenames", ())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def server_boot(request, model_dir, tmp_path_factory) -> Iterator[VllmServer]:
+    """Starts the vLLM server as this file's tests start when a selected one uses it: it
+    boots (~40 s) while the hf and in-process vLLM tests run (the module-scoped ``engine``
+    puts the server's tests last), and ``vllm_server`` waits for it."""
+    server = VllmServer(model_dir, tmp_path_factory.mktemp("vllm-server"))
+    here = [i for i in request.session.items if i.path == request.path]
+    if importlib.util.find_spec("vllm") is not None and any(map(_uses_the_server, here)):
+        server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def vllm_server(server_boot: VllmServer) -> str:
+    """The URL of the file's `vllm serve` (VllmServer), once it answers."""
+    pytest.importorskip("vllm")
+    server_boot.start()  # a no-op unless the selection missed a user
+    return server_boot.wait_ready()
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +202,7 @@ def server_engine(vllm_server, model_dir, tmp_path_factory):
     engine.close()
 
 
-@pytest.fixture(params=ENGINES)
+@pytest.fixture(scope="module", params=ENGINES)
 def engine(request):
     return request.getfixturevalue(f"{request.param}_engine")
 
@@ -484,6 +528,11 @@ def test_a_run_trains_through_the_server(vllm_server, server_engine, model, tmp_
         "rollout.max_model_len=256",
         "data.eval.limit=8",
         "data.train.limit=64",
+        # 16 samples a step, not the recipe's 128: each step's push is what is checked
+        "data.batch_size=4",
+        "rollout.n=4",
+        "train.mini_batch_size=16",
+        "train.micro_batch_size=8",
         "train.steps=3",
         "train.lr=1e-3",
         "metrics.progress=false",

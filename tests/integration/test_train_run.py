@@ -337,14 +337,19 @@ def test_one_step_off_policy_trains_each_batch_at_most_one_version_behind(
 
 def test_a_lora_policy_trains_with_its_base_as_the_kl_reference(tmp_path, tiny_model_dir):
     """train.lora.rank: only the adapters train, the reference is the policy with them
-    off (no second model), the engine gets merged weights, and export merges them."""
+    off (no second model), the engine serves the merged weights (pushed as adapters after
+    the first push), and export merges them."""
     cfg = _cfg(tmp_path, "lora", tiny_model_dir, "train.lora.rank=8", "algo.beta=0.05")
     summary = train(cfg)
     run_dir = tmp_path / "lora"
     assert summary["finished"]
     kl = _metrics(run_dir, "kl")
     assert kl[1] == pytest.approx(0.0, abs=1e-3) and kl[4] > kl[1]  # adapters start at zero
-    assert max(_metrics(run_dir, "engine_logprob_gap").values()) < 1e-4  # merged pushes
+    # rollout.lora_push=adapters: the engine merges the adapters into the base it keeps
+    assert max(_metrics(run_dir, "engine_logprob_gap").values()) < 1e-4
+    pushed = _metrics(run_dir, "rollout/push_bytes")  # step 1 ships the base, then adapters
+    assert all(pushed[step] < pushed[1] / 4 for step in (2, 3, 4))
+    assert sorted(_metrics(run_dir, "time/push_apply_s")) == [1, 2, 3, 4]
     trained, ckpt = _weights(run_dir)
     shipped = load_file(f"{tiny_model_dir}/model.safetensors")
     base = {k.replace(".base_layer.", "."): v for k, v in trained.items() if ".lora_" not in k}

@@ -25,6 +25,7 @@ from grouprl.algo.corrections import (
     mismatch_alarms,
 )
 from grouprl.algo.objective import micro_batch_loss
+from grouprl.config.loader import load_config
 from grouprl.config.schema import AlgoConfig, TrainConfig
 from grouprl.types import TrainingBatch
 from grouprl.workers.logprobs import TokenScorer
@@ -153,6 +154,13 @@ def test_auto_without_a_run_is_tis_with_a_cap_and_none_without():
     assert correction_name(AlgoConfig()) == "none"
     assert correction_name(AlgoConfig(tis_cap=2.0)) == "tis"
     assert correction_name(AlgoConfig(correction="m2po", tis_cap=2.0)) == "m2po"
+
+
+@pytest.mark.parametrize("cap", ["null", "2.0"])
+def test_a_synchronous_run_resolves_auto_as_the_algo_section_alone_does(cap):
+    run = load_config("tiny-arith", [f"algo.tis_cap={cap}"])  # rollout.max_staleness=0
+    alone = AlgoConfig(tis_cap=run.algo.tis_cap)
+    assert run.algo.correction == correction_name(alone) == ("none" if cap == "null" else "tis")
 
 
 def test_m2po_cutoff_drops_ties_with_the_smallest_dropped_value():

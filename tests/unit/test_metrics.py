@@ -25,6 +25,7 @@ from grouprl.metrics import (
     write_report,
 )
 from grouprl.metrics.console import hardware_fields
+from grouprl.metrics.sinks import NO_CHECKPOINT
 from grouprl.metrics.telemetry import ModelShape, datasheet_tflops, pass_flops, rank_memory_metrics
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -117,6 +118,27 @@ def test_tensorboard_scalars_read_back_by_event_accumulator(tmp_path: Path) -> N
     assert rewards == [(1, 0.25), (2, 0.75)]
     assert [(e.step, e.value) for e in acc.Scalars("eval/accuracy")] == [(0, pytest.approx(0.2))]
     assert len(read_jsonl(tmp_path / "metrics.jsonl")) == 3
+
+
+def test_a_resume_without_a_checkpoint_drops_every_line_of_the_killed_session(
+    tmp_path: Path,
+) -> None:
+    cfg = MetricsConfig(tensorboard=False, progress=False)
+    killed = make_sinks(cfg, run_dir=tmp_path, run_name="t", config_dict={})
+    killed.log(0, {"eval/accuracy": 0.2})  # killed before its first checkpoint
+    killed.log(1, {"reward/mean": 0.25})
+    killed.close()
+
+    kept = make_sinks(cfg, run_dir=tmp_path, run_name="t", config_dict={}, resume_step=0)
+    kept.close()  # a checkpoint of step 0 keeps step 0's validation
+    assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [0]
+    fresh = make_sinks(
+        cfg, run_dir=tmp_path, run_name="t", config_dict={}, resume_step=NO_CHECKPOINT
+    )
+    fresh.log(0, {"eval/accuracy": 0.3})  # validated again: one line for step 0
+    fresh.close()
+    assert read_jsonl(tmp_path / "metrics.jsonl")[0]["eval/accuracy"] == 0.3
+    assert len(read_jsonl(tmp_path / "metrics.jsonl")) == 1
 
 
 def test_make_sinks_without_tensorboard_writes_only_jsonl(tmp_path: Path) -> None:

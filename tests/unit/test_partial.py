@@ -21,9 +21,10 @@ from dataclasses import replace
 import pytest
 import torch
 
+from fake_engines import FakeEngine, replica_set
 from grouprl.driver.batch import build_batch
 from grouprl.engines.base import SamplingSettings
-from grouprl.engines.replicas import ReplicaSet, Slot, in_driver
+from grouprl.engines.replicas import ReplicaSet, in_driver
 from grouprl.engines.segments import SEGMENT_SEED_STRIDE, PushGate
 from grouprl.envs.base import Step
 from grouprl.rollout.episodes import run_episodes
@@ -100,17 +101,14 @@ def test_a_push_inside_a_segment_or_a_segment_inside_a_push_raises_not_hangs():
 # --- segmenting, with a scripted engine ------------------------------------------------------
 
 
-class Counting:
+class Counting(FakeEngine):
     """Continues a prompt [target, ...] with tokens seed * 1000 + position until the
     sequence reaches ``target`` tokens (then "stop": the last token is the end), or
     ``max_model_len`` (then it stops short, "length"). Keeps each call's settings."""
 
     def __init__(self, max_model_len: int = 1000) -> None:
-        self.max_model_len, self.calls, self.version = max_model_len, [], 0
-
-    @property
-    def weight_version(self) -> int:
-        return self.version
+        super().__init__()
+        self.max_model_len = max_model_len
 
     def generate(self, prompts, settings):
         self.calls.append((prompts, settings))
@@ -129,26 +127,6 @@ class Counting:
             out.append(group)
         return out
 
-    def update_weights(self, named_tensors, *, version):
-        dict(named_tensors)
-        self.version = version
-
-    def released(self):
-        return nullcontext()
-
-    def close(self):
-        pass
-
-
-def _replicas(engines, segment_tokens, decode=None) -> ReplicaSet:
-    return ReplicaSet(
-        engines,
-        [Slot(k, f"n{k}", f"10.0.0.{k}") for k in range(len(engines))],
-        [f"replica {k}" for k in range(len(engines))],
-        segment_tokens=segment_tokens,
-        decode=decode,
-    )
-
 
 PROMPTS = [[9, 1, 1], [30, 1], [12, 1, 1, 1], [40]]  # ends: 6, 28, 8, 39 tokens (or max)
 
@@ -156,7 +134,7 @@ PROMPTS = [[9, 1, 1], [30, 1], [12, 1, 1, 1], [40]]  # ends: 6, 28, 8, 39 tokens
 def test_segments_continue_each_sample_with_its_own_seed_and_max_tokens():
     engine = Counting()
     settings = SamplingSettings(group_size=2, seed=100, max_tokens=20)
-    groups = _replicas([engine], 8).generate(PROMPTS, settings)
+    groups = replica_set([engine], segment_tokens=8).generate(PROMPTS, settings)
     lengths = [[len(c.token_ids) for c in g] for g in groups]
     assert lengths == [[6, 6], [20, 20], [8, 8], [20, 20]]
     assert [g[0].finish_reason for g in groups] == ["stop", "length", "stop", "length"]
@@ -177,23 +155,27 @@ def test_segments_continue_each_sample_with_its_own_seed_and_max_tokens():
 
 def test_segments_do_not_depend_on_the_replicas_and_decode_a_multi_segment_text_whole():
     settings = SamplingSettings(group_size=2, seed=100, max_tokens=20)
-    one = _replicas([Counting()], 8).generate(PROMPTS, settings)
-    three = _replicas([Counting(), Counting(), Counting()], 8).generate(PROMPTS, settings)
-    assert [[c.token_ids for c in g] for g in three] == [[c.token_ids for c in g] for g in one]
-    decoded = _replicas([Counting()], 8, decode=lambda ids: f"{len(ids)} ids").generate(
+    one = replica_set([Counting()], segment_tokens=8).generate(PROMPTS, settings)
+    three = replica_set([Counting(), Counting(), Counting()], segment_tokens=8).generate(
         PROMPTS, settings
     )
+    assert [[c.token_ids for c in g] for g in three] == [[c.token_ids for c in g] for g in one]
+    decoded = replica_set(
+        [Counting()], segment_tokens=8, decode=lambda ids: f"{len(ids)} ids"
+    ).generate(PROMPTS, settings)
     assert [g[0].text for g in decoded] == ["xxxxxx", "20 ids", "xxxxxxxx", "20 ids"]
 
 
 def test_a_segment_the_engine_stops_short_finishes_its_sample():
     engine = Counting(max_model_len=14)  # prompt 3 ([40]) can grow to 14 tokens only
-    groups = _replicas([engine], 8).generate([[40]], SamplingSettings(max_tokens=20, seed=1))
+    groups = replica_set([engine], segment_tokens=8).generate(
+        [[40]], SamplingSettings(max_tokens=20, seed=1)
+    )
     assert len(groups[0][0].token_ids) == 13 and groups[0][0].finish_reason == "length"
     assert len(engine.calls) == 2  # not asked again for tokens it cannot give
     # a prefix that fills max_model_len is not sent again (vLLM refuses such a prompt)
     engine = Counting(max_model_len=9)
-    replicas = _replicas([engine], 8)
+    replicas = replica_set([engine], segment_tokens=8)
     replicas.max_model_len = 9
     groups = replicas.generate([[40]], SamplingSettings(max_tokens=20, seed=1))
     assert len(groups[0][0].token_ids) == 8 and len(engine.calls) == 1

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from cli_probe import run_cli
 from grouprl.cli import app
 from grouprl.config import derive, load_config
+from grouprl.config.errors import ConfigError
 from grouprl.config.loader import list_recipes
 from grouprl.plan.gpu_memory import plan_for_run
 from grouprl.plan.render import plan_sections, render_plan
@@ -195,8 +196,15 @@ def test_plan_shows_dedicated_gpus_drop_policy_partial_rollouts_and_tis():
     assert rows["expected overlap"][0] == "(G+T+push) / (max(G,T)+push)"
 
 
-def test_plan_warns_that_colocated_gpus_take_turns():
-    rows = async_section("qwen2.5-7b-gsm8k-2x8", ["rollout.max_staleness=1"])
-    assert rows["layout"][0] == "shared GPUs"
+def test_plan_refuses_staleness_where_the_engine_sleeps_on_the_training_gpus():
+    """As `grouprl train` does (a one-GPU H200 run was refused there, not by plan, before)."""
+    with pytest.raises(ConfigError, match=r"rollout.max_staleness=1 .* shares the training GPU"):
+        async_section("qwen2.5-7b-gsm8k-2x8", ["rollout.max_staleness=1"])
+    assert async_section("qwen2.5-7b-gsm8k-2x8", [])["layout"][0] == "shared GPUs"
+
+
+def test_plan_warns_that_one_cpu_process_takes_turns():
+    rows = async_section("tiny-arith", ["rollout.max_staleness=1"])
+    assert rows["layout"][0] == "one process"
     assert rows["expected overlap"][0] == "little"
-    assert "rollout.gpus" in rows["expected overlap"][1]
+    assert "rollout.placement=actor" in rows["expected overlap"][1]

@@ -6,30 +6,27 @@ from __future__ import annotations
 
 import threading
 import time
-from contextlib import nullcontext
 from dataclasses import replace
 
 import pytest
 import torch
 
+from fake_engines import FakeEngine, replica_set
 from grouprl.cluster.connection import WorkerFailed
 from grouprl.config.schema import RunConfig
 from grouprl.engines.base import SamplingSettings
-from grouprl.engines.replicas import ReplicaSet, Slot, push, slots, split_by_work
+from grouprl.engines.replicas import ReplicaSet, Slot, slots, split_by_work, stage
 from grouprl.types import Completion
 
 
-class SeedEcho:
+class SeedEcho(FakeEngine):
     """An engine whose sample j of prompt i says which seed drew it and from what prompt
     (as a real engine's stream depends only on them)."""
 
     def __init__(self, delay: float = 0.0, fail: bool = False) -> None:
-        self.delay, self.fail, self.calls, self.version = delay, fail, [], 0
+        super().__init__()
+        self.delay, self.fail = delay, fail
         self.threads: set[str] = set()
-
-    @property
-    def weight_version(self) -> int:
-        return self.version
 
     def generate(self, prompts, settings):
         self.calls.append(len(prompts))
@@ -49,33 +46,15 @@ class SeedEcho:
             for i, p in enumerate(prompts)
         ]
 
-    def update_weights(self, named_tensors, *, version):
-        dict(named_tensors)
-        self.version = version
-
-    def released(self):
-        return nullcontext()
-
-    def close(self):
-        pass
-
-
-def _set(engines) -> ReplicaSet:
-    return ReplicaSet(
-        engines,
-        [Slot(k, f"n{k}", f"10.0.0.{k}") for k in range(len(engines))],
-        [f"replica {k}" for k in range(len(engines))],
-    )
-
 
 PROMPTS = [[7] * length for length in (3, 30, 4, 4, 25, 2, 9, 11, 5, 40)]
 SETTINGS = SamplingSettings(group_size=3, seed=1000, max_tokens=8)
 
 
 def test_the_samples_do_not_depend_on_the_number_of_replicas():
-    one = _set([SeedEcho()]).generate(PROMPTS, SETTINGS)
+    one = replica_set([SeedEcho()]).generate(PROMPTS, SETTINGS)
     three_engines = [SeedEcho(), SeedEcho(), SeedEcho()]
-    three = _set(three_engines).generate(PROMPTS, SETTINGS)
+    three = replica_set(three_engines).generate(PROMPTS, SETTINGS)
     assert three == one  # same seeds, same prompts, same order
     assert [len(e.calls) for e in three_engines] == [1, 1, 1]  # each generated its share
     # each completion says which replica drew it: the first runs of prompts on replica 0
@@ -103,8 +82,8 @@ def test_each_replica_gets_its_prompts_own_max_tokens_and_seeds():
     each = tuple(range(1, len(PROMPTS) + 1))
     settings = replace(SETTINGS, max_tokens=max(each), max_tokens_each=each)
     engines = [Lengths(), Lengths(), Lengths()]
-    out = _set(engines).generate(PROMPTS, settings)
-    assert out == _set([SeedEcho()]).generate(PROMPTS, SETTINGS)  # seeds as without
+    out = replica_set(engines).generate(PROMPTS, settings)
+    assert out == replica_set([SeedEcho()]).generate(PROMPTS, SETTINGS)  # seeds as without
     runs = split_by_work(PROMPTS, 3, max_tokens=each)
     for engine, run in zip(engines, runs, strict=True):
         assert engine.seen.max_tokens_each == each[run.start : run.stop]
@@ -115,7 +94,7 @@ def test_each_replica_gets_its_prompts_own_max_tokens_and_seeds():
 def test_replicas_generate_at_the_same_time():
     engines = [SeedEcho(delay=0.3), SeedEcho(delay=0.3)]
     t0 = time.perf_counter()
-    _set(engines).generate(PROMPTS, SETTINGS)
+    replica_set(engines).generate(PROMPTS, SETTINGS)
     assert time.perf_counter() - t0 < 0.55
     assert engines[0].threads != engines[1].threads
 
@@ -124,13 +103,13 @@ def test_a_failing_replica_fails_the_call_naming_it_without_waiting_for_the_othe
     engines = [SeedEcho(delay=2.0), SeedEcho(fail=True), SeedEcho(delay=2.0)]
     t0 = time.perf_counter()
     with pytest.raises(WorkerFailed, match=r"rollout replica 1 of 3 \(node 10.0.0.2\)"):
-        _set(engines).generate(PROMPTS, SETTINGS)
+        replica_set(engines).generate(PROMPTS, SETTINGS)
     assert time.perf_counter() - t0 < 1.5
 
 
 def test_every_replica_must_report_the_pushed_version():
     engines = [SeedEcho(), SeedEcho()]
-    replicas = _set(engines)
+    replicas = replica_set(engines)
     replicas.update_weights([("w", torch.zeros(2))], version=3)
     assert replicas.weight_version == 3 and [e.version for e in engines] == [3, 3]
     with pytest.raises(WorkerFailed, match="replica 1 reports no push"):
@@ -147,8 +126,9 @@ def test_each_nodes_leader_pushes_to_the_replicas_on_its_node():
     )
     targets = replicas.targets([0, 8])  # ranks 0-7 on node 0, 8-15 on node 1
     assert {rank: [k for k, _ in t] for rank, t in targets.items()} == {0: [0, 1], 8: [2, 3]}
-    assert push(targets[8], {"w": torch.ones(1)}, version=5) == {2: 5, 3: 5}
-    assert replicas.targets([0]) == {0: list(enumerate(engines))}  # one process: rank 0
+    assert stage(targets[8], [{"w": torch.ones(1)}], version=5) == 4  # bytes moved
+    assert [e.version for e in engines] == [0, 0, 0, 0]  # staged, not live
+    assert replicas.targets([0]) == {0: list(enumerate(replicas.engines))}  # one process
 
 
 def _cfg(**cluster) -> RunConfig:

@@ -29,6 +29,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from grouprl.algo.correction_choice import auto_correction
 from grouprl.algo.registry import Registry
 
 CORRECTIONS: Registry = Registry("off-policy correction")
@@ -213,10 +214,11 @@ def m2po_cutoff(m2: Tensor, *, threshold: float) -> float:
 def correction_name(cfg: CorrectionParams) -> str:
     """The correction a config asks for. ``RunConfig`` resolves ``auto`` at load time
     (with ``rollout.max_staleness``); an ``AlgoConfig`` used alone has no staleness, so
-    its ``auto`` is ``tis`` with ``tis_cap`` set and ``none`` otherwise."""
+    its ``auto`` is ``tis`` with ``tis_cap`` set and ``none`` otherwise (one rule for
+    both: ``algo/correction_choice.auto_correction``)."""
     name = getattr(cfg, "correction", "auto")
     if name == "auto":
-        return "tis" if cfg.tis_cap is not None else "none"
+        return auto_correction(tis_cap=cfg.tis_cap, stale=False)
     return name
 
 

@@ -26,7 +26,7 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from grouprl.algo.traits import ESTIMATORS
+from grouprl.algo.traits import ESTIMATORS, EstimatorTraits
 from grouprl.algo.traits import per_token_advantages as estimator_per_token
 from grouprl.assets.datasets import BUILTIN_DATASETS, split_sizes
 from grouprl.config.batch_checks import batch_problems
@@ -233,9 +233,23 @@ def _check_sampling(cfg: RunConfig) -> list[str]:
 
 
 def _check_algo(cfg: RunConfig) -> list[str]:
+    """The ``algo`` section against the rest of the run: what the estimator needs (a
+    critic, per-sequence advantages, turns), the loss's keys, the off-policy correction
+    and the rollout's staleness, and the critic's warmup."""
+    traits = ESTIMATORS[cfg.algo.advantage]
+    return [
+        *_value_model_problems(cfg, traits),
+        *_estimator_problems(cfg, traits),
+        *_loss_problems(cfg),
+        *_correction_problems(cfg),
+        *_critic_warmup_problems(cfg),
+    ]
+
+
+def _value_model_problems(cfg: RunConfig, traits: EstimatorTraits) -> list[str]:
+    """A critic exactly when the estimator uses values."""
     algo, critic = cfg.algo, cfg.critic
     problems = []
-    traits = ESTIMATORS[algo.advantage]
     if traits.needs_values and critic is None:
         problems.append(
             f"algo.advantage=gae{' (algo.name=ppo)' if algo.name == 'ppo' else ''} needs a "
@@ -249,6 +263,13 @@ def _check_algo(cfg: RunConfig) -> list[str]:
             f"{algo.advantage} does not use values; set critic=null, or algo.name=ppo "
             "(algo.advantage=gae) to train with the critic."
         )
+    return problems
+
+
+def _estimator_problems(cfg: RunConfig, traits: EstimatorTraits) -> list[str]:
+    """GSPO needs one advantage per sequence; a turn-level estimator needs turns."""
+    algo = cfg.algo
+    problems = []
     if algo.policy_loss == "gspo" and per_token_advantages(cfg):
         if traits.needs_values:
             why = f"{algo.advantage} gives each token its own advantage"
@@ -267,6 +288,14 @@ def _check_algo(cfg: RunConfig) -> list[str]:
             "env.name=single_turn has one turn and no turn rewards; set env.name=search_qa "
             "(a tool-using agent) or algo.advantage=grpo."
         )
+    return problems
+
+
+def _loss_problems(cfg: RunConfig) -> list[str]:
+    """Loss keys that cannot work with the rest: dual clip, dynamic sampling, the adaptive
+    KL and the overlong buffer."""
+    algo = cfg.algo
+    problems = []
     if algo.dual_clip_c is not None and algo.policy_loss != "ppo_clip":
         problems.append(
             f"algo.dual_clip_c={show(algo.dual_clip_c)} applies to token ratios "
@@ -292,6 +321,14 @@ def _check_algo(cfg: RunConfig) -> list[str]:
             f"{cfg.rollout.max_tokens}: the penalty starts at max_tokens - buffer tokens. "
             f"DAPO uses a fifth of max_tokens: algo.overlong_buffer={cfg.rollout.max_tokens // 5}."
         )
+    return problems
+
+
+def _correction_problems(cfg: RunConfig) -> list[str]:
+    """Stale samples need a correction; the staleness keys need staleness; a correction's
+    keys need that correction; IcePop's band must hold 1."""
+    algo = cfg.algo
+    problems = []
     stale = cfg.rollout.max_staleness
     if stale and algo.correction == "none" and algo.old_logprobs == "trainer":
         problems.append(
@@ -317,13 +354,17 @@ def _check_algo(cfg: RunConfig) -> list[str]:
             f"algo.is_band={[low, high]} must hold the ratio 1 inside it, 0 <= low < 1 < high "
             "(IcePop uses [0.5, 2.0])."
         )
-    steps = cfg.train.steps
+    return problems
+
+
+def _critic_warmup_problems(cfg: RunConfig) -> list[str]:
+    critic, steps = cfg.critic, cfg.train.steps
     if critic is not None and steps is not None and critic.warmup_steps >= steps:
-        problems.append(
+        return [
             f"critic.warmup_steps={critic.warmup_steps} leaves no step of train.steps={steps} "
             "for the policy to learn in; lower critic.warmup_steps or raise train.steps."
-        )
-    return problems
+        ]
+    return []
 
 
 def per_token_advantages(cfg: RunConfig) -> bool:
@@ -351,10 +392,12 @@ def _check_data(cfg: RunConfig) -> list[str]:
                 f"{', '.join(sizes)}; set {key}.split to one of them."
             )
     train, held = cfg.data.train, cfg.data.eval
-    if held is not None and (held.source, held.split, held.subset) == (
+    if held is not None and (held.source, held.split, held.subset, held.seed, held.size) == (
         train.source,
         train.split,
         train.subset,
+        train.seed,  # a reasoning_gym:<task> source's items (data/reasoning_gym.py)
+        train.size,
     ):
         problems.append(
             f"data.eval reads the same rows as data.train ({train.label}, split "
@@ -385,8 +428,31 @@ def _check_reward(cfg: RunConfig) -> list[str]:
     return []
 
 
+def shares_training_gpu(cfg: RunConfig, *, training_on_gpu: bool) -> bool:
+    """Whether the engines run on the GPUs the policy trains on (in the driver, or in
+    actors colocated with the ranks): they sleep while it trains."""
+    return training_on_gpu and cfg.rollout.gpus == 0 and cfg.rollout.engine != "server"
+
+
+def staleness_layout_problems(cfg: RunConfig, *, training_on_gpu: bool) -> list[str]:
+    """``rollout.max_staleness`` needs engines that generate while the policy trains."""
+    if not (
+        cfg.rollout.max_staleness and shares_training_gpu(cfg, training_on_gpu=training_on_gpu)
+    ):
+        return []
+    return [
+        f"rollout.max_staleness={cfg.rollout.max_staleness} generates while the policy "
+        "trains, but the engine shares the training GPU (it sleeps while training). Give "
+        "it GPUs of its own (rollout.gpus=1 with cluster.gpus_per_node, or "
+        "rollout.engine=server), or set rollout.max_staleness=0."
+    ]
+
+
 def _check_cluster(cfg: RunConfig) -> list[str]:
-    c, problems = cfg.cluster, []
+    c = cfg.cluster
+    # train.device=auto finds out at run time (driver/run.py checks again there)
+    on_gpu = cfg.train.device == "cuda" or (cfg.train.device == "auto" and c.gpus_per_node > 0)
+    problems = staleness_layout_problems(cfg, training_on_gpu=on_gpu)
     if cfg.rollout.gpus and not c.gpus_per_node:
         problems.append(
             f"rollout.gpus={cfg.rollout.gpus} keeps GPUs for generation, but the nodes have "

@@ -60,13 +60,13 @@ def _sink_problems(cfg: RunConfig) -> list[str]:
 
 MLFLOW_MISSING = (
     "metrics.mlflow.enabled=true logs to MLflow, but its package (mlflow-skinny) is not "
-    "installed. Fix: pip install 'grouprl[mlflow]' (make install EXTRAS=cpu,dev,mlflow), "
+    "installed. Fix: pip install 'grouprl[mlflow]' (make install EXTRAS=cpu,dev,mlflow,graders), "
     "or metrics.mlflow.enabled=false."
 )
 WANDB_MISSING = (
     "metrics.wandb.project={project} logs to Weights & Biases, but the wandb package is not "
-    "installed. Fix: pip install 'grouprl[wandb]' (make install EXTRAS=cpu,dev,mlflow,wandb), "
-    "or metrics.wandb.project=null."
+    "installed. Fix: pip install 'grouprl[wandb]' "
+    "(make install EXTRAS=cpu,dev,mlflow,wandb,graders), or metrics.wandb.project=null."
 )
 
 

@@ -4,6 +4,7 @@ Sources (``DataSource.source``)::
 
     builtin:arith            generated arithmetic problems (grouprl.assets.arith)
     builtin:fictional        questions about a fictional encyclopedia (grouprl.assets.fictional)
+    reasoning_gym:<task>     a reasoning-gym task's generated items (data/reasoning_gym.py)
     path/to/rows.jsonl       one JSON object per line
     path/to/rows.json        a JSON list of objects
     path/to/rows.parquet     a parquet table
@@ -33,8 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from grouprl.assets.datasets import BUILTIN_DATASETS, builtin_rows, split_sizes
-from grouprl.config.schema import DATA_FILE_SUFFIXES, DataSource
+from grouprl.config.schema import DATA_FILE_SUFFIXES, REASONING_GYM_PREFIX, DataSource
 from grouprl.data.messages import is_messages, message_problem
+from grouprl.data.row_values import RowValueError, json_row, refusal
 
 logger = logging.getLogger(__name__)
 
@@ -105,14 +107,21 @@ def load_rows(
     prompt_key: str,
     answer_key: str,
     config_key: str = "data.train",
+    max_staleness: int = 0,
 ) -> list[dict[str, Any]]:
     """Valid rows of ``source`` (first ``source.limit`` of them); skipped rows are logged.
 
     ``config_key`` is where ``source`` sits in the run config (``data.train`` or
-    ``data.eval``); error messages name it.
+    ``data.eval``); error messages name it. ``max_staleness`` >= 1: the rows go into an
+    asynchronous run's JSON checkpoints (``data/row_values.py``): numpy values and tuples
+    are converted, any other value JSON cannot hold raises ``DataError``.
     """
     rows, report = read_rows(
-        source, prompt_key=prompt_key, answer_key=answer_key, config_key=config_key
+        source,
+        prompt_key=prompt_key,
+        answer_key=answer_key,
+        config_key=config_key,
+        max_staleness=max_staleness,
     )
     if report.skipped:
         logger.warning("%s", report.summary())
@@ -127,6 +136,7 @@ def read_rows(
     prompt_key: str,
     answer_key: str,
     config_key: str = "data.train",
+    max_staleness: int = 0,
 ) -> tuple[list[dict[str, Any]], LoadReport]:
     """Like ``load_rows`` but returns the report instead of logging it.
 
@@ -144,6 +154,7 @@ def read_rows(
     rows: list[dict[str, Any]] = []
     offset = 0
     for file, part, _ in parts:
+        place = f"{config_key}.source={source.label!r}" + (f" file {file!r}" if file else "")
         for index, item in enumerate(part):
             if source.limit is not None and len(rows) >= source.limit:
                 break
@@ -151,6 +162,8 @@ def read_rows(
             if reason is not None:
                 report.skipped.append(SkippedRow(index=index, reason=reason, file=file))
                 continue
+            if max_staleness:
+                item = _checkpointable(item, staleness=max_staleness, place=place, row=index)
             rows.append({**item, "_index": offset + index})
         offset += len(part)
     report.kept = len(rows)
@@ -160,6 +173,17 @@ def read_rows(
             f"Check data.prompt_key={prompt_key!r} and data.answer_key={answer_key!r}"
         )
     return rows, report
+
+
+def _checkpointable(
+    item: dict[str, Any], *, staleness: int, place: str, row: int
+) -> dict[str, Any]:
+    """``item`` as an asynchronous run checkpoints it (``json_row``), or ``DataError``
+    naming ``place`` (the source, and the file of a list) and the ``row``."""
+    try:
+        return json_row(item)
+    except RowValueError as err:
+        raise DataError(refusal(err, place=f"{place} row {row}", staleness=staleness)) from None
 
 
 class _BadLine:
@@ -257,6 +281,10 @@ def _read_source(source: DataSource, *, config_key: str) -> tuple[list[Any], lis
     assert isinstance(name, str)
     if name.startswith("builtin:"):
         return _read_builtin(name, split=source.split, size=source.limit, config_key=config_key)
+    if name.startswith(REASONING_GYM_PREFIX):
+        from grouprl.data.reasoning_gym import read_task_rows  # the graders extra
+
+        return read_task_rows(source, config_key=config_key)
     path = Path(name).expanduser()
     if path.suffix in FILE_SUFFIXES:
         if not path.is_file():

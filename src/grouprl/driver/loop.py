@@ -12,13 +12,17 @@ TrainingBatch ─► failed samples (and groups left too small) out of the loss
           ▼
 advantages (algo registry) ─► critic update ─► policy update ─► KL coefficient
           │                                          │
-          │                  engine.update_weights (v + 1) ◄─┘
+          │   stage_weights (v + 1): in buckets ◄────┘   outside the push gate: the
+          │          │                                   engines keep generating
+          │          ▼
+          │   with engine.pushing(): apply_weights (v + 1), every replica confirms v + 1
           ▼
-metrics sinks / samples.jsonl / checkpoint / validation every N steps
+validation every N steps ─► samples.jsonl, metrics sinks ─► checkpoint (driver/run.py)
 
 With rollout.max_staleness >= 1 the first box runs on the stream's producer thread
-(driver/stream.py): the step takes its batch from the stream's buffer instead, and the
-push waits for the generation in flight (engine.pushing) before the next version goes.
+(driver/stream.py): the step takes its batch from the stream's buffer instead. The push
+is staged while the generation in flight goes on with version v; only the apply waits
+for it (engine.pushing: the segment in flight ends first) before version v + 1 goes live.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from grouprl.driver.batch import build_batch, trained_samples, turn_tensors
 from grouprl.driver.evaluate import validate
 from grouprl.driver.stream import Generated, Stream, Taken, oldest_version
 from grouprl.engines.base import SamplingSettings
-from grouprl.engines.replicas import ReplicaSet
+from grouprl.engines.replicas import ReplicaSet, Staged
 from grouprl.metrics.telemetry import Hardware, pass_flops, rank_memory_metrics
 from grouprl.rewards.scoring import RewardScores
 from grouprl.rewards.scoring import metrics as reward_metrics
@@ -519,13 +523,27 @@ def _warn_of_odd_replicas(metrics: dict[str, float], step: int) -> None:
             )
 
 
-def sync_weights(c: Components, *, version: int) -> None:
-    """Each node's leader rank pushes the policy's weights to the replicas on its node as
-    ``version``; every replica must then report it."""
+def stage_weights(c: Components, *, version: int) -> Staged:
+    """Each node's leader rank gathers the policy's weights in buckets and stages them on
+    the replicas on its node as ``version`` (outside the push gate: the replicas keep
+    generating with the weights they serve); what the ranks staged, summed."""
     targets = c.engine.targets(c.group.leaders())
-    reports = c.policy.each(PolicyWorker.push_weights, targets, version=version)
-    c.engine.confirm(version, {k: v for report in reports for k, v in report.items()})
+    reports = c.policy.each(
+        PolicyWorker.stage_weights,
+        targets,
+        version=version,
+        lora_bases=frozenset(c.engine.lora_bases),
+    )
+    return sum((r for r in reports if r is not None), Staged())
+
+
+def sync_weights(c: Components, *, version: int) -> Staged:
+    """Stages the policy's weights on every replica as ``version``, then has every replica
+    make them live (``ReplicaSet.apply_weights``: under the push gate) and report it."""
+    staged = stage_weights(c, version=version)
+    c.engine.apply_weights(version, staged=staged)
     c.state.weight_version = version
+    return staged
 
 
 def run_validation(c: Components) -> dict[str, float]:
@@ -554,17 +572,28 @@ def one_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, floa
         metrics.update(train_step(c, trajectories, step))
     t2 = time.perf_counter()
     version = c.state.weight_version + 1
-    if c.stream is None:
-        t3 = t2
-        sync_weights(c, version=version)
-    else:
-        with c.engine.pushing():  # the generation in flight ends its segment first
-            t3 = time.perf_counter()
-            sync_weights(c, version=version)
+    # staged while the stream's generation goes on with the old weights; applied under
+    # the push gate (the generation in flight ends its segment first)
+    staged = stage_weights(c, version=version)
+    t3 = time.perf_counter()
+    with c.engine.pushing():
+        t4 = time.perf_counter()
+        c.engine.apply_weights(version, staged=staged)
+        c.state.weight_version = version
+    t5 = time.perf_counter()
+    if c.stream is not None:
         c.stream.advanced(version)
-        metrics["time/wait_rollout_s"] = t3 - t2
-    t4 = time.perf_counter()
-    metrics.update({"time/train_s": t2 - t1, "time/weight_sync_s": t4 - t3, "time/step_s": t4 - t0})
+        metrics["time/wait_rollout_s"] = t4 - t3
+    metrics.update(
+        {
+            "time/train_s": t2 - t1,
+            "time/push_stage_s": t3 - t2,
+            "time/push_apply_s": t5 - t4,
+            "time/weight_sync_s": (t3 - t2) + (t5 - t4),
+            "time/step_s": t5 - t0,
+            "rollout/push_bytes": float(staged.moved_bytes),
+        }
+    )
     metrics["weight_version"] = float(c.state.weight_version)
     metrics.update(rank_memory_metrics(c.policy.each(PolicyWorker.memory)))
     c.state.step = step

@@ -15,6 +15,7 @@ from grouprl.config.schema import RunConfig
 from grouprl.data.peek import source_problems
 from grouprl.envs.loader import env_config_problems
 from grouprl.plan.check import check_run
+from grouprl.rewards.graders import grader_problems
 from grouprl.rewards.registry import reward_problems
 from grouprl.rollout.gateway.worker import agent_problems
 
@@ -35,6 +36,7 @@ def input_problems(cfg: RunConfig, *, missing_ok: bool = False) -> list[str]:
     problems = env_config_problems(cfg.env, missing_ok=missing_ok)  # env.name, env.args
     problems += agent_problems(cfg.env, missing_ok=missing_ok)  # env.agent
     problems += reward_problems(cfg.reward.functions, missing_ok=missing_ok)
+    problems += grader_problems(cfg.reward.functions, cfg.data, missing_ok=missing_ok)
     problems += model_path_problems(cfg, missing_ok=missing_ok)
     for key, source in (("data.train", cfg.data.train), ("data.eval", cfg.data.eval)):
         if source is not None:

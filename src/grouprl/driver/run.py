@@ -17,8 +17,12 @@ from torch import Tensor
 from grouprl.algo.kl import KLController
 from grouprl.ckpt.checkpointer import Checkpointer
 from grouprl.ckpt.preempt import Preempted, Preemption
-from grouprl.config.checks import Derived, steps_for_epochs
-from grouprl.config.errors import ConfigError
+from grouprl.config.checks import (
+    Derived,
+    raise_problems,
+    staleness_layout_problems,
+    steps_for_epochs,
+)
 from grouprl.config.redact import redacted_dict, save_resolved
 from grouprl.config.schema import RunConfig
 from grouprl.data.sampler import PromptSampler
@@ -34,13 +38,12 @@ from grouprl.driver.checkpointing import (
 )
 from grouprl.driver.loop import Components, RunState, one_step, run_validation, stream_round
 from grouprl.driver.preflight import check_before_loading
-from grouprl.driver.stream import Stream
-from grouprl.engines.build import shares_training_gpu
+from grouprl.driver.stream import Stopping, Stream
 from grouprl.engines.replicas import ReplicaSet
 from grouprl.metrics.progress import TrainProgress
 from grouprl.metrics.report import write_report
 from grouprl.metrics.samples import SamplesWriter
-from grouprl.metrics.sinks import make_sinks
+from grouprl.metrics.sinks import NO_CHECKPOINT, make_sinks
 from grouprl.metrics.telemetry import GiB, Hardware
 from grouprl.plan.gpu_memory import peak_memory_line, planned_reserved
 from grouprl.rollout.side import RolloutBuilder
@@ -141,19 +144,13 @@ def _stream(c: Components) -> Stream:
         policy=c.cfg.rollout.staleness_policy,
         max_rounds=algo.max_sampling_rounds if algo.dynamic_sampling else 1,
         max_groups=c.total_steps * c.cfg.data.batch_size,
+        stopping=Stopping.of(c.cfg, abort=c.engine.aborting, on_gpu=_device(c.cfg).type == "cuda"),
     )
 
 
 def _check_staleness(cfg: RunConfig, device: torch.device) -> None:
-    if cfg.rollout.max_staleness and shares_training_gpu(
-        cfg, training_on_gpu=device.type == "cuda"
-    ):
-        raise ConfigError(
-            f"rollout.max_staleness={cfg.rollout.max_staleness} generates while the policy "
-            "trains, but the engine shares the training GPU (it sleeps while training). Give "
-            "it GPUs of its own (rollout.gpus=1 with cluster.gpus_per_node, or "
-            "rollout.engine=server), or set rollout.max_staleness=0."
-        )
+    """Where train.device=auto found a GPU: the config's check, with the device known."""
+    raise_problems(staleness_layout_problems(cfg, training_on_gpu=device.type == "cuda"))
 
 
 @dataclass(frozen=True)
@@ -312,7 +309,8 @@ def _train_session(cfg: RunConfig) -> dict[str, Any]:
             run_dir=run_dir,
             run_name=cfg.name,
             config_dict=redacted_dict(cfg),
-            resume_step=c.state.step,
+            # no checkpoint: lines a session killed before its first save wrote all go
+            resume_step=c.state.step if eval_before is not None else NO_CHECKPOINT,
         )
         stack.callback(sinks.close)
         with Preemption(cfg.checkpoint.grace_period_s) as preemption:
@@ -361,23 +359,27 @@ def _loop(
             # the save below would not be the final one it waits for
             preempted = preemption.requested
             final = last or stopping or preempted
-            # before the save: a checkpoint of this step exists only once the step's
-            # samples are written, so samples.jsonl records every prompt a resumed run
-            # counts as trained (a resume drops the lines past its checkpoint)
+            if final and c.stream is not None:  # its round in flight stops during the save
+                c.stream.stop()
+            # before the save, so a resumed run (which drops the lines past its checkpoint)
+            # has every prompt it counts as trained in samples.jsonl and every step's line
+            # in metrics.jsonl. The line has the figures of the saves finished by now
+            # (earlier steps'); the session's last save's go to the log (_show_last_save)
             samples.write(
                 c.state.step,
                 sample_records(
                     trajectories, c.tokenizer, n=cfg.trainer.log_samples, group_size=cfg.rollout.n
                 ),
             )
-            save(c, ckpt, eval_before=eval_before, final=final, best=best)
             metrics.update(ckpt.drain_metrics())
             sinks.log(c.state.step, metrics)
+            save(c, ckpt, eval_before=eval_before, final=final, best=best)
             progress.update(c.state.step, metrics)
             if preempted:
                 _finish_preempted(ckpt, preemption, step=c.state.step)
             if final:
                 ckpt.wait()
+                _show_last_save(ckpt, step=c.state.step)
             if stopping and not last:
                 progress.log(
                     f"stopped after {done_this_session} steps (trainer.stop_after); "
@@ -402,6 +404,17 @@ def _finish_preempted(ckpt: Checkpointer, preemption: Preemption, *, step: int) 
     if not ckpt.wait(timeout=preemption.time_left()):
         raise Preempted(f"preempted at step {step}; the save did not finish in time")
     raise Preempted(f"preempted at step {step}; checkpoint saved, resume with trainer.resume=auto")
+
+
+def _show_last_save(ckpt: Checkpointer, *, step: int) -> None:
+    """The figures (``ckpt/*``) of the saves finished since the last step's line, the
+    session's last save's among them, in the log. Not in metrics.jsonl: each of its lines
+    comes before its step's checkpoint (a line after it is one a kill can lose), and one
+    line per step is what readers of the file expect."""
+    saved = ckpt.drain_metrics()
+    if saved:
+        shown = ", ".join(f"{name.removeprefix('ckpt/')} {v:.4g}" for name, v in saved.items())
+        console.log(f"checkpoint saves finished since step {step}'s metrics: {shown}")
 
 
 def _summarize(c: Components, run_dir: Path, *, eval_before: dict[str, float], metrics) -> dict:

@@ -30,6 +30,13 @@ synchronous loop does, so a task without any signal never loops forever.
 ``state_dict`` is taken under the stream's lock, so every admitted prompt is in exactly
 one place: a finished group in the buffer, or the round in flight (re-issued whole, with
 its round index and so its seeds, by ``load_state_dict``), or already trained.
+
+Stopping (the run ends or is preempted): ``stop`` admits nothing more and aborts the
+engine's generation (``Stopping``): with partial rollouts the round in flight stops after
+its segment in flight on every replica; without, its engine call cannot be interrupted
+and ``close`` waits for it (bounded by the replicas' call bound). Either way the round
+goes back to the unfinished rounds, never to the buffer, and no counter moves: a
+checkpoint taken after the stop issues it again, with the same index and seeds.
 """
 
 from __future__ import annotations
@@ -39,11 +46,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from grouprl.config.replica_timeouts import Bound, step_generation_bound
+from grouprl.config.schema import RunConfig
 from grouprl.data.sampler import PromptSampler
+from grouprl.engines.segments import GenerationAborted
 from grouprl.types import Trajectory, trajectory_from_dict, trajectory_to_dict
 
 logger = logging.getLogger(__name__)
@@ -109,6 +119,49 @@ class StreamClosed(RuntimeError):
     """``take`` on a stream that was closed."""
 
 
+@dataclass(frozen=True)
+class Stopping:
+    """How the stream stops a round in flight when it stops (the run ends or is
+    preempted). ``abort`` is the engine's (``ReplicaSet.aborting``): inside it, every
+    generation stops after its segment in flight, on every replica. With
+    ``segment_tokens`` (``rollout.partial_rollout_tokens``) that is within one segment;
+    without, a generation is one engine call that cannot be interrupted (hf ``generate``,
+    vLLM's offline ``LLM.generate``), and ``close`` waits for it: at most ``bound`` (a
+    replica's call bound, ``config/replica_timeouts.py``; None: an engine in the driver,
+    which has none). A multi-turn episode stops before its next turn's call either way."""
+
+    abort: Callable[[], AbstractContextManager[None]] = nullcontext
+    segment_tokens: int | None = None
+    bound: Bound | None = None
+
+    @classmethod
+    def of(
+        cls, cfg: RunConfig, *, abort: Callable[[], AbstractContextManager[None]], on_gpu: bool
+    ) -> Stopping:
+        """The run's: ``abort`` the engine's, ``on_gpu`` whether the replicas use GPUs."""
+        bound = step_generation_bound(cfg, on_gpu=on_gpu) if cfg.rollout_in_actors else None
+        return cls(abort, cfg.rollout.partial_rollout_tokens, bound)
+
+    def line(self, round_: Round) -> str:
+        """What stopping ``round_`` waits for, for the log."""
+        head = f"the rollout stream stops: round {round_.index} ({len(round_.rows)} prompts)"
+        if self.segment_tokens is not None:
+            return (
+                f"{head} stops after its segment in flight (rollout.partial_rollout_tokens="
+                f"{self.segment_tokens}); a resumed run generates it again"
+            )
+        limit = (
+            f"up to {self.bound.seconds:.0f} s ({self.bound.rule})"
+            if self.bound is not None
+            else "not bounded (an engine in the driver has no call bound)"
+        )
+        return (
+            f"{head} is generating and its engine call cannot be interrupted: waiting for "
+            f"the round in flight: {limit}; set rollout.partial_rollout_tokens to stop "
+            "within one segment"
+        )
+
+
 class Stream:
     """The producer thread, the buffer and admission control (module docstring).
 
@@ -118,7 +171,7 @@ class Stream:
     with dynamic sampling, else 1); ``max_groups`` the kept groups the run trains in all
     (no round starts once they are generated). The first ``take`` says which version the engine
     serves (a resumed run's), unless ``load_state_dict`` did; ``advanced`` raises it
-    after each push.
+    after each push. ``stopping``: how ``stop`` and ``close`` stop a round in flight.
     """
 
     def __init__(
@@ -131,11 +184,13 @@ class Stream:
         policy: Literal["wait", "drop"] = "wait",
         max_rounds: int = 1,
         max_groups: int | None = None,
+        stopping: Stopping | None = None,
     ) -> None:
         assert max_staleness >= 1, "max_staleness=0 runs the synchronous loop, no stream"
         self.generate, self.sampler = generate, sampler
         self.batch_size, self.max_staleness = batch_size, max_staleness
         self.policy, self.max_rounds, self.max_groups = policy, max_rounds, max_groups
+        self.stopping = stopping or Stopping()
         self._cond = threading.Condition()
         self._version = 0
         self._loaded = False  # whether load_state_dict set the counters
@@ -153,6 +208,7 @@ class Stream:
         self._admission_wait_s = 0.0
         self._paused = 0
         self._closed = False
+        self._aborting = ExitStack()  # holds the engine's abort from stop to close
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
@@ -218,14 +274,31 @@ class Stream:
                 self._paused -= 1
                 self._cond.notify_all()
 
-    def close(self) -> None:
-        """Stops admitting, lets a round in flight finish (its groups are dropped: the
-        run is ending), joins the producer."""
+    def stop(self) -> None:
+        """Stops the stream without waiting: nothing more is admitted, and the round in
+        flight stops at its next segment boundary (``Stopping``: logged). It stays in
+        ``state_dict``'s unfinished rounds; none of its samples reaches the buffer. The
+        preemption path stops the stream before its save, so that generation does not
+        compete with it; ``close`` waits for the producer."""
         with self._cond:
+            if self._closed:
+                return
             self._closed = True
+            in_flight = self._in_flight
             self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join()
+        self._aborting.enter_context(self.stopping.abort())
+        if in_flight is not None:
+            logger.info(self.stopping.line(in_flight))
+
+    def close(self) -> None:
+        """``stop``, then waits for the producer: for the segment in flight with partial
+        rollouts, else for the round's engine call (``Stopping``)."""
+        self.stop()
+        try:
+            if self._thread is not None:
+                self._thread.join()
+        finally:
+            self._aborting.close()  # the engine generates again (a test's shared one)
 
     # ── checkpoints ─────────────────────────────────────────────────────────────────
 
@@ -234,7 +307,8 @@ class Stream:
         spare), the rounds admitted but unfinished, the rows to issue again, the sampler
         after the last admitted prompt, the position and round counters."""
         with self._cond:
-            unfinished = list(self._pending) + ([self._in_flight] if self._in_flight else [])
+            # the round in flight came first off the pending ones: it is issued first again
+            unfinished = ([self._in_flight] if self._in_flight else []) + list(self._pending)
             return {
                 "format": STATE_FORMAT,
                 "buffer": [_group_to_dict(g) for g in self._buffer],
@@ -285,7 +359,12 @@ class Stream:
     def _produce(self) -> None:
         try:
             while (round_ := self._admit()) is not None:
-                generated = self.generate(round_.rows, round_.index)
+                try:
+                    generated = self.generate(round_.rows, round_.index)
+                except BaseException as err:
+                    if self._unfinished_at_stop(round_, err):
+                        return
+                    raise
                 self._finish(round_, generated)
         except BaseException as err:  # reaches the trainer at its next take
             with self._cond:
@@ -316,6 +395,28 @@ class Stream:
             self._in_flight = round_
             return round_
 
+    def _unfinished_at_stop(self, round_: Round, err: BaseException) -> bool:
+        """Whether ``err`` ended ``round_`` because the stream stopped (then the round is
+        unfinished again, first in line); an error of a stopped stream counts too (the run
+        is ending, and a resumed run generates the round again), with a warning."""
+        with self._cond:
+            if not self._closed:
+                return False
+            self._in_flight = None
+            self._pending.appendleft(round_)
+            self._cond.notify_all()
+        if isinstance(err, GenerationAborted):
+            logger.info("round %d stopped between segments; it stays unfinished", round_.index)
+        else:
+            logger.warning(
+                "round %d failed while the rollout stream stopped (%s: %s); it stays "
+                "unfinished, and a resumed run generates it again",
+                round_.index,
+                type(err).__name__,
+                err,
+            )
+        return True
+
     def _admissible(self) -> bool:
         """Whether a round of ``batch_size`` prompts may start now (module docstring)."""
         size = len(self._pending[0].rows) if self._pending else self.batch_size
@@ -331,7 +432,8 @@ class Stream:
         took ``max_rounds`` rounds is completed with evicted groups."""
         with self._cond:
             self._in_flight = None
-            if self._closed:
+            if self._closed:  # its samples are not trained: it stays unfinished (stop)
+                self._pending.appendleft(round_)
                 self._cond.notify_all()
                 return
             crossed = False

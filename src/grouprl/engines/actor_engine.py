@@ -1,9 +1,15 @@
 """A rollout engine in a Ray actor of its own: one replica of ``replicas.ReplicaSet``.
 
     driver ──generate(prompts)──────► RolloutHost actor ─► the configured engine (vllm,
-    node's leader rank ──push(w, v)──►   hf) built inside it, on the GPUs it shares with
-                                          training ranks (colocated: it sleeps while they
+    node's leader rank ──stage(bucket)─►   hf) built inside it, on the GPUs it shares with
+    driver ──apply(v)────────────────►    training ranks (colocated: it sleeps while they
                                           train), on GPUs of its own, or on CPU
+
+Stage calls run in the actor's ``push`` concurrency group (a thread of their own), so a
+replica takes the next weights while it generates; ``apply_weights`` runs in the
+default group with ``generate``, which Ray runs one at a time: on the actor's side too a
+push never goes live in the middle of a generation (the driver's push gate orders them
+already: ``ReplicaSet.pushing``).
 
 ``ActorEngine`` is the handle, a ``RolloutEngine`` like the others. It pickles (a
 Ray actor handle and a name), so the training rank on the replica's node can push
@@ -61,8 +67,20 @@ class RolloutHost:
     def generate(self, prompts: list[list[int]], settings: SamplingSettings):
         return self.engine.generate(prompts, settings)
 
-    def update_weights(self, weights: dict[str, Tensor], version: int) -> int:
-        self.engine.update_weights(weights.items(), version=version)
+    def stage_weights(
+        self, weights: dict[str, Tensor], version: int, last: bool, lora_scaling: float | None
+    ) -> int:
+        """One bucket of a push (called in the ``push`` concurrency group: it may run while
+        ``generate`` does, on another thread); returns the bytes it staged."""
+        self.engine.stage_weights(
+            weights.items(), version=version, last=last, lora_scaling=lora_scaling
+        )
+        return sum(t.numel() * t.element_size() for t in weights.values())
+
+    def apply_weights(self, version: int) -> int:
+        """Makes the staged push live (in the default group, as ``generate``: the two never
+        run at once here); returns the version the engine serves."""
+        self.engine.apply_weights(version)
         return self.engine.weight_version
 
     def sleep(self) -> None:
@@ -78,6 +96,14 @@ class RolloutHost:
         self.engine.close()
 
 
+PUSH_GROUP = "push"
+"""The actor's concurrency group (one thread) for staging calls; ``generate``,
+``apply_weights``, sleeps and wake-ups share the default group's one thread, so Ray runs
+them one at a time, and a stage never waits for a generation."""
+CONCURRENCY_GROUPS = {PUSH_GROUP: 1}
+"""``concurrency_groups`` for the ``RolloutHost`` actor's options."""
+
+
 @dataclass
 class ActorEngine(WeightVersion):
     """The handle of one replica's actor. ``name`` says which replica it is and where
@@ -89,6 +115,8 @@ class ActorEngine(WeightVersion):
     timeout_s: float | None
     sleeps: bool = False
     on_gpu: bool = False
+    push_bytes: int = 0
+    """The largest stage call's bytes seen by this handle (bounds an apply's time)."""
     _version: int = 0
 
     def generate(
@@ -105,19 +133,45 @@ class ActorEngine(WeightVersion):
         return self.get(self.actor.generate.remote(prompts, settings), "a generation", bound)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None:
+        """Stages the whole push as one bucket, then applies it."""
+        self.stage_weights(named_tensors, version=version)
+        self.apply_weights(version)
+
+    def stage_weights(
+        self,
+        named_tensors: Iterable[tuple[str, Tensor]],
+        *,
+        version: int,
+        last: bool = True,
+        lora_scaling: float | None = None,
+    ) -> None:
+        """Sends one bucket (a dict pushed as it is) and waits for the replica to stage it
+        (a LoRA push is merged in the replica's process)."""
         weights = {name: tensor.detach().cpu() for name, tensor in named_tensors}
         nbytes = sum(t.numel() * t.element_size() for t in weights.values())
-        self._version = self.pushed(self.push(weights, version), nbytes=nbytes)
+        ref = self.stage(weights, version, last=last, lora_scaling=lora_scaling)
+        self.staged(ref, nbytes=nbytes)
 
-    def push(self, weights: Any, version: int):
-        """Starts a push of ``weights`` (a dict, or a Ray reference to one already in the
-        object store, shared by the node's replicas); ``pushed`` waits for it."""
-        return self.actor.update_weights.remote(weights, version)
+    def apply_weights(self, version: int) -> None:
+        """Has the replica make its staged push live; records the version it reports."""
+        self._version = self.get(
+            self.actor.apply_weights.remote(version),
+            "applying a weight push",
+            push_bound(self.timeout_s, nbytes=self.push_bytes),
+        )
 
-    def pushed(self, ref: Any, *, nbytes: int) -> int:
-        """The version the replica serves once the push ``ref`` of ``nbytes`` is done,
+    def stage(self, weights: Any, version: int, *, last: bool, lora_scaling: float | None):
+        """Starts staging ``weights`` (a dict, or a Ray reference to one already in the
+        object store, shared by the node's replicas) in the actor's push group, which
+        runs beside a generation; ``staged`` waits for it."""
+        method = self.actor.stage_weights.options(concurrency_group=PUSH_GROUP)
+        return method.remote(weights, version, last, lora_scaling)
+
+    def staged(self, ref: Any, *, nbytes: int) -> int:
+        """The bytes the replica staged once the stage call ``ref`` of ``nbytes`` is done,
         within the push's bound."""
-        return self.get(ref, "a weight push", push_bound(self.timeout_s, nbytes=nbytes))
+        self.push_bytes = max(self.push_bytes, nbytes)
+        return self.get(ref, "staging a weight push", push_bound(self.timeout_s, nbytes=nbytes))
 
     @contextmanager
     def released(self) -> Iterator[None]:

@@ -1,7 +1,21 @@
-"""The rollout engine seam: generate groups of samples, take new weights in place."""
+"""The rollout engine seam: generate groups of samples, take new weights in place.
+
+A weight push has two halves (``RolloutEngine``):
+
+    stage_weights(bucket 1, v, last=False) ... stage_weights(bucket n, v, last=True)
+        the new weights go where the engine will read them (vLLM: its shared push
+        buffer; hf: a staging copy; a Ray replica: its process), while it generates with
+        the old ones; the last call checks that the push covers every weight
+    apply_weights(v)
+        the staged weights go live (a reload, a swap), under the push gate: no generation
+        runs on the engine meanwhile
+
+``update_weights`` is the two back to back, for callers that push in one call.
+"""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -9,6 +23,7 @@ from typing import Protocol
 
 from torch import Tensor
 
+from grouprl.engines.lora_push import AdapterMerge
 from grouprl.types import Completion
 
 
@@ -61,7 +76,18 @@ class RolloutEngine(Protocol):
     trainer's ``log_softmax(logits / T)`` equals when top-k and top-p are off.
     ``update_weights`` replaces the weights in place (no reload, no disk round trip
     visible to the caller) and records ``version``; ``weight_version`` says which weights
-    the next ``generate`` uses.
+    the next ``generate`` uses. It is ``stage_weights`` then ``apply_weights``:
+
+    - ``stage_weights`` may be called while ``generate`` runs on another thread (the
+      staged copy is one that generation never reads) and more than once for one push
+      (buckets, in any order, each name once; the ``last=True`` call after the others),
+      and raises at that last call unless the push's calls together hold every weight
+      (all or nothing: a layer left out would keep serving the old weights). A failed
+      stage is dropped. ``lora_scaling``: a LoRA push (``engines/lora_push.py``), which
+      the engine merges into the base weights it keeps.
+    - ``apply_weights(version)`` makes the finished stage of ``version`` live and records
+      the version; it raises if no finished stage of ``version`` is there. The caller
+      makes sure no generation runs meanwhile (``ReplicaSet.pushing``).
     """
 
     @property
@@ -75,6 +101,17 @@ class RolloutEngine(Protocol):
         self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int
     ) -> None: ...
 
+    def stage_weights(
+        self,
+        named_tensors: Iterable[tuple[str, Tensor]],
+        *,
+        version: int,
+        last: bool = True,
+        lora_scaling: float | None = None,
+    ) -> None: ...
+
+    def apply_weights(self, version: int) -> None: ...
+
     def released(self) -> AbstractContextManager[None]:
         """A block during which the engine gives its accelerator memory back to training
         (a colocated engine on GPU sleeps); a no-op where there is nothing to give."""
@@ -84,11 +121,171 @@ class RolloutEngine(Protocol):
 
 
 class WeightVersion:
-    """``RolloutEngine.weight_version`` for an engine whose ``update_weights`` records the
-    version it now serves in ``_version`` (0 before the first push)."""
+    """``RolloutEngine.weight_version`` for an engine whose push (``apply_weights``, or
+    ``update_weights``) records the version it now serves in ``_version`` (0 before the
+    first push)."""
 
     _version: int = 0
 
     @property
     def weight_version(self) -> int:
         return self._version
+
+
+class Staging:
+    """Which push an engine has staged: its version, the names (with shapes) staged so far,
+    and whether its last call came and passed the completeness check (``ready``).
+
+    A stage call for another version than the one being staged, or after a finished or
+    failed push, starts a new push (``names`` empty)."""
+
+    def __init__(self, engine: str) -> None:
+        self.engine = engine
+        self.version: int | None = None
+        self.names: dict[str, tuple[int, ...]] = {}
+        self.open = False  # buckets of ``version`` are coming
+        self.ready = False  # finished and checked, not applied yet
+
+    def part(self, version: int) -> bool:
+        """Called at the start of each stage call; returns whether it starts a new push."""
+        new = not self.open or self.version != version
+        if new:
+            self.version, self.names, self.open, self.ready = version, {}, True, False
+        return new
+
+    def add(self, name: str, shape: tuple[int, ...]) -> None:
+        """Records a staged tensor; a name staged twice in one push raises."""
+        if name in self.names:
+            raise ValueError(
+                f"weight {name!r} given twice in the push of version {self.version} to the "
+                f"{self.engine} engine; each name goes in one bucket"
+            )
+        self.names[name] = shape
+
+    def finish(self) -> None:
+        """The push's last call passed its checks: it may be applied."""
+        self.open, self.ready = False, True
+
+    def drop(self) -> None:
+        """A stage call failed: nothing of it may be applied."""
+        self.version, self.names, self.open, self.ready = None, {}, False, False
+
+    def take(self, version: int) -> None:
+        """Before an apply: raises unless the push of ``version`` is staged whole."""
+        if not self.ready or self.version != version:
+            got = "nothing" if self.version is None else f"version {self.version}"
+            state = "staged whole" if self.ready else "not finished (no last=True call)"
+            raise RuntimeError(
+                f"apply_weights({version}) on the {self.engine} engine: it has {got} "
+                f"{state if self.version is not None else 'staged'}; call "
+                "stage_weights(..., last=True) for this version first"
+            )
+        self.ready = False
+
+
+class StagedPush(WeightVersion, ABC):
+    """``stage_weights`` (with LoRA adapter pushes merged here: ``lora_scaling``) and
+    ``update_weights`` for an engine that implements ``_stage`` and ``apply_weights``."""
+
+    _lora: AdapterMerge | None = None
+
+    def stage_weights(
+        self,
+        named_tensors: Iterable[tuple[str, Tensor]],
+        *,
+        version: int,
+        last: bool = True,
+        lora_scaling: float | None = None,
+    ) -> None:
+        """``RolloutEngine.stage_weights``; ``lora_scaling`` (alpha / r): the tensors are a
+        LoRA push (``engines/lora_push.py``: base weights and adapters, or adapters only),
+        merged into the base weights this engine keeps before they are staged."""
+        if lora_scaling is None:
+            self._stage(named_tensors, version=version, last=last)
+            return
+        if self._lora is None:
+            self._lora = AdapterMerge()
+        self._stage(
+            self._lora.expand(named_tensors, scaling=lora_scaling, version=version, last=last),
+            version=version,
+            last=last,
+        )
+
+    @abstractmethod
+    def _stage(
+        self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int, last: bool
+    ) -> None: ...
+
+    @abstractmethod
+    def apply_weights(self, version: int) -> None: ...
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None:
+        """Stages the whole push in one call, then applies it."""
+        self.stage_weights(named_tensors, version=version, last=True)
+        self.apply_weights(version)
+
+
+class OneCallPush(WeightVersion):
+    """An engine that takes a push in one call only (``update_weights``; a test's fake, a
+    third party's engine) behind the staged protocol: ``stage_weights`` holds the tensors
+    in this process and ``apply_weights`` hands them over whole, so its whole push waits
+    for generation to stop. A LoRA push to it is merged here first."""
+
+    def __init__(self, engine: RolloutEngine) -> None:
+        self.engine = engine
+        self._held: dict[str, Tensor] = {}
+        self._staging = Staging(type(engine).__name__)
+        self._lora: AdapterMerge | None = None
+
+    @property
+    def weight_version(self) -> int:
+        return self.engine.weight_version
+
+    def generate(
+        self, prompts: list[list[int]], settings: SamplingSettings
+    ) -> list[list[Completion]]:
+        return self.engine.generate(prompts, settings)
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None:
+        self.engine.update_weights(named_tensors, version=version)
+
+    def stage_weights(
+        self,
+        named_tensors: Iterable[tuple[str, Tensor]],
+        *,
+        version: int,
+        last: bool = True,
+        lora_scaling: float | None = None,
+    ) -> None:
+        if self._staging.part(version):
+            self._held = {}
+        if lora_scaling is not None:
+            self._lora = self._lora or AdapterMerge()
+            named_tensors = self._lora.expand(
+                named_tensors, scaling=lora_scaling, version=version, last=last
+            )
+        try:
+            for name, tensor in named_tensors:
+                self._staging.add(name, tuple(tensor.shape))
+                self._held[name] = tensor
+        except BaseException:
+            self._staging.drop()
+            raise
+        if last:
+            self._staging.finish()
+
+    def apply_weights(self, version: int) -> None:
+        self._staging.take(version)
+        held, self._held = self._held, {}
+        self.engine.update_weights(held.items(), version=version)
+
+    def released(self) -> AbstractContextManager[None]:
+        return self.engine.released()
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def staged_protocol(engine: RolloutEngine) -> RolloutEngine:
+    """``engine``, or ``OneCallPush(engine)`` when it has no ``stage_weights``."""
+    return engine if hasattr(engine, "apply_weights") else OneCallPush(engine)

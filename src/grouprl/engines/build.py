@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import torch
 
+from grouprl.config.checks import shares_training_gpu
 from grouprl.config.schema import RunConfig
 from grouprl.device import dtype_name, resolve_dtype
 from grouprl.engines.base import RolloutEngine
@@ -47,12 +48,6 @@ def make_engine(
         cache_dir=cache_dir,
         sleeps=sleeps,
     )
-
-
-def shares_training_gpu(cfg: RunConfig, *, training_on_gpu: bool) -> bool:
-    """Whether the engines run on the GPUs the policy trains on (in the driver, or in
-    actors colocated with the ranks)."""
-    return training_on_gpu and cfg.rollout.gpus == 0 and cfg.rollout.engine != "server"
 
 
 def _build_hf(

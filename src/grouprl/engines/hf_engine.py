@@ -26,16 +26,18 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 from torch import Tensor
 
-from grouprl.engines.base import SamplingSettings, WeightVersion
+from grouprl.engines.base import SamplingSettings, StagedPush, Staging
 from grouprl.types import Completion
 
 
-class HFEngine(WeightVersion):
+class HFEngine(StagedPush):
     """A rollout engine over its own copy of a transformers causal LM.
 
     The constructor deep-copies ``model`` onto ``device`` (cast to ``dtype`` if
-    given); the trainer's model is never touched, and ``update_weights`` copies
-    new values into the copy's parameters in place (casting as needed).
+    given); the trainer's model is never touched. A push is staged into a second copy of
+    the parameters (``stage_weights``: cast as needed) and applied by swapping the two
+    (``apply_weights``), so the part of a push that must wait for generation to stop is
+    a pointer swap per parameter.
     ``max_batch_rows`` bounds how many rows (prompt x sample) run through one
     forward pass.
     """
@@ -55,6 +57,9 @@ class HFEngine(WeightVersion):
         self.tokenizer = tokenizer
         self.max_batch_rows = max_batch_rows
         self._params = dict(self.model.named_parameters(remove_duplicate=False))
+        self._staging = Staging("hf")
+        self._staged: dict[int, Tensor] = {}  # id(parameter) -> its staging copy
+        self._unique: dict[int, torch.nn.Parameter] = {}  # id(parameter) -> parameter
         self._eos_ids = _eos_token_ids(self.model, tokenizer)
         pad = tokenizer.pad_token_id
         self._pad_id = pad if pad is not None else min(self._eos_ids)
@@ -78,28 +83,60 @@ class HFEngine(WeightVersion):
         return [g if per_prompt == n else replicate(g[0], n) for g in groups]
 
     @torch.no_grad()
-    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None:
-        """Copy every tensor into the parameter of the same name; every parameter must be given."""
-        named = list(named_tensors)
-        unknown = sorted(name for name, _ in named if name not in self._params)
-        if unknown:
-            raise ValueError(
-                f"weight push to the hf engine names unknown parameters {unknown[:5]}; "
-                "pass `model.named_parameters()` of the same architecture"
-            )
-        written = {id(self._params[name]) for name, _ in named}
-        missing = sorted(n for n, p in self._params.items() if id(p) not in written)
-        if missing:
-            raise ValueError(
-                f"weight push to the hf engine misses parameters {missing[:5]} "
-                f"({len(missing)}); pushes are all-or-nothing so no layer serves stale weights"
-            )
-        wrong = [n for n, t in named if t.shape != self._params[n].shape]
-        if wrong:  # checked up front: copy_ would broadcast silently, or fail half-way
-            raise ValueError(f"weight push to the hf engine has wrong shapes for {wrong[:5]}")
-        for name, tensor in named:
-            self._params[name].copy_(tensor.detach())
+    def _stage(
+        self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int, last: bool
+    ) -> None:
+        """Copy tensors into the staging copy of the parameters of the same names (cast as
+        needed; generation never reads it); ``last``: every parameter must be staged by
+        now (``RolloutEngine``)."""
+        self._staging.part(version)
+        try:
+            named = list(named_tensors)
+            unknown = sorted(name for name, _ in named if name not in self._params)
+            if unknown:
+                raise ValueError(
+                    f"weight push to the hf engine names unknown parameters {unknown[:5]}; "
+                    "pass `model.named_parameters()` of the same architecture"
+                )
+            wrong = [n for n, t in named if t.shape != self._params[n].shape]
+            if wrong:  # checked up front: copy_ would broadcast silently, or fail half-way
+                raise ValueError(f"weight push to the hf engine has wrong shapes for {wrong[:5]}")
+            for name, tensor in named:
+                self._staging.add(name, tuple(tensor.shape))
+                self._staged_tensor(name).copy_(tensor.detach())
+            if last:
+                written = {id(self._params[name]) for name in self._staging.names}
+                missing = sorted(n for n, p in self._params.items() if id(p) not in written)
+                if missing:
+                    raise ValueError(
+                        f"weight push to the hf engine misses parameters {missing[:5]} "
+                        f"({len(missing)}); pushes are all-or-nothing so no layer serves "
+                        "stale weights"
+                    )
+                self._staging.finish()
+        except BaseException:
+            self._staging.drop()
+            raise
+
+    @torch.no_grad()
+    def apply_weights(self, version: int) -> None:
+        """Swap the staged copy in: each parameter's storage and its staging copy trade
+        places (no copy; the old values become the next push's staging space)."""
+        self._staging.take(version)
+        for key, staged in self._staged.items():
+            param = self._unique[key]
+            param.data, self._staged[key] = staged, param.data
         self._version = version
+
+    def _staged_tensor(self, name: str) -> Tensor:
+        """The staging copy of parameter ``name`` (a tied weight's names share one),
+        allocated at the first push."""
+        param = self._params[name]
+        key = id(param)
+        if key not in self._staged:
+            self._staged[key] = torch.empty_like(param)
+            self._unique[key] = param
+        return self._staged[key]
 
     def released(self) -> AbstractContextManager[None]:
         """Nothing to release: the copy is small and generation does not reserve memory."""
@@ -107,7 +144,7 @@ class HFEngine(WeightVersion):
 
     def close(self) -> None:
         self.model = None
-        self._params = {}
+        self._params, self._staged, self._unique = {}, {}, {}
 
     # --- internals -------------------------------------------------------------------------
 

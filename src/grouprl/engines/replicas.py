@@ -4,9 +4,11 @@ whatever their number.
     generate(P prompts) ─► split into contiguous runs of whole prompts (groups), balanced
                            by expected work (each run with its prompts' max_tokens) ─►
                            replica 0 .. R-1 at once ─► joined in prompt order
-    weights (v) ─► each node's leader training rank gathers the full weights once and
-                   pushes them to the replicas on its node (one copy in the node's object
-                   store) ─► every replica reports v before generation resumes
+    weights (v) ─► stage: each node's leader training rank gathers the weights in
+                   buckets (``rollout.push_bucket_mb``) and stages each on the replicas
+                   on its node (one copy in the node's object store) while they generate
+               ─► apply (under the push gate): every replica makes them live and
+                   reports v before generation resumes
     pushing() ─► the push gate: a push made while generations run waits for the segments
                  in flight on every replica and holds new ones off (``engines/segments.py``:
                  generation in segments, each token tagged with its weight version)
@@ -25,9 +27,10 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,8 +40,13 @@ from torch import Tensor
 
 from grouprl.config.replica_timeouts import Bound, step_generation_bound
 from grouprl.config.schema import RunConfig
-from grouprl.engines.actor_engine import ActorEngine, RolloutHost
-from grouprl.engines.base import RolloutEngine, SamplingSettings, WeightVersion
+from grouprl.engines.actor_engine import CONCURRENCY_GROUPS, ActorEngine, RolloutHost
+from grouprl.engines.base import (
+    RolloutEngine,
+    SamplingSettings,
+    WeightVersion,
+    staged_protocol,
+)
 from grouprl.engines.segments import PushGate, generate_in_segments, tag_versions
 from grouprl.types import Completion
 
@@ -96,7 +104,8 @@ class ReplicaSet(WeightVersion):
         decode: Callable[[list[int]], str] | None = None,
         max_model_len: int | None = None,
     ) -> None:
-        self.engines, self.slots, self.names = engines, slots, names
+        self.engines = [staged_protocol(engine) for engine in engines]
+        self.slots, self.names = slots, names
         self.segment_tokens, self.decode = segment_tokens, decode
         self.max_model_len = max_model_len
         self._gate = PushGate()
@@ -105,6 +114,9 @@ class ReplicaSet(WeightVersion):
         # twice the replicas: a generation ahead (rollout.max_staleness) and the training
         # step's release of the engines never wait for each other's threads
         self._pool = ThreadPoolExecutor(max_workers=2 * len(engines), thread_name_prefix="replica")
+        self.lora_bases: set[int] = set()
+        """The replicas that keep LoRA base weights (``rollout.lora_push=adapters``): a push
+        to the others ships the base too (``engines/lora_push.py``)."""
 
     def __len__(self) -> int:
         return len(self.engines)
@@ -151,6 +163,11 @@ class ReplicaSet(WeightVersion):
         the block ends (a push that waits goes before segments that start after it)."""
         with self._gate.pushing():
             yield
+
+    def aborting(self) -> AbstractContextManager[None]:
+        """Inside the block, every generation stops after its segment in flight on every
+        replica (``engines/segments.GenerationAborted``): the rollout stream closing."""
+        return self._gate.aborting()
 
     @property
     def pushes_waiting(self) -> int:
@@ -208,10 +225,51 @@ class ReplicaSet(WeightVersion):
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None:
         """Pushes from this process to every replica (a run's pushes come from the
-        training ranks instead: ``targets``, ``confirm``)."""
-        weights = dict(named_tensors)
+        training ranks instead: ``targets``, ``apply_weights``)."""
+        self.stage_weights(named_tensors, version=version)
+        self.apply_weights(version)
+
+    def stage_weights(
+        self,
+        named_tensors: Iterable[tuple[str, Tensor]],
+        *,
+        version: int,
+        last: bool = True,
+        lora_scaling: float | None = None,
+    ) -> None:
+        """Stages the tensors on every replica from this process, as one bucket."""
+        stage(
+            list(enumerate(self.engines)),
+            [dict(named_tensors)],
+            version=version,
+            last=last,
+            lora_scaling=lora_scaling,
+        )
+
+    def apply_weights(self, version: int, *, staged: Staged | None = None) -> None:
+        """Every replica makes its staged push of ``version`` live, under the push gate
+        (generation segments in flight finish first; none starts meanwhile), and must
+        then report ``version`` (``confirm``). ``staged``: what the stage reported (its
+        bytes bound a replica's apply; a LoRA base push marks the replicas that hold a
+        base now)."""
+        if staged is not None:
+            for engine in self.engines:
+                if isinstance(engine, ActorEngine):
+                    engine.push_bytes = max(engine.push_bytes, staged.weight_bytes)
+
+        def apply(k: int) -> int:
+            self.engines[k].apply_weights(version)
+            return self.engines[k].weight_version
+
         with self.pushing():
-            self.confirm(version, push(list(enumerate(self.engines)), weights, version=version))
+            try:
+                reported = dict(enumerate(self._each(apply)))
+            except BaseException:
+                self.lora_bases.clear()  # a replica may have failed half-way: ship bases again
+                raise
+            self.confirm(version, reported)
+        if staged is not None:
+            self.lora_bases |= staged.lora_bases
 
     def targets(self, leaders: Sequence[int]) -> dict[int, list[tuple[int, RolloutEngine]]]:
         """The replicas each node's leader rank pushes to: ``leaders[i]`` is the first
@@ -267,33 +325,96 @@ class ReplicaSet(WeightVersion):
         return [future.result() for future in futures]
 
 
-def push(
+@dataclass(frozen=True)
+class Staged:
+    """What a node's leader rank staged: ``moved_bytes`` written to the node's object store
+    or handed to engines in this process (once per node, whatever its replicas);
+    ``weight_bytes`` the full weights in the engines' dtype (what an apply loads);
+    ``lora_bases`` the replicas that were sent LoRA base weights."""
+
+    moved_bytes: int = 0
+    weight_bytes: int = 0
+    lora_bases: frozenset[int] = frozenset()
+
+    def __add__(self, other: Staged) -> Staged:
+        return Staged(
+            self.moved_bytes + other.moved_bytes,
+            max(self.weight_bytes, other.weight_bytes),
+            self.lora_bases | other.lora_bases,
+        )
+
+
+IN_FLIGHT_BUCKETS = 2
+"""Buckets a push keeps in the object store at once: the next one is cast and written
+while the replicas read the one before."""
+
+
+def stage(
     targets: list[tuple[int, RolloutEngine]],
-    weights: dict[str, Tensor],
+    buckets: Iterable[dict[str, Tensor]],
     *,
     version: int,
     dtype: torch.dtype | None = None,
-) -> dict[int, int]:
-    """Pushes ``weights`` to ``targets`` (replica index, engine) from this process and
-    returns the version each replica reports. The replicas in actors read one copy
-    put in this node's object store, cast to ``dtype`` (the engines') before it is
-    written there: a bfloat16 engine's push moves half the bytes of float32."""
-    reported: dict[int, int] = {}
+    last: bool = True,
+    lora_scaling: float | None = None,
+    weight_bytes: int = 0,
+) -> int:
+    """Stages ``buckets`` (each a dict of named tensors; a generator may gather them one at
+    a time) on ``targets`` (replica index, engine) from this process; returns the bytes
+    moved. The replicas in actors read one copy of each bucket put in this node's object
+    store, cast to ``dtype`` (the engines') before it is written there (a bfloat16
+    engine's push moves half the bytes of float32), at most ``IN_FLIGHT_BUCKETS`` of
+    them at once; engines in this process stage each bucket as it comes. ``last``: the
+    push ends here (every replica checks that it got every weight; a LoRA push's last
+    call stages the weights the replica keeps too: ``weight_bytes``, the full weights,
+    bound its time)."""
     remote = [(k, e) for k, e in targets if isinstance(e, ActorEngine)]
-    if remote:
-        import ray
+    local = [(k, e) for k, e in targets if not isinstance(e, ActorEngine)]
+    in_flight: deque[list[tuple[ActorEngine, Any, int]]] = deque()
+    moved = 0
+    for bucket in buckets:
+        sent = (
+            {name: t.detach().to(dtype or t.dtype) for name, t in bucket.items()}
+            if remote
+            else bucket
+        )
+        size = sum(t.numel() * (dtype or t.dtype).itemsize for t in bucket.values())
+        moved += size
+        if remote:
+            import ray
 
-        cast = {name: t.detach().to(dtype or t.dtype).cpu() for name, t in weights.items()}
-        shared = ray.put(cast)
-        nbytes = sum(t.numel() * t.element_size() for t in cast.values())
-        started = [(k, e, e.push(shared, version)) for k, e in remote]
-        for k, engine, ref in started:
-            reported[k] = engine.pushed(ref, nbytes=nbytes)
-    for k, engine in targets:
-        if not isinstance(engine, ActorEngine):
-            engine.update_weights(weights.items(), version=version)
-            reported[k] = engine.weight_version
-    return reported
+            ref = ray.put({name: t.cpu() for name, t in sent.items()})
+            in_flight.append(
+                [
+                    (e, e.stage(ref, version, last=False, lora_scaling=lora_scaling), size)
+                    for _, e in remote
+                ]
+            )
+            del ref, sent  # the stage calls hold the object until they are done
+            while len(in_flight) >= IN_FLIGHT_BUCKETS:
+                _wait_staged(in_flight.popleft())
+        for _, engine in local:
+            engine.stage_weights(
+                bucket.items(), version=version, last=False, lora_scaling=lora_scaling
+            )
+    while in_flight:
+        _wait_staged(in_flight.popleft())
+    if last:  # every bucket is staged: each replica checks the whole push
+        bound = max(moved, weight_bytes)
+        _wait_staged(
+            [
+                (e, e.stage({}, version, last=True, lora_scaling=lora_scaling), bound)
+                for _, e in remote
+            ]
+        )
+        for _, engine in local:
+            engine.stage_weights([], version=version, last=True, lora_scaling=lora_scaling)
+    return moved
+
+
+def _wait_staged(calls: list[tuple[ActorEngine, Any, int]]) -> None:
+    for engine, ref, nbytes in calls:
+        engine.staged(ref, nbytes=nbytes)
 
 
 # --- building ---------------------------------------------------------------------------
@@ -380,7 +501,11 @@ def start_replicas(
                 "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
             }
         actor = (
-            ray.remote(RolloutHost)
+            # stage calls on a thread of their own, beside a generation (``actor_engine``);
+            # Ray's overloads leave out this keyword of ray.remote (not one of .options())
+            ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(  # pyright: ignore[reportCallIssue]
+                RolloutHost
+            )
             .options(
                 # the ranks hold the CPU slots; the dedicated GPUs are outside their bundles
                 num_cpus=0,

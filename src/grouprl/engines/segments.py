@@ -13,10 +13,14 @@ weight version of every token.
 
 The granularity of an abort is one segment (``rollout.partial_rollout_tokens`` = S
 tokens): a push waits for the segment in flight on every replica, never for the rest of a
-long generation. This is AReaL's interruptible generation and PipelineRL's in-flight
-update done at the call level, not inside the engine: the engine is asked again with the
-prefix as prompt, so its KV cache for the prefix is recomputed with the new weights (vLLM
-resets its prefix cache at a push), which is what "continue with the new weights" means.
+long generation. The same boundary stops a generation for good (``PushGate.aborting``:
+the rollout stream closing as the run ends or is preempted): the next segment raises
+``GenerationAborted`` instead of starting, on every replica.
+
+This is AReaL's interruptible generation and PipelineRL's in-flight update done at the
+call level, not inside the engine: the engine is asked again with the prefix as prompt,
+so its KV cache for the prefix is recomputed with the new weights (vLLM resets its prefix
+cache at a push), which is what "continue with the new weights" means.
 
 Seeds: segment 0 is the call as it would be without segments, with every prompt's
 max_tokens lowered to S, so it draws the same first S tokens. Continuation segment s
@@ -45,6 +49,13 @@ Call = Callable[[list[list[int]], SamplingSettings], list[list[Completion]]]
 """One engine call over the replicas (``ReplicaSet`` splits it), under the gate."""
 
 
+class GenerationAborted(RuntimeError):
+    """A generation stopped at a segment boundary because its caller aborts generation
+    (``PushGate.aborting``): the rollout stream is closing (the run ends or is
+    preempted), and the samples' tokens so far are dropped; the stream issues their round
+    again on resume."""
+
+
 class PushGate:
     """A readers/writer lock between generation segments (readers: any number at once)
     and weight pushes (the writer: alone). Writer-preferring: once a push waits, new
@@ -53,7 +64,10 @@ class PushGate:
 
     A thread may nest ``pushing`` blocks and ``segment`` blocks each (a push that calls
     ``update_weights``, which takes the gate too); a push from inside a segment, or a
-    segment from inside a push, would wait for itself and raises instead."""
+    segment from inside a push, would wait for itself and raises instead.
+
+    Inside ``aborting``, no segment starts: each raises ``GenerationAborted`` (one that
+    waits behind a push too), so every generation stops after its segment in flight."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -62,6 +76,7 @@ class PushGate:
         self._writer: int | None = None  # the thread pushing now
         self._depth = 0  # the writer's nested pushing blocks
         self._local = threading.local()  # this thread's nested segment blocks
+        self._aborting = 0  # open aborting blocks: no segment starts
         self.wait_s = 0.0
         """Seconds pushes waited for segments in flight (``drain``)."""
 
@@ -73,7 +88,8 @@ class PushGate:
 
     @contextmanager
     def segment(self) -> Iterator[None]:
-        """A generation segment: waits while a push runs or waits to run."""
+        """A generation segment: waits while a push runs or waits to run; raises
+        ``GenerationAborted`` inside ``aborting``."""
         depth = getattr(self._local, "depth", 0)
         with self._cond:
             if self._writer == threading.get_ident():
@@ -82,7 +98,14 @@ class PushGate:
                     "same thread would wait for the push to end; generate after the block"
                 )
             if depth == 0:  # a nested segment of this thread must not wait behind a push
-                self._cond.wait_for(lambda: self._writer is None and self._waiting == 0)
+                self._cond.wait_for(
+                    lambda: self._aborting or (self._writer is None and self._waiting == 0)
+                )
+            if self._aborting:
+                raise GenerationAborted(
+                    "generation was aborted at a segment boundary: the rollout stream is "
+                    "closing (the run ends or is preempted)"
+                )
             self._segments += 1
         self._local.depth = depth + 1
         try:
@@ -92,6 +115,21 @@ class PushGate:
             with self._cond:
                 self._segments -= 1
                 self._cond.notify_all()
+
+    @contextmanager
+    def aborting(self) -> Iterator[None]:
+        """Inside the block no generation segment starts (``GenerationAborted``), so every
+        generation stops once its segment in flight ends, on every replica; an engine call
+        itself is never interrupted. Scoped, so that an engine used after the block (a
+        test's shared engine) generates again."""
+        with self._cond:
+            self._aborting += 1
+            self._cond.notify_all()  # segments waiting behind a push stop waiting
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._aborting -= 1
 
     @contextmanager
     def pushing(self) -> Iterator[None]:
@@ -198,7 +236,9 @@ def generate_in_segments(
     time; each segment runs in ``segment()`` (the gate) and its tokens take ``version()``
     read there. Returns the groups and the number of segments. Greedy decoding continues
     one sample per prompt and copies it (every sample of a greedy group is the same).
-    ``max_model_len``: the engines'; a sample whose prefix fills it is finished."""
+    ``max_model_len``: the engines'; a sample whose prefix fills it is finished. A
+    ``segment()`` that raises (``GenerationAborted``: the gate aborts) ends the call
+    between segments, its samples' tokens dropped."""
     n = settings.group_size
     limits = settings.prompt_max_tokens(len(prompts))
     top, each = _asks(limits, segment_tokens)

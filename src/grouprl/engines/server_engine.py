@@ -4,9 +4,13 @@ the server's GPUs (tensor parallel there), weight pushes into its running worker
     generate ──► POST /v1/completions per prompt (token ids in, `return_token_ids`,
                  sampled-token logprobs, the prompt's seed and max_tokens) from a pool
                  of threads
-    update_weights ──► safetensors in `rollout.server_weights_dir` (a path the server
-                 reads: /dev/shm on its node, or a shared filesystem) ──► POST
-                 /collective_rpc reload_weights (every server worker loads it in place)
+    stage_weights ──► safetensors in `rollout.server_weights_dir` (a path the server
+                 reads: /dev/shm on its node, or a shared filesystem), while it generates
+    apply_weights ──► POST /collective_rpc reload_weights (every server worker loads it
+                 in place), then /reset_prefix_cache
+
+With LoRA the server gets merged weights (``rollout.lora_push`` does not apply): it
+loads a checkpoint-format file, so the merge happens on the pushing side.
 
 Start the server with the dev endpoints and processed logprobs, for example:
     VLLM_SERVER_DEV_MODE=1 vllm serve MODEL --logprobs-mode processed_logprobs
@@ -37,10 +41,13 @@ import torch
 from torch import Tensor
 
 from grouprl.device import DtypeName, resolve_dtype
-from grouprl.engines.base import SamplingSettings, WeightVersion
+from grouprl.engines.base import SamplingSettings, StagedPush, Staging
 from grouprl.engines.hf_engine import replicate
 from grouprl.engines.weights import (
     PushPacker,
+    add_tied_lm_head,
+    check_complete,
+    pack_for_transfer,
     write_weights,
 )
 from grouprl.types import Completion
@@ -68,7 +75,7 @@ class ServerError(RuntimeError):
     user_error = True
 
 
-class ServerEngine(WeightVersion):
+class ServerEngine(StagedPush):
     def __init__(
         self,
         url: str,
@@ -89,6 +96,9 @@ class ServerEngine(WeightVersion):
             model_dir, dtype=resolve_dtype(dtype, torch.device("cpu")), engine="server"
         )
         self._mode_checked = False
+        self._staging = Staging("server")
+        self._packed: dict[str, Tensor] = {}  # the staged push's tensors, until its last call
+        self._directory: str | None = None  # the staged push's file, until it is applied
 
     def generate(
         self, prompts: list[list[int]], settings: SamplingSettings
@@ -122,27 +132,59 @@ class ServerEngine(WeightVersion):
 
         return list(self._pool.map(one, range(len(prompts))))
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None:
-        """Writes the weights where the server reads them and has every server worker load
-        them in place; all or nothing (a partial push raises before the server sees it)."""
-        packed = self._push.pack(named_tensors)
-        Path(self.weights_dir).mkdir(parents=True, exist_ok=True)
-        directory = tempfile.mkdtemp(prefix="grouprl-weights-", dir=self.weights_dir)
+    def _stage(
+        self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int, last: bool
+    ) -> None:
+        """Packs the weights (cast to the engine's dtype) and, at the push's ``last`` call,
+        writes them where the server reads them; all or nothing (a partial push raises
+        before the server sees it). The server keeps generating meanwhile."""
+        if self._staging.part(version):
+            self._discard_staged()
         try:
-            write_weights(packed, directory)
-            del packed
+            for name, tensor in pack_for_transfer(named_tensors, dtype=self._push.dtype).items():
+                self._staging.add(name, tuple(tensor.shape))
+                self._packed[name] = tensor
+            if last:
+                add_tied_lm_head(self._packed, tie_word_embeddings=self._push.tied)
+                check_complete(
+                    {n: tuple(t.shape) for n, t in self._packed.items()},
+                    self._push.expected,
+                    engine="server",
+                )
+                Path(self.weights_dir).mkdir(parents=True, exist_ok=True)
+                self._directory = tempfile.mkdtemp(prefix="grouprl-weights-", dir=self.weights_dir)
+                write_weights(self._packed, self._directory)
+                self._packed = {}
+                self._staging.finish()
+        except BaseException:
+            self._staging.drop()
+            self._discard_staged()
+            raise
+
+    def apply_weights(self, version: int) -> None:
+        """Has every server worker load the staged file in place, then resets the prefix
+        cache."""
+        self._staging.take(version)
+        try:
             self._request(
                 "POST",
                 "/collective_rpc",
                 {
                     "method": "reload_weights",
-                    "kwargs": {"weights_path": directory, "is_checkpoint_format": True},
+                    "kwargs": {"weights_path": self._directory, "is_checkpoint_format": True},
                 },
             )
         finally:
-            shutil.rmtree(directory, ignore_errors=True)
+            self._discard_staged()
         self._reset_prefix_cache()
         self._version = version
+
+    def _discard_staged(self) -> None:
+        """Forget a staged push: its packed tensors and its file."""
+        self._packed = {}
+        if self._directory is not None:
+            shutil.rmtree(self._directory, ignore_errors=True)
+            self._directory = None
 
     def _check_logprobs_mode(self, prompt: list[int]) -> None:
         """Raises ``ServerError`` if the server's logprobs ignore the temperature (it was
@@ -190,6 +232,7 @@ class ServerEngine(WeightVersion):
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._discard_staged()
 
     def _request(self, method: str, path: str, body: dict | None = None) -> Any:
         data = None if body is None else json.dumps(body).encode()

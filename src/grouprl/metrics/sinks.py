@@ -26,6 +26,9 @@ from grouprl.metrics.jsonl import RESERVED_KEYS, JsonlSink
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
+NO_CHECKPOINT = -1
+"""``make_sinks``' ``resume_step`` when a resuming run found no checkpoint: it starts from
+scratch, so every line an earlier session (killed before its first save) wrote goes."""
 
 
 class MetricsSink(Protocol):
@@ -89,8 +92,12 @@ def make_sinks(
     """Build the run's sinks: JSON lines always, TensorBoard, W&B and MLflow as configured.
 
     ``config_dict`` must already be redacted; it goes to W&B, MLflow and TensorBoard as is.
-    ``resume_step``: the step of the checkpoint being resumed; metrics a crashed
-    process logged after it are dropped from metrics.jsonl and hidden in TensorBoard.
+    ``resume_step``: the step of the checkpoint being resumed (``NO_CHECKPOINT``: none was
+    found); metrics a crashed process logged after it are dropped from metrics.jsonl and
+    hidden in TensorBoard. The trainer writes a step's line before its checkpoint, so a
+    resumed metrics.jsonl has every step up to the checkpoint's and none past it. W&B and
+    MLflow are append-only histories: W&B ignores a step below its run's newest (the
+    crashed process's values stay for those steps), MLflow keeps both values.
     """
     run_dir = Path(run_dir)
     sinks: list[MetricsSink] = []

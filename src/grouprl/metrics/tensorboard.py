@@ -12,7 +12,9 @@ class TensorBoardSink:
     """One scalar per metric name, at the given step.
 
     ``purge_step`` is for resume: TensorBoard hides events at that step and later
-    that an earlier, crashed process wrote, so curves do not double back.
+    that an earlier, crashed process wrote, so curves do not double back. With
+    ``purge_step`` 0 (a resume that found no checkpoint) everything earlier is hidden, the
+    config too, so it is written again.
     """
 
     def __init__(
@@ -30,7 +32,7 @@ class TensorBoardSink:
         self._writer = SummaryWriter(
             log_dir=str(log_dir), purge_step=purge_step, flush_secs=flush_secs
         )
-        if config_dict is not None and purge_step is None:
+        if config_dict is not None and not purge_step:  # a new run, or one from scratch
             text = json.dumps(config_dict, indent=2, sort_keys=True, default=str)
             # Four-space indent renders as a code block in TensorBoard's markdown view.
             self._writer.add_text("config", "    " + text.replace("\n", "\n    "), 0)

@@ -39,9 +39,12 @@ from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
 from grouprl.config.imports import is_import_path
+from grouprl.rewards.code import code_tests
 from grouprl.rewards.format import format_reward
 from grouprl.rewards.math import math_answer
+from grouprl.rewards.math_verify import math_verify_score
 from grouprl.rewards.qa import exact_match, token_f1
+from grouprl.rewards.reasoning_gym import reasoning_gym_score
 from grouprl.sandbox.main_guard import rerun_by_spawn
 from grouprl.sandbox.user_code import UserCode, a_function
 
@@ -116,6 +119,9 @@ register_reward("math_answer", math_answer)
 register_reward("format", format_reward)
 register_reward("qa_em", exact_match)
 register_reward("qa_f1", token_f1)
+register_reward("math_verify", math_verify_score)  # the graders extra: math-verify
+register_reward("reasoning_gym", reasoning_gym_score)  # the graders extra: reasoning-gym
+register_reward("code_tests", code_tests)  # a program against its tests, sandboxed
 
 
 def resolve_reward(name: str, *, index: int | None = None) -> RewardFn:

@@ -46,12 +46,18 @@ def load_prompt_set(
     data: DataConfig,
     config_key: str,
     env: Environment | None = None,
+    max_staleness: int = 0,
 ) -> PromptSet:
     """The rows of ``source`` and their prompt ids: each row's opening in ``env`` (by
     default single-turn prompting: the question through the data keys), so
-    ``data.max_prompt_tokens`` measures what the engine receives."""
+    ``data.max_prompt_tokens`` measures what the engine receives. ``max_staleness`` >= 1:
+    the rows go into JSON checkpoints, checked as they load (``load_rows``)."""
     rows = load_rows(
-        source, prompt_key=data.prompt_key, answer_key=data.answer_key, config_key=config_key
+        source,
+        prompt_key=data.prompt_key,
+        answer_key=data.answer_key,
+        config_key=config_key,
+        max_staleness=max_staleness,
     )
     env = env if env is not None else SingleTurnEnv.from_data(data)
 

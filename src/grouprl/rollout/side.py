@@ -107,13 +107,17 @@ class RolloutBuilder:
         return self.env
 
     def prompt_set(self, source: DataSource, *, config_key: str) -> PromptSet:
-        """``source``'s rows and their prompt ids: each row's opening in the environment."""
+        """``source``'s rows and their prompt ids: each row's opening in the environment.
+        The training rows of an asynchronous run are checked to fit its JSON checkpoints
+        as they load (the stream's buffered groups keep their rows)."""
+        streamed = config_key == "data.train"
         return load_prompt_set(
             source,
             tokenizer=self.tokenizer,
             data=self.cfg.data,
             config_key=config_key,
             env=self._env(),
+            max_staleness=self.cfg.rollout.max_staleness if streamed else 0,
         )
 
     def start(self, *, places: list[dict[str, Any]] | None = None) -> RolloutParts:

@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -330,13 +331,68 @@ def policy_update(
     minus the version that sampled it (``batch.version_BT``), and the off-policy
     statistics are logged per staleness level (``offpolicy/lag<k>/...``)."""
     correction = correction_name(algo)
+    whole_old_BT = _set_old_logprobs(
+        scorer,
+        batch,
+        algo=algo,
+        whole_step=correction == "m2po",
+        mini_batch_size=mini_batch_size,
+        train=train,
+        autocast=autocast,
+        rank=rank,
+    )
+    cutoff = None
+    if correction == "m2po":
+        assert whole_old_BT is not None  # given, or the pass above ran
+        cutoff = _m2po_step_cutoff(batch, whole_old_BT, threshold=algo.m2po_threshold)
+    peak = [-math.inf]
+    first_pass = partial(
+        _first_pass_metrics,
+        replicas=0 if batch.replica_BT is None else int(batch.replica_BT.max()) + 1,
+        lag_levels=sorted(set(token_lags(batch, version)[batch.loss_mask_BT.bool()].tolist())),
+        version=version,
+        peak=peak,
+    )
+    metrics = run_updates(
+        model=scorer,
+        optimizer=optimizer,
+        batch=batch,
+        micro_loss=_policy_micro_loss(
+            scorer, algo=algo, beta=beta, cutoff=cutoff, autocast=autocast, first_pass=first_pass
+        ),
+        num_iterations=algo.num_iterations,
+        mini_batch_size=mini_batch_size,
+        micro=MicroBatching.of(train),
+        max_grad_norm=train.max_grad_norm,
+        rank=rank,
+    )
+    ratio_max = _max_over_ranks(peak[0], rank)
+    if ratio_max > -math.inf:  # the largest r_t of the step's loss tokens, every rank's
+        metrics["offpolicy/ratio_max"] = ratio_max
+    return offpolicy_stats(replica_gaps(metrics))
+
+
+def _set_old_logprobs(
+    scorer: TokenScorer,
+    batch: TrainingBatch,
+    *,
+    algo: AlgoConfig,
+    whole_step: bool,
+    mini_batch_size: int,
+    train: TrainConfig,
+    autocast: Callable[[], AbstractContextManager],
+    rank: Rank,
+) -> Tensor | None:
+    """Sets ``batch.old_logprobs_BT`` (pi_prox) where the update needs it: the engine's
+    (``algo.old_logprobs=engine``), the driver's, or one extra pass before any update when
+    the batch feeds several, or for ``whole_step`` (m2po: its mask is the whole step's, and
+    mini- and micro-batch sizes must not change it). Returns the whole batch's (with
+    ``whole_step`` every rank's rows); None when the update needs none (it uses its own)."""
     single_update = algo.num_iterations == 1 and mini_batch_size == len(batch)
     if algo.old_logprobs == "engine":
         batch.old_logprobs_BT = batch.engine_logprobs_BT
     whole_old_BT = batch.old_logprobs_BT  # the driver's are the whole batch's
-    # m2po's mask is the whole step's (mini- and micro-batch sizes must not change it), so
-    # it needs pi_prox before any update: one extra pass when the batch feeds one update
-    if (not single_update or correction == "m2po") and batch.old_logprobs_BT is None:
+    if (not single_update or whole_step) and batch.old_logprobs_BT is None:
         batch.old_logprobs_BT = _proximal_logprobs(
             scorer,
             batch,
@@ -345,17 +401,31 @@ def policy_update(
             autocast=autocast,
             rank=rank,
         )
-        if correction == "m2po":  # the ranks' rows partition the batch
+        if whole_step:  # the ranks' rows partition the batch
             whole_old_BT = _sum_over_ranks(batch.old_logprobs_BT, rank)
-    cutoff = None
-    if correction == "m2po":
-        assert whole_old_BT is not None  # given, or the pass above ran
-        whole = CorrectionInputs(whole_old_BT, batch.engine_logprobs_BT, batch.loss_mask_BT)
-        m2_BT = whole.log_ratio_BT() ** 2
-        cutoff = m2po_cutoff(m2_BT[batch.loss_mask_BT.bool()], threshold=algo.m2po_threshold)
-    replicas = 0 if batch.replica_BT is None else int(batch.replica_BT.max()) + 1
-    lag_levels = sorted(set(token_lags(batch, version)[batch.loss_mask_BT.bool()].tolist()))
-    peak = [-math.inf]
+    return whole_old_BT
+
+
+def _m2po_step_cutoff(batch: TrainingBatch, whole_old_BT: Tensor, *, threshold: float) -> float:
+    """M2PO's cutoff on the squared log ratio pi_prox / pi_behav over the step's loss
+    tokens (``algo.m2po_threshold``), once for every mini- and micro-batch."""
+    whole = CorrectionInputs(whole_old_BT, batch.engine_logprobs_BT, batch.loss_mask_BT)
+    m2_BT = whole.log_ratio_BT() ** 2
+    return m2po_cutoff(m2_BT[batch.loss_mask_BT.bool()], threshold=threshold)
+
+
+def _policy_micro_loss(
+    scorer: TokenScorer,
+    *,
+    algo: AlgoConfig,
+    beta: float,
+    cutoff: float | None,
+    autocast: Callable[[], AbstractContextManager],
+    first_pass: Callable[..., dict[str, Tensor]],
+) -> MicroLoss:
+    """The policy's loss on a micro-batch (``algo/objective.micro_batch_loss``) with its
+    entropy, and in the first iteration ``first_pass``'s metrics of the logprobs before
+    the update."""
 
     def micro_loss(micro: TrainingBatch, norm: LossNorm, iteration: int):
         with autocast():
@@ -380,31 +450,7 @@ def policy_update(
         metrics["entropy"] = token_mean(entropy_BT, micro.loss_mask_BT, norm=norm)
         if iteration == 0:
             before_BT = logprobs_BT.detach() if algo.old_logprobs == "engine" else old_BT
-            metrics.update(
-                _first_pass_metrics(
-                    micro,
-                    before_BT,
-                    replicas=replicas,
-                    lag_levels=lag_levels,
-                    version=version,
-                    norm=norm,
-                    peak=peak,
-                )
-            )
+            metrics.update(first_pass(micro, before_BT, norm=norm))
         return loss, metrics
 
-    metrics = run_updates(
-        model=scorer,
-        optimizer=optimizer,
-        batch=batch,
-        micro_loss=micro_loss,
-        num_iterations=algo.num_iterations,
-        mini_batch_size=mini_batch_size,
-        micro=MicroBatching.of(train),
-        max_grad_norm=train.max_grad_norm,
-        rank=rank,
-    )
-    ratio_max = _max_over_ranks(peak[0], rank)
-    if ratio_max > -math.inf:  # the largest r_t of the step's loss tokens, every rank's
-        metrics["offpolicy/ratio_max"] = ratio_max
-    return offpolicy_stats(replica_gaps(metrics))
+    return micro_loss

