@@ -357,3 +357,14 @@ def test_the_run_start_line_says_what_is_contained(caplog):
         assert "no network (own user+network namespace)" in line and not warning
     else:
         assert why in line and warning[0].startswith("reward.network=false cannot be kept")
+
+
+def test_the_run_start_names_the_program_sandbox_where_code_tests_scores(caplog):
+    from grouprl.config.schema import RunConfig
+    from grouprl.rollout.side import log_containment
+
+    cfg = RunConfig(reward={"functions": [{"name": "code_tests"}], "correct_function": None})
+    with caplog.at_level(logging.INFO, logger="grouprl.rollout.side"):
+        log_containment(cfg)
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(x.startswith("program sandbox (code_tests, docs/code.md): ") for x in lines), lines

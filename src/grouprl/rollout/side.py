@@ -174,9 +174,22 @@ def log_containment(cfg: RunConfig) -> None:
         if off_refused:
             refused.append(f"{who}.network=false")
     logger.info("contained (docs/sandbox.md): " + "; ".join(lines))
+    if (programs := program_sandbox_line(cfg)) is not None:
+        logger.info(programs)
     if refused:
         logger.warning(
             f"{' and '.join(refused)} cannot be kept on this machine: the workers keep the "
             "network (see above). Fix: run where `unshare -rn true` succeeds as your user, "
             "or set the key to true to accept it"
         )
+
+
+def program_sandbox_line(cfg: RunConfig) -> str | None:
+    """Where a reward runs generated programs (``code_tests``): which isolation layers
+    enclose them on this machine (``sandbox/program.isolation``: a probe, ~0.1 s), for
+    the run's start and ``grouprl plan``; None for a run that runs no programs."""
+    if not any(f.name == "code_tests" for f in cfg.reward.functions):
+        return None
+    from grouprl.sandbox.program import isolation
+
+    return f"program sandbox (code_tests, docs/code.md): {isolation()['summary']}"
