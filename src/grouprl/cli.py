@@ -180,7 +180,7 @@ def plan(
     from grouprl.plan.check import checked_run
     from grouprl.plan.render import render_plan
     from grouprl.plan.report import plan_json
-    from grouprl.rollout.side import program_sandbox_line
+    from grouprl.sandbox.program import program_sandbox_line
 
     with _user_errors():
         try:
@@ -196,7 +196,7 @@ def plan(
             raise typer.Exit(USER_ERROR_EXIT if checked.problems else 0)
         if checked.derived is not None:
             Console().print(render_plan(cfg, checked.derived, here=here))
-            if (programs := program_sandbox_line(cfg)) is not None:
+            if (programs := program_sandbox_line(cfg.reward.functions)) is not None:
                 Console().print(programs)
         raise_problems(checked.problems)
 

@@ -160,6 +160,7 @@ def log_containment(cfg: RunConfig) -> None:
     to; a warning where ``network: false`` cannot be kept on this machine."""
     from grouprl.envs.registry import BUILT_IN
     from grouprl.sandbox.isolation import containment
+    from grouprl.sandbox.program import program_sandbox_line
 
     reward, env = cfg.reward, cfg.env
     parts = [("reward", reward.network, reward.sandbox)]
@@ -174,7 +175,7 @@ def log_containment(cfg: RunConfig) -> None:
         if off_refused:
             refused.append(f"{who}.network=false")
     logger.info("contained (docs/sandbox.md): " + "; ".join(lines))
-    if (programs := program_sandbox_line(cfg)) is not None:
+    if (programs := program_sandbox_line(cfg.reward.functions)) is not None:
         logger.info(programs)
     if refused:
         logger.warning(
@@ -182,14 +183,3 @@ def log_containment(cfg: RunConfig) -> None:
             "network (see above). Fix: run where `unshare -rn true` succeeds as your user, "
             "or set the key to true to accept it"
         )
-
-
-def program_sandbox_line(cfg: RunConfig) -> str | None:
-    """Where a reward runs generated programs (``code_tests``): which isolation layers
-    enclose them on this machine (``sandbox/program.isolation``: a probe, ~0.1 s), for
-    the run's start and ``grouprl plan``; None for a run that runs no programs."""
-    if not any(f.name == "code_tests" for f in cfg.reward.functions):
-        return None
-    from grouprl.sandbox.program import isolation
-
-    return f"program sandbox (code_tests, docs/code.md): {isolation()['summary']}"

@@ -32,10 +32,18 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from grouprl.sandbox.watch import Outcome, Watched, watch
 
-__all__ = ["PYTHON", "ProgramLimits", "ProgramResult", "isolation", "run_program"]
+__all__ = [
+    "PYTHON",
+    "ProgramLimits",
+    "ProgramResult",
+    "isolation",
+    "program_sandbox_line",
+    "run_program",
+]
 
 PYTHON: str = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
 """The interpreter programs run with: the base interpreter of this one (a virtual
@@ -302,3 +310,13 @@ def isolation() -> dict[str, bool | str]:
         )
     found["summary"] = summary
     return found
+
+
+def program_sandbox_line(reward_functions: Sequence[Any]) -> str | None:
+    """Where a reward runs generated programs (``code_tests`` among ``reward.functions``):
+    which layers enclose them on this machine (``isolation``: a probe, ~0.1 s), for the
+    run's start and ``grouprl plan``; None where no reward runs programs. Torch-free, as
+    ``grouprl plan`` imports it."""
+    if not any(getattr(f, "name", None) == "code_tests" for f in reward_functions):
+        return None
+    return f"program sandbox (code_tests, docs/code.md): {isolation()['summary']}"
