@@ -41,7 +41,8 @@ test: install
 	$(VENV)/bin/python -m pytest tests -m "not gpu" -q --durations=25
 
 # The same suite with the long variants of the stress and learning tests (tests/long.py):
-# 20 crash trials instead of 10, the learning runs at full length.
+# 20 crash trials instead of 10, the learning runs at full length, and the learning runs
+# of the six algorithms besides GRPO (tests/e2e/test_learns.py), which `make test` skips.
 test-long: install
 	GROUPRL_TEST_LONG=1 $(VENV)/bin/python -m pytest tests -m "not gpu" -q --durations=25
 

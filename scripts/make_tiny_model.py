@@ -23,14 +23,12 @@ The result loads with ``AutoModelForCausalLM.from_pretrained(DIR)`` and
 from __future__ import annotations
 
 import argparse
-import math
 import random
 import re
-import time
 from pathlib import Path
 
 import torch
-from tiny_models import build_tokenizer, save_tiny_model, tiny_qwen2_config
+from tiny_models import build_tokenizer, save_tiny_model, tiny_qwen2_config, train_sft
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 from grouprl.assets.arith import arith_split
@@ -144,28 +142,19 @@ def main() -> None:
 
     examples = [encode_pair(tok, p.question, warmup_answer(p, args=args, rng=rng)) for p in train]
     batches = sft_batches(examples, batch_size=args.batch_size, pad_id=tok.pad_token_id, rng=rng)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    warmup = max(1, args.steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * s / args.steps))
+    last: dict[str, float] = {}
+
+    def report(step: int, loss: float, seconds: float) -> None:
+        last["acc"], last["worked"] = greedy_accuracy(model, tok, test)
+        print(
+            f"step {step}: loss {loss:.3f}  held-out greedy accuracy {last['acc']:.3f}  "
+            f"answers with every step {last['worked']:.2f}  ({seconds:.0f}s)",
+            flush=True,
+        )
+
+    train_sft(
+        model, batches, steps=args.steps, lr=args.lr, eval_every=args.eval_every, report=report
     )
-    model.train()
-    start = time.time()
-    for step in range(1, args.steps + 1):
-        input_ids, attention, labels = next(batches)
-        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        if step % args.eval_every == 0 or step == args.steps:
-            acc, worked = greedy_accuracy(model, tok, test)
-            print(
-                f"step {step}: loss {loss.item():.3f}  held-out greedy accuracy {acc:.3f}  "
-                f"answers with every step {worked:.2f}  ({time.time() - start:.0f}s)",
-                flush=True,
-            )
 
     save_tiny_model(
         args.out,
@@ -176,8 +165,8 @@ def main() -> None:
             "args": vars(args) | {"out": None},
             "seed": SEED,
             "params": n_params,
-            "held_out_greedy_accuracy": acc,
-            "answers_with_every_step": worked,
+            "held_out_greedy_accuracy": last["acc"],
+            "answers_with_every_step": last["worked"],
         },
     )
     print(f"saved to {args.out}")

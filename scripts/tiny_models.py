@@ -7,8 +7,12 @@ Used by ``make_tiny_model.py`` (builtin:tiny-arith) and ``make_tiny_search_model
 from __future__ import annotations
 
 import json
+import math
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config
 
@@ -85,3 +89,34 @@ def save_tiny_model(out: Path, model, tok: PreTrainedTokenizerFast, record: dict
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     (out / "TRAINING.json").write_text(json.dumps(record, indent=2))
+
+
+def train_sft(
+    model,
+    batches: Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    *,
+    steps: int,
+    lr: float,
+    eval_every: int,
+    report: Callable[[int, float, float], None],
+) -> None:
+    """Supervised warm-up: AdamW (weight decay 0.01), a linear warmup over the first 5% of
+    ``steps`` then cosine decay, gradients clipped at 1.0; ``report(step, loss, seconds)``
+    every ``eval_every`` steps and after the last."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    warmup = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * s / steps))
+    )
+    model.train()
+    start = time.time()
+    for step in range(1, steps + 1):
+        input_ids, attention, labels = next(batches)
+        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        if step % eval_every == 0 or step == steps:
+            report(step, loss.item(), time.time() - start)

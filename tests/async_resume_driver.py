@@ -72,6 +72,7 @@ def overrides(run_dir: Path, model_dir: str, *, staleness: int, epochs: int) -> 
         "trainer.eval_before_train=false",
         "trainer.resume=auto",
         "metrics.progress=false",
+        "metrics.report=false",  # a subprocess: conftest's default does not reach it
         "metrics.tensorboard=false",
         f"trainer.run_dir={run_dir}",
     ]

@@ -14,6 +14,28 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 TINY_MODEL = Path(__file__).resolve().parents[1] / "src/grouprl/assets/tiny-arith"
 
 
+@pytest.fixture(autouse=True)
+def no_report_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs in the tests write no report.html and reward_curve.png (``metrics.report``: ~1 s
+    a run, and ~1.5 s to load matplotlib once): every recipe loaded in this process gets
+    ``metrics.report: false`` unless it sets the key. A test that checks the report passes
+    ``metrics.report=true`` (an override wins, as always); a run in a subprocess passes
+    ``metrics.report=false`` itself. ``load_config`` reads the recipe through
+    ``loader._load_recipe`` (a module global) on each call, whoever imported it."""
+    from grouprl.config import loader
+
+    load_recipe = loader._load_recipe
+
+    def without_report(recipe, *, chain):
+        data, origin, problems = load_recipe(recipe, chain=chain)
+        metrics = data.setdefault("metrics", {}) if not chain else None
+        if isinstance(metrics, dict):
+            metrics.setdefault("report", False)
+        return data, origin, problems
+
+    monkeypatch.setattr(loader, "_load_recipe", without_report)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> str:
     """The shipped tiny model (GROUPRL_TEST_MODEL_DIR points at another of the same format)."""
@@ -109,3 +131,4 @@ def shared_engines(request: pytest.FixtureRequest) -> Iterator[SharedEngines]:
         yield engines
     finally:
         engines.close()
+        engines.join()

@@ -2,11 +2,13 @@
 (a head with the dashboard, then workers), each in its own session, stopped by PID.
 
 Ray gives every node this machine's own interface address (it refuses loopback for a
-multi-node cluster); the dashboard listens on 127.0.0.1.
+multi-node cluster); the dashboard listens on 127.0.0.1. ``actor_replicas``: rollout
+replicas in Ray actors on such a cluster, for a test in this process.
 """
 
 from __future__ import annotations
 
+import builtins
 import os
 import signal
 import socket
@@ -14,7 +16,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from grouprl.engines.replicas import ReplicaSet
 
 RAY = str(Path(sys.executable).with_name("ray"))
 
@@ -121,3 +131,42 @@ class LocalRayCluster:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         self.procs.clear()
+
+
+@contextmanager
+def actor_replicas(
+    cluster: LocalRayCluster, *, model_dir: str, cache_dir: str, overrides: Sequence[str] = ()
+) -> Iterator[ReplicaSet]:
+    """hf-engine rollout replicas in Ray actors on ``cluster`` (the tiny-arith config with
+    ``overrides``), this process joined to it with ``ray_env``. On leaving: the replicas
+    closed, this process's connection shut (the cluster runs on) and ``print`` given back
+    (``ray.init`` patches it) for the tests after this one in the process."""
+    import ray
+
+    from grouprl.config.loader import load_config
+    from grouprl.engines.replicas import start_replicas
+
+    cfg = load_config(
+        "tiny-arith",
+        [
+            f"model.path={model_dir}",
+            "rollout.engine=hf",
+            "rollout.placement=actor",
+            f"cluster.address={cluster.address}",
+            *overrides,
+        ],
+    )
+    engines, plain_print = None, builtins.print
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in ray_env().items():
+            env.setenv(key, value)
+        try:
+            engines = start_replicas(
+                cfg, model_dir=model_dir, cache_dir=cache_dir, places=[], on_gpu=False
+            )
+            yield engines
+        finally:
+            if engines is not None:
+                engines.close()
+            ray.shutdown()
+            builtins.print = plain_print

@@ -4,10 +4,11 @@ to start and ~5 s to stop, and the learning runs (tests/e2e) and the engine test
 
 Each user gets the engine back serving the model's initial weights (pushed as version 0,
 as a fresh engine would load them). A run's ``close`` leaves it running; the session
-closes every engine at its end."""
+closes every engine after its last user, on a thread, while the next tests run."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ class SharedEngines:
         self._sets: dict[str, Any] = {}
         self._initial: dict[str, dict[str, torch.Tensor]] = {}
         self._closers: list[Callable[[], None]] = []
+        self._closing: list[threading.Thread] = []
+        self._errors: list[BaseException] = []
 
     def start_engine(self, cfg, **kwargs) -> Any:
         """Stands in for ``start_engine`` in a run: the model's shared replica set."""
@@ -59,9 +62,31 @@ class SharedEngines:
         return engine
 
     def close(self) -> None:
-        """Closes every engine started so far; a second call has nothing left to close."""
+        """Starts closing every engine started so far, on a thread: a vLLM-cpu engine takes
+        5-10 s to stop (its worker exits, then its engine core, each after a wait), which
+        the tests after its last user need not spend idle. ``join`` waits for it. A second
+        call has nothing left to close."""
         closers, self._closers = self._closers, []
         self._sets.clear()
         self._initial.clear()
+        if closers:
+            thread = threading.Thread(
+                target=self._close_all, args=(closers,), name="close-shared-engines"
+            )
+            thread.start()
+            self._closing.append(thread)
+
+    def _close_all(self, closers: list[Callable[[], None]]) -> None:
         for close in closers:
-            close()
+            try:
+                close()
+            except BaseException as err:  # raised again by join, in the session's teardown
+                self._errors.append(err)
+
+    def join(self) -> None:
+        """Waits until every engine is closed; raises the first error a close raised."""
+        for thread in self._closing:
+            thread.join()
+        self._closing.clear()
+        if self._errors:
+            raise RuntimeError("closing a shared engine failed") from self._errors[0]

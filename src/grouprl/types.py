@@ -20,13 +20,15 @@ template, then the model's next turn; only the model's tokens are in the loss::
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:  # annotations only: data/ (torch-free, grouprl plan) checks rows here
+    import torch
+    from torch import Tensor
 
 
 @dataclass
@@ -111,6 +113,9 @@ class RewardParts:
     kl: float | None = None
     """KL in the reward (``algo.kl_in=reward``): ``-coef * KL`` summed over the sample's
     tokens, as the policy update saw it."""
+    extras: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """What reward functions returned beside their scores, by function (``{"code_tests":
+    {"outcome": "timeout"}}``; str, finite float or bool values: ``rewards/extras.py``)."""
 
 
 @dataclass
@@ -231,6 +236,7 @@ def trajectory_to_dict(t: Trajectory) -> dict[str, Any]:
             "error": parts.error,
             "turns": [_float(v) for v in parts.turns],
             "kl": _float(parts.kl),
+            "extras": {name: dict(found) for name, found in parts.extras.items()},
         },
         "correct": t.correct,
         "row": _json_value(t.row, where="row"),
@@ -260,6 +266,7 @@ def trajectory_from_dict(d: dict[str, Any]) -> Trajectory:
                 error=parts.get("error"),
                 turns=tuple(_unfloat(v) for v in parts.get("turns", ())),
                 kl=_unfloat(parts.get("kl")),
+                extras={name: dict(found) for name, found in parts.get("extras", {}).items()},
             ),
             correct=bool(d.get("correct", False)),
             row=_json_unvalue(d.get("row", {})),
@@ -324,33 +331,60 @@ def _unfloat(value: Any) -> Any:
     return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
-def _json_value(value: Any, *, where: str) -> Any:
-    """``value`` (a row's or a turn's info's content) as strict JSON, or RecordError."""
+class ValueRefused(ValueError):
+    """A value with no exact JSON form: its place ``where`` (``row['meta'][0]``) and ``why``."""
+
+    def __init__(self, where: str, why: str) -> None:
+        super().__init__(f"{where} {why}")
+        self.where, self.why = where, why
+
+
+def json_value(
+    value: Any,
+    *,
+    where: str,
+    floats: Callable[[float], Any] = float,
+    convert: Callable[[Any, str], Any] | None = None,
+) -> Any:
+    """``value`` as strict JSON, or ValueRefused naming its place ``where``: None, bool, int,
+    str kept, a float as ``floats`` gives it, lists and dicts (text keys) walked, any other
+    value as ``convert(value, where)`` gives it (NotImplemented: refused). The one walk of a
+    record's row and info (floats tagged) and of a row as it loads (``data/row_values.py``)."""
     kind = type(value)
     if value is None or kind in (bool, int, str):
         return value
     if kind is float:
-        return _float(value)
+        return floats(value)
+    walk = functools.partial(json_value, floats=floats, convert=convert)
     if kind is list:
-        return [_json_value(v, where=f"{where}[{k}]") for k, v in enumerate(value)]
+        return [walk(v, where=f"{where}[{k}]") for k, v in enumerate(value)]
     if kind is dict:
         bad = [k for k in value if type(k) is not str]
         if bad or list(value) == [_FLOAT_TAG]:
             key = bad[0] if bad else _FLOAT_TAG
-            raise RecordError(
-                f"{where} has the key {key!r}, which a JSON record cannot hold as it is "
-                "(keys must be text, and a lone key '$float' marks a non-finite float); "
-                "rename it in the dataset (or the environment's Step.info) to checkpoint "
-                "the rollout buffer, or train with rollout.max_staleness=0"
+            raise ValueRefused(
+                where,
+                f"has the key {key!r} (keys must be text, and a lone key {_FLOAT_TAG!r} marks "
+                "a non-finite float)",
             )
-        return {k: _json_value(v, where=f"{where}[{k!r}]") for k, v in value.items()}
-    raise RecordError(
-        f"{where} holds a {kind.__module__}.{kind.__qualname__} ({value!r:.60}), which a "
-        "checkpoint's JSON rollout state cannot hold exactly; allowed: None, bool, int, "
-        "float, str, lists and dicts of them. Convert the column to text or numbers in the "
-        "dataset (or drop it; an environment's Step.info likewise), or train with "
-        "rollout.max_staleness=0, which keeps no rollout buffer"
-    )
+        return {k: walk(v, where=f"{where}[{k!r}]") for k, v in value.items()}
+    if convert is not None and (converted := convert(value, where)) is not NotImplemented:
+        return walk(converted, where=where)
+    raise ValueRefused(where, f"holds a {kind.__module__}.{kind.__qualname__} ({value!r:.60})")
+
+
+def _json_value(value: Any, *, where: str) -> Any:
+    """``value`` (a row's or a turn's info's content) as strict JSON, or RecordError."""
+    try:
+        return json_value(value, where=where, floats=_float)
+    except ValueRefused as err:
+        raise RecordError(
+            f"{err.where} {err.why}, which a checkpoint's JSON rollout state cannot hold "
+            "exactly; allowed: None, bool, int, float, str, lists and dicts (text keys) of "
+            "them. Convert or rename it in the dataset (or drop the column; an environment's "
+            "Step.info likewise), or train with rollout.max_staleness=0, which keeps no "
+            "rollout buffer"
+        ) from None
 
 
 def _json_unvalue(value: Any) -> Any:

@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -181,7 +182,11 @@ def server_boot(request, model_dir, tmp_path_factory) -> Iterator[VllmServer]:
     try:
         yield server
     finally:
-        server.stop()
+        # it takes ~10 s to stop, mostly waiting: the next tests need not; pytest waits at
+        # its end (config cleanup)
+        stopping = threading.Thread(target=server.stop, name="stop-vllm-server")
+        stopping.start()
+        request.config.add_cleanup(stopping.join)
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,7 @@ def _overrides(run_dir, tiny_model_dir, reward="math_answer"):
         "train.micro_batch_size=4",
         "train.steps=1",
         "metrics.progress=false",
+        "metrics.report=false",  # a subprocess: conftest's default does not reach it
         f"reward.functions=[{{name: math_answer}}, {{name: {reward}, weight: 0.1}}]",
         f"trainer.run_dir={run_dir}",
     ]

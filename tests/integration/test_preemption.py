@@ -40,6 +40,7 @@ def _overrides(run_dir: Path, tiny_model_dir: str) -> list[str]:
         f"train.steps={STEPS}",
         "train.lr=1e-3",
         "metrics.progress=false",
+        "metrics.report=false",  # a subprocess: conftest's default does not reach it
         "metrics.tensorboard=false",
         f"trainer.run_dir={run_dir}",
         f"checkpoint.memory.dir={run_dir.parent / 'shm'}",

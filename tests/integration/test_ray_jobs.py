@@ -36,7 +36,7 @@ def test_submit_runs_a_recipe_to_completion_and_jobs_show_it(ray_cluster, tmp_pa
         "tiny-arith",
         "rollout.engine=hf",
         # a small run: the test is about the job, not the training (16 samples a step)
-        "train.steps=2",
+        "train.steps=1",
         "data.batch_size=4",
         "rollout.n=4",
         "rollout.max_tokens=32",
@@ -45,6 +45,7 @@ def test_submit_runs_a_recipe_to_completion_and_jobs_show_it(ray_cluster, tmp_pa
         "data.eval.limit=8",
         "data.train.limit=64",
         "metrics.progress=false",
+        "metrics.report=false",  # a subprocess: conftest's default does not reach it
         f"trainer.run_dir={tmp_path}/{{name}}",
         "--address",
         url,

@@ -5,7 +5,6 @@ explains; this process joins the cluster, and leaves it at the end."""
 
 from __future__ import annotations
 
-import builtins
 import os
 import re
 import signal
@@ -15,64 +14,45 @@ from contextlib import suppress
 import pytest
 
 from grouprl.cluster.connection import WorkerFailed
-from grouprl.config.loader import load_config
 from grouprl.engines.base import SamplingSettings
-from grouprl.engines.replicas import _pid, start_replicas  # _pid: importable in the actor
-from ray_cluster import ray_env
+from grouprl.engines.replicas import _pid  # importable in the actor
+from ray_cluster import actor_replicas
 
 TIMEOUT_S = 3.0
 
 
 @pytest.mark.ray
 def test_a_stopped_replica_fails_the_generation_within_its_bound_naming_it(
-    ray_cluster, tiny_model_dir, tmp_path, monkeypatch
+    ray_cluster, tiny_model_dir, tmp_path
 ):
     """Two hf-engine replicas generate; replica 1's process is then stopped (SIGSTOP: alive,
     so Ray sees nothing wrong) and the next generation fails after rollout.timeout_s,
     naming replica 1 and its node, and the stopped actor is killed."""
     import ray
 
-    for key, value in ray_env().items():
-        monkeypatch.setenv(key, value)
-    cfg = load_config(
-        "tiny-arith",
-        [
-            f"model.path={tiny_model_dir}",
-            "rollout.engine=hf",
-            "rollout.replicas=2",
-            "rollout.placement=actor",
-            f"rollout.timeout_s={TIMEOUT_S:g}",
-            f"cluster.address={ray_cluster.address}",
-        ],
-    )
+    overrides = ["rollout.replicas=2", f"rollout.timeout_s={TIMEOUT_S:g}"]
     prompts, settings = [[1, 2, 3], [4, 5, 6]], SamplingSettings(group_size=2, max_tokens=4)
-    engines, pid, plain_print = None, None, builtins.print  # ray.init patches print
-    try:
-        engines = start_replicas(
-            cfg, model_dir=tiny_model_dir, cache_dir=str(tmp_path), places=[], on_gpu=False
-        )
+    with actor_replicas(
+        ray_cluster, model_dir=tiny_model_dir, cache_dir=str(tmp_path), overrides=overrides
+    ) as engines:
         assert [len(group) for group in engines.generate(prompts, settings)] == [2, 2]
         stopped = engines.engines[1]
         pid = ray.get(stopped.actor.__ray_call__.remote(_pid))
         os.kill(pid, signal.SIGSTOP)
-        t0 = time.monotonic()
-        with pytest.raises(WorkerFailed) as failed:
-            engines.generate(prompts, settings)
-        waited = time.monotonic() - t0
-        assert TIMEOUT_S <= waited < TIMEOUT_S + 10, waited
-        message = str(failed.value)
-        assert re.fullmatch(
-            r"rollout replica 1 of 2 \(node [^)]+\) did not finish a generation within 3 s "
-            r"\(rollout\.timeout_s=3; raise it if the replica is slow\): stopped it",
-            message,
-        ), message
-        with pytest.raises(ray.exceptions.RayActorError):  # killed, not left stopped
-            ray.get(stopped.actor.__ray_call__.remote(_pid), timeout=30)
-    finally:
-        if pid is not None:
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(WorkerFailed) as failed:
+                engines.generate(prompts, settings)
+            waited = time.monotonic() - t0
+            assert TIMEOUT_S <= waited < TIMEOUT_S + 10, waited
+            message = str(failed.value)
+            assert re.fullmatch(
+                r"rollout replica 1 of 2 \(node [^)]+\) did not finish a generation within 3 s "
+                r"\(rollout\.timeout_s=3; raise it if the replica is slow\): stopped it",
+                message,
+            ), message
+            with pytest.raises(ray.exceptions.RayActorError):  # killed, not left stopped
+                ray.get(stopped.actor.__ray_call__.remote(_pid), timeout=30)
+        finally:
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
-        if engines is not None:
-            engines.close()
-        ray.shutdown()  # this process's connection; the cluster runs on
-        builtins.print = plain_print  # for the tests after this one in the process

@@ -6,46 +6,26 @@ cluster, and leaves it at the end."""
 
 from __future__ import annotations
 
-import builtins
 import threading
 import time
 
 import pytest
 import torch
 
-from grouprl.config.loader import load_config
 from grouprl.engines.base import SamplingSettings
-from grouprl.engines.replicas import stage, start_replicas
-from ray_cluster import ray_env
+from grouprl.engines.replicas import stage
+from ray_cluster import actor_replicas
 
 
 @pytest.mark.ray
 @pytest.mark.slow  # ~20 s: a replica actor's start and a long generation
-def test_a_replica_stages_a_push_while_it_generates(
-    ray_cluster, tiny_model_dir, tmp_path, monkeypatch
-):
-    import ray
+def test_a_replica_stages_a_push_while_it_generates(ray_cluster, tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    for key, value in ray_env().items():
-        monkeypatch.setenv(key, value)
-    cfg = load_config(
-        "tiny-arith",
-        [
-            f"model.path={tiny_model_dir}",
-            "rollout.engine=hf",
-            "rollout.placement=actor",
-            f"cluster.address={ray_cluster.address}",
-        ],
-    )
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     weights = {n: p.detach() * 1.01 for n, p in model.named_parameters()}
     long = SamplingSettings(group_size=4, max_tokens=200, ignore_eos=True, seed=1)
-    engines, plain_print = None, builtins.print  # ray.init patches print
-    try:
-        engines = start_replicas(
-            cfg, model_dir=tiny_model_dir, cache_dir=str(tmp_path), places=[], on_gpu=False
-        )
+    with actor_replicas(ray_cluster, model_dir=tiny_model_dir, cache_dir=str(tmp_path)) as engines:
         done: list[float] = []
         generating = threading.Thread(
             target=lambda: (engines.generate([[1, 2, 3]] * 8, long), done.append(time.time()))
@@ -61,8 +41,3 @@ def test_a_replica_stages_a_push_while_it_generates(
         assert done and done[0] <= time.time() and staged_at < done[0]
         assert engines.weight_version == 1
         generating.join()
-    finally:
-        if engines is not None:
-            engines.close()
-        ray.shutdown()  # this process's connection; the cluster runs on
-        builtins.print = plain_print  # for the tests after this one in the process

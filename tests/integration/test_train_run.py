@@ -46,7 +46,7 @@ def _weights(run_dir, part="model"):
 @pytest.fixture(scope="module")
 def straight_run(tmp_path_factory, tiny_model_dir):
     tmp = tmp_path_factory.mktemp("runs")
-    summary = train(_cfg(tmp, "straight", tiny_model_dir))
+    summary = train(_cfg(tmp, "straight", tiny_model_dir, "metrics.report=true"))
     return tmp / "straight", summary
 
 

@@ -19,7 +19,6 @@ from grouprl.rewards.code import (
     extract_code,
     judge,
     load_tests,
-    outcome_metrics,
 )
 from grouprl.rewards.code.harness import CaseResult, HarnessRun, parse_report
 from grouprl.rewards.code.in_sandbox import normalise, same_value
@@ -99,10 +98,10 @@ def test_livecodebench_stdin_cases():
         ),
         "metadata": "{}",
     }
-    assert load_tests(None, row).cases == (
-        {"stdin": "3\n", "expected": "6\n"},
-        {"stdin": "1\n", "expected": "2\n"},
-    )
+    both = ({"stdin": "3\n", "expected": "6\n"}, {"stdin": "1\n", "expected": "2\n"})
+    assert load_tests(None, row).cases == both
+    # data.answer_key=public_test_cases: the private cases are read too, never skipped
+    assert load_tests(row["public_test_cases"], row).cases == both
 
 
 class Payload:
@@ -130,6 +129,10 @@ def test_open_r1_verification_info_and_deepcoder_tests_list():
     tests = [{"input": "[2]", "output": "4", "testtype": "functional"}]
     got = load_tests(json.dumps(tests), {"metadata": {"func_name": "sq"}})
     assert got.cases == ({"args": [[2]], "expected": 4, "wrapped": False},)
+    # DeepCoder's primeintellect and lcbv5 rows name the function in each case
+    for named in ({"fn_name": "sq"}, {"metadata": {"func_name": "sq"}}):
+        got = load_tests([{**tests[0], "type": "function_call", **named}], {})
+        assert (got.kind, got.fn_name) == ("call", "sq")
 
 
 def test_kodcode_pytest_functions_are_the_tests_in_source_order():
@@ -152,8 +155,35 @@ def test_mbpp_asserts_humaneval_check_and_plain_asserts():
     humaneval = "def check(candidate):\n    assert candidate(1) == 2\n"
     tests = load_tests(humaneval, {"entry_point": "inc"})
     assert tests.cases == ("test_check",) and "check(inc)" in tests.test_code
-    plain = load_tests("assert f(1) == 2\nassert f(2) == 3", {})
+    plain = load_tests("assert f(1) == 2\nassert g(2) == 3", {})  # two functions: asserts
     assert plain.cases == ("test_asserts",)
+
+
+def test_assert_lines_of_a_call_and_a_literal_become_function_call_tests():
+    """``assert f(<literals>) == <literal>`` lines (MBPP's, plain asserts) are judged as
+    function calls, outside the program's process; lines whose values a JSON round trip
+    would change (a tuple, a set), setup code, or any other shape keep them asserts."""
+    mbpp = load_tests(
+        None, {"test_list": ["assert f([1], 'a') == {'k': [2.5, None]}", "assert f([], '') == -3"]}
+    )
+    assert (mbpp.kind, mbpp.fn_name) == ("call", "f")
+    assert mbpp.cases == (
+        {"args": [[1], "a"], "expected": {"k": [2.5, None]}, "wrapped": False, "strict": True},
+        {"args": [[], ""], "expected": -3, "wrapped": False, "strict": True},
+    )
+    plain = load_tests("from solution import *\nassert f(1) == 2\nassert f(2) == 3, 'msg'", {})
+    assert plain.kind == "assert"  # (an import among them: asserts)
+    assert load_tests("assert f(1) == 2\nassert f(2) == 3, 'msg'", {}).kind == "call"
+    for lines in (
+        ["assert f(1) == (1, 2)"],  # a tuple would arrive as a list
+        ["assert f({1, 2}) == 1"],
+        ["assert f(x=1) == 1"],
+        ["assert set(f(1)) == {1}"],
+        ["assert f(1) != 2"],
+        ["assert f(1) == 2", "assert g(1) == 2"],
+        ["assert math.isclose(f(1), 2.0)"],
+    ):
+        assert load_tests(None, {"test_list": lines}).kind == "assert", lines
 
 
 def test_asserts_no_test_ever_calls_are_refused_not_passed():
@@ -264,16 +294,6 @@ def test_scores_all_or_nothing_by_default_partial_credit_as_option():
     assert Verdict("no_code", 0, 4).score(partial_credit=True) == 0.0
     with pytest.raises(SandboxFailure):
         Verdict("sandbox_error", 0, 3, "no namespaces").score()
-
-
-def test_outcome_metrics_fractions_of_samples():
-    metrics = outcome_metrics(
-        [Verdict("passed", 2, 2), Verdict("timeout", 1, 2), Verdict("no_code", 0, 2)]
-    )
-    assert metrics["code/passed"] == pytest.approx(1 / 3)
-    assert metrics["code/timeout"] == pytest.approx(1 / 3)
-    assert metrics["code/failed"] == 0.0
-    assert metrics["code/tests_passed"] == pytest.approx(0.5)
 
 
 def test_registered_and_checked_arguments():

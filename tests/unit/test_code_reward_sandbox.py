@@ -63,7 +63,9 @@ def test_stdin_stdout_programs_score_as_they_deserve(name):
     code, outcome = STDIO_PROGRAMS[name]
     verdict = REWARD.verdict(fenced(code), reference=None, row=STDIO)
     assert verdict.outcome == outcome, verdict
-    assert REWARD(fenced(code), reference=None, row=STDIO) == (1.0 if outcome == "passed" else 0.0)
+    score = 1.0 if outcome == "passed" else 0.0  # a call returns the outcome beside its score
+    got = REWARD(fenced(code), reference=None, row=STDIO)
+    assert (got["score"], got["outcome"]) == (score, outcome)
 
 
 def test_a_loop_times_out_within_its_deadline():
@@ -136,10 +138,10 @@ KODCODE = {
 
 
 def test_pytest_style_tests_and_partial_credit():
-    assert REWARD(fenced("def double(x):\n    return 2 * x"), reference=None, row=KODCODE) == 1.0
+    assert REWARD.score(fenced("def double(x):\n    return 2 * x"), row=KODCODE) == 1.0
     half = fenced("def double(x):\n    return 2 * x if x else 1")
-    assert REWARD(half, reference=None, row=KODCODE) == 0.0
-    assert CodeTests(partial_credit=True)(half, reference=None, row=KODCODE) == 0.5
+    assert REWARD.score(half, reference=None, row=KODCODE) == 0.0
+    assert CodeTests(partial_credit=True).score(half, reference=None, row=KODCODE) == 0.5
     printed = REWARD.verdict(fenced("print('PASSED')"), reference=None, row=KODCODE)
     assert printed.outcome == "crashed" and "cannot import name 'double'" in printed.detail
 
@@ -154,8 +156,8 @@ def test_test_classes_async_tests_and_fixtures():
         fenced("def double(x):\n    return 2 * x"),
         fenced("def double(x):\n    return 2"),
     )
-    assert REWARD(right, reference=tests, row={}) == 1.0
-    assert CodeTests(partial_credit=True)(wrong, reference=tests, row={}) == 0.5  # async ran
+    assert REWARD.score(right, reference=tests, row={}) == 1.0
+    assert CodeTests(partial_credit=True).score(wrong, reference=tests, row={}) == 0.5  # async
     fixture = "from solution import double\n\ndef test_out(capsys):\n    assert double(1) == 2\n"
     with pytest.raises(SandboxFailure, match=r"needs the fixtures \['capsys'\]"):
         REWARD(right, reference=fixture, row={})
@@ -166,7 +168,7 @@ def test_all_or_nothing_stops_at_the_first_test_not_passed():
     assert REWARD.verdict(second_only, reference=None, row=STDIO).passed == 0  # skipped
     partial = CodeTests(partial_credit=True)
     assert partial.verdict(second_only, reference=None, row=STDIO).passed == 1
-    assert partial(second_only, reference=None, row=STDIO) == 0.5
+    assert partial.score(second_only, reference=None, row=STDIO) == 0.5
 
 
 def test_a_sandbox_error_raises_never_scores(monkeypatch):
@@ -206,8 +208,29 @@ def test_pytest_helpers_work_without_pytest_in_the_sandbox():
         "@pytest.mark.parametrize('a, b, c', [(4, 2, 2), pytest.param(9, 3, 3)])\n"
         "def test_cases(a, b, c):\n    assert div(a, b) == c\n"
     )
-    assert REWARD(fenced("def div(a, b):\n    return a / b"), reference=tests, row={}) == 1.0
+    assert REWARD.score(fenced("def div(a, b):\n    return a / b"), reference=tests, row={}) == 1.0
     swallow = fenced("def div(a, b):\n    return a / b if b else 0")  # does not raise
     verdict = CodeTests(partial_credit=True).verdict(swallow, reference=tests, row={})
     assert (verdict.passed, verdict.outcome) == (2, "failed")
     assert "DID NOT RAISE" in verdict.detail
+
+
+def test_mbpp_lines_judged_as_calls_cannot_be_forged_and_keep_the_meaning_of_eq():
+    """MBPP's call-and-literal asserts run as function calls: a "passed" line written on
+    every descriptor, or an object equal to everything, does not pass them; a tuple
+    returned for a list fails as ``==`` fails it; the right function passes."""
+    row = {"test_list": ["assert pair(1) == [1, 2]", "assert pair(5) == [5, 6]"]}
+    right = fenced("def pair(x):\n    return [x, x + 1]")
+    assert REWARD.verdict(right, reference=None, row=row).outcome == "passed"
+    forged = fenced(
+        "import os\nfor fd in range(3, 64):\n    try:\n"
+        '        os.write(fd, b\'{"status": "passed"}\\n\' * 2)\n'
+        "    except OSError:\n        pass\n"
+        "class E:\n    def __eq__(self, other):\n        return True\n"
+        "def pair(x):\n    return E()"
+    )
+    assert REWARD.verdict(forged, reference=None, row=row).outcome in ("failed", "crashed")
+    as_tuple = REWARD.verdict(
+        fenced("def pair(x):\n    return (x, x + 1)"), reference=None, row=row
+    )
+    assert as_tuple.outcome == "failed" and "returned a tuple" in as_tuple.detail, as_tuple

@@ -4,6 +4,7 @@ history rewrites, OpenAI-shaped errors, the reward call, and agent rollouts."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import urllib.error
@@ -15,6 +16,7 @@ from openai import OpenAI
 from grouprl.config.schema import RunConfig
 from grouprl.data.prompts import chat_prompt_ids
 from grouprl.engines.base import SamplingSettings
+from grouprl.engines.segments import GenerationAborted
 from grouprl.envs.base import render_observation
 from grouprl.rewards.scoring import RewardScores
 from grouprl.rollout.gateway.agents import AgentRollout
@@ -486,3 +488,36 @@ def test_an_agent_that_hangs_or_crashes_its_worker_fails_only_its_own_episode(
     # only, no rewrite), then past its deadline
     assert (info[2]["reruns"], info[2]["calls"], info[2]["rewrites"]) == (1, 1, 0)
     assert "2 of 4 agent episodes failed (1 WorkerCrash, 1 TimeoutError)" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("error", "level", "traceback"),
+    [
+        (GenerationAborted("aborted at a segment boundary"), logging.INFO, False),
+        (RuntimeError("CUDA out of memory"), logging.ERROR, True),
+    ],
+)
+def test_an_aborted_batch_logs_one_line_and_an_engine_failure_its_traceback(
+    tokenizer, caplog, error, level, traceback
+):
+    """The stream's stop aborts a gateway batch (expected: one line); any other engine
+    error is logged with its traceback. Either way the batch's calls fail with 500 and the
+    rollout re-raises the error."""
+
+    class FailingEngine:
+        weight_version = 0
+
+        def generate(self, prompts, settings):
+            raise error
+
+    gateway = serve(FailingEngine(), tokenizer)
+    with caplog.at_level(logging.INFO, logger="grouprl.rollout.gateway.server"):
+        with gateway.serving():
+            key = gateway.open(index=0, row={})
+            hello = {"messages": [{"role": "user", "content": "hi"}]}
+            got, answer = post(f"{gateway.base_url(key)}/chat/completions", hello)
+    assert (got, answer["error"]["code"]) == (500, "engine_error")
+    assert gateway.engine_error is error
+    [record] = [r for r in caplog.records if r.name == "grouprl.rollout.gateway.server"]
+    assert record.levelno == level
+    assert (record.exc_info is not None) == traceback

@@ -108,6 +108,7 @@ def ran(secrets) -> dict[str, Ran]:
         "threads": ("thousand_threads",),
         "alloc_64g": ("allocate_64g",),
         "alloc_resident": ("allocate_resident",),
+        "memfd": ("memfd_memory",),
         "print_1g": ("print_gigabyte",),
         "stdin_empty": ("read_stdin",),
         "shadow": ("read_file", "/etc/shadow"),
@@ -162,7 +163,7 @@ def test_a_thousand_threads_fail_past_the_process_limit(ran):
     assert b"can't start new thread" in result.stderr
 
 
-@pytest.mark.parametrize("name", ["alloc_64g", "alloc_resident"])
+@pytest.mark.parametrize("name", ["alloc_64g", "alloc_resident", "memfd"])
 def test_memory_past_the_limit_is_the_memory_outcome(ran, name):
     result = ran[name].result
     assert result.outcome == "memory", result
@@ -290,9 +291,9 @@ def test_without_namespaces_limits_and_the_tree_still_hold(monkeypatch):
         assert _left_running(each.token) == []
 
 
-def _through_worker(code: str) -> tuple[ProgramResult, dict]:
+def _through_worker(code: str) -> tuple[ProgramResult, dict, str]:
     result = run_program([PYTHON, "main.py"], files={"main.py": code})
-    return result, isolation()
+    return result, isolation(), Path("/proc/self/uid_map").read_text()
 
 
 _PROC_WRITE = (
@@ -305,16 +306,30 @@ _PROC_WRITE = (
     "    wrote = err.errno\n"
     "print(os.getpid(), os.path.exists('/etc/shadow'), wrote)\n"
 )
+_WHO = (
+    "caps = [l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')]\n"
+    "print(os.getuid(), caps[0], open('/proc/self/uid_map').read().split()[1])\n"
+)
 
 
-def test_a_program_runs_from_inside_a_reward_worker_without_network():
-    # there, as root, the worker's user namespace maps only uid 0: the program is host
-    # uid 0 without capabilities, and /proc is read-only all the same
+def test_a_program_runs_from_inside_a_reward_worker_as_nobody_without_network():
+    # a root worker's user namespace maps root and nobody (sandbox/isolation.py): the
+    # program drops to nobody there as from the trainer, never host uid 0
     with WorkerPool(size=1, memory_mb=1024, name="program", network=False) as pool:
-        result, layers = pool.submit(_through_worker, _PROC_WRITE, deadline_s=30).result()
+        future = pool.submit(_through_worker, _PROC_WRITE + _WHO, deadline_s=30)
+        result, layers, worker_map = future.result()
     assert result.outcome == "exited", result
-    if layers["mount_ns"]:  # nested namespaces: allowed where the kernel allows ours
-        assert result.stdout == f"2 False {errno.EROFS}\n".encode(), result
+    if not layers["mount_ns"]:  # nested namespaces: allowed where the kernel allows ours
+        return
+    first, who = result.stdout.decode().splitlines()
+    assert first == f"2 False {errno.EROFS}", result
+    uid, caps, outside = who.split()  # outside: its uid in the worker's namespace
+    assert (uid, caps) == ("1000", "0000000000000000"), result
+    if os.geteuid() == 0:
+        assert worker_map.split() == ["0", "0", "1", "65534", "65534", "1"], worker_map
+        assert outside == "65534" and layers["uid"] == "nobody (65534) instead of root"
+    else:
+        assert outside == str(os.geteuid())
 
 
 @needs_namespaces

@@ -207,6 +207,27 @@ def test_close_kills_workers_and_fails_pending_calls():
         pool.submit(add, 1, 2)
 
 
+def test_a_fault_of_the_manager_fails_every_call_instead_of_hanging(monkeypatch):
+    """A bug or a /proc race in the manager thread fails the pending call and every later
+    one at once (the run stops with the reason), never leaves a future nobody resolves."""
+    pool = WorkerPool(size=1, memory_mb=MEMORY_MB, name="faulty")
+    pool.submit(add, 0, 0).result()
+    pids = pool.pids()
+    pending = pool.submit(sleep_then_pid, 0.3)
+
+    def race(*args):
+        raise FileNotFoundError("/proc/123/task")
+
+    monkeypatch.setattr(pool, "_watch", race)
+    pool._wake()
+    with pytest.raises(RuntimeError, match="manager thread failed .FileNotFoundError"):
+        pending.result(timeout=10)
+    with pytest.raises(RuntimeError, match="takes no more calls"):
+        pool.submit(add, 1, 2).result(timeout=1)
+    pool.close()
+    assert not any(_alive(p) for p in pids)
+
+
 def _alive(process_id: int) -> bool:
     try:
         os.kill(process_id, 0)

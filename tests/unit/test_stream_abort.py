@@ -19,7 +19,8 @@ import pytest
 
 from grouprl.config.replica_timeouts import Bound
 from grouprl.data.sampler import PromptSampler
-from grouprl.driver.stream import Generated, Stopping, Stream, StreamClosed
+from grouprl.driver.stopping import Stopping
+from grouprl.driver.stream import Generated, Stream, StreamClosed
 from grouprl.engines.base import SamplingSettings
 from grouprl.engines.replicas import ReplicaSet, Slot
 from grouprl.engines.segments import GenerationAborted, PushGate

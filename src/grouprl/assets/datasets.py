@@ -14,6 +14,7 @@ from typing import Any
 BUILTIN_DATASETS = {
     "builtin:arith": "grouprl.assets.arith",  # arithmetic word problems, GSM8K-style answers
     "builtin:fictional": "grouprl.assets.fictional",  # questions about a fictional encyclopedia
+    "builtin:code": "grouprl.assets.code",  # small programs with tests (code_tests)
 }
 
 

@@ -166,6 +166,12 @@ class RewardFunction(Section):
     float, or a dict whose `score` is one). `trl`: TRL's batched `fn(completions,
     prompts=..., **columns) -> list[float]`, called once per prompt's group. `auto`: told
     from the function's parameters before the run starts (docs/rewards.md)."""
+    args: dict[str, Any] = Field(default_factory=dict)
+    """The function's own settings, as verl's `reward_kwargs`: keyword arguments added to
+    every call (`fn(..., **args)`), or, for a registered settings object such as
+    `code_tests`, its fields replaced (`{partial_credit: true, wall_s: 4}`). Checked
+    against the function before any model loads. The same function may be listed again
+    with other args; that entry's scores are named `<name>_2` (docs/rewards.md)."""
 
 
 class SandboxConfig(Section):
@@ -828,6 +834,9 @@ class MetricsConfig(Section):
     """MLflow: on when `enabled` is true."""
     progress: bool = True
     """Show a rich progress bar with live metrics."""
+    report: bool = True
+    """At the end of a run write RUN_DIR/report.html and RUN_DIR/reward_curve.png from
+    metrics.jsonl (~1 s, and ~1.5 s more to load matplotlib the first time in a process)."""
 
 
 class RunConfig(Section):

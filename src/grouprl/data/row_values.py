@@ -18,9 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-FLOAT_TAG = "$float"
-"""The key ``types.trajectory_to_dict`` marks a non-finite float with; a row's dict with it
-as its only key would read back as a float."""
+from grouprl.types import ValueRefused, json_value
 
 
 class RowValueError(ValueError):
@@ -34,45 +32,28 @@ class RowValueError(ValueError):
 
 def json_row(row: dict[str, Any]) -> dict[str, Any]:
     """``row`` with numpy values and tuples converted; raises ``RowValueError`` naming the
-    column (and the place inside it) of the first value that has no exact JSON form."""
+    column (and the place inside it) of the first value that has no exact JSON form (the
+    walk ``types.trajectory_to_dict`` checks a checkpoint's rows with)."""
     converted = {}
     for key, value in row.items():
         column = key if type(key) is str else repr(key)
         try:
-            converted[key] = _json_value(value, where=column)
-        except _Refused as err:
+            converted[key] = json_value(value, where=column, convert=_numpy_or_tuple)
+        except ValueRefused as err:
             raise RowValueError(column, err.where, why=err.why) from None
     return converted
 
 
-class _Refused(Exception):
-    def __init__(self, where: str, why: str) -> None:
-        super().__init__(where, why)
-        self.where, self.why = where, why
-
-
-def _json_value(value: Any, *, where: str) -> Any:
-    kind = type(value)
-    if value is None or kind in (bool, int, float, str):
-        return value
-    if kind.__module__ == "numpy" and hasattr(value, "tolist"):
-        if value.dtype.kind in "mMV":  # a datetime64's .item() may be an int: not lossless
-            raise _Refused(where, f"holds a numpy {value.dtype} value ({value!r:.60})")
-        # a bytes_ scalar's .item() is bytes, an object array's items anything: checked
-        return _json_value(value.tolist(), where=where)
-    if kind in (list, tuple):
-        return [_json_value(v, where=f"{where}[{k}]") for k, v in enumerate(value)]
-    if kind is dict:
-        bad = [k for k in value if type(k) is not str]
-        if bad or list(value) == [FLOAT_TAG]:
-            key = bad[0] if bad else FLOAT_TAG
-            raise _Refused(
-                where,
-                f"has the key {key!r} (keys must be text, and a lone key {FLOAT_TAG!r} marks "
-                "a non-finite float)",
-            )
-        return {k: _json_value(v, where=f"{where}[{k!r}]") for k, v in value.items()}
-    raise _Refused(where, f"holds a {kind.__module__}.{kind.__qualname__} ({value!r:.60})")
+def _numpy_or_tuple(value: Any, where: str) -> Any:
+    """A numpy value's Python form (checked in turn: a bytes_ scalar's is bytes, an object
+    array's items anything), a tuple's list; NotImplemented for any other type."""
+    if type(value) is tuple:
+        return list(value)
+    if type(value).__module__ != "numpy" or not hasattr(value, "tolist"):
+        return NotImplemented
+    if value.dtype.kind in "mMV":  # a datetime64's .item() may be an int: not lossless
+        raise ValueRefused(where, f"holds a numpy {value.dtype} value ({value!r:.60})")
+    return value.tolist()
 
 
 def refusal(err: RowValueError, *, place: str, staleness: int) -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from grouprl.config.schema import RolloutConfig, RunConfig
 from grouprl.engines.base import SamplingSettings
+from grouprl.rewards.scoring import extra_metrics
 from grouprl.rollout.episodes import episode_metrics
 from grouprl.rollout.setup import PromptSet, RolloutFn
 
@@ -38,6 +39,7 @@ def validate(
         "eval/reward_errors": float(len(scores.errors)),
     }
     metrics.update(episode_metrics(trajectories, prefix="eval/"))
+    metrics.update({f"eval/{k}": v for k, v in extra_metrics(scores).items()})
     return metrics
 
 

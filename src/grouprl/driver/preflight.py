@@ -28,14 +28,17 @@ def check_before_loading(cfg: RunConfig, *, missing_ok: bool = False) -> Derived
 
 def input_problems(cfg: RunConfig, *, missing_ok: bool = False) -> list[str]:
     """Reward functions that do not resolve, cannot reach the reward workers (a lambda, a
-    notebook's ``__main__``) or have a signature no call style takes (``reward_problems``),
+    notebook's ``__main__``), have a signature no call style takes, args they do not take,
+    or need more than ``reward.sandbox.timeout_s`` per call (``reward_problems``),
     and data sources that would not load (a local file missing, unreadable, or without the
     prompt or answer column), as messages.
     ``missing_ok``: files and modules absent on this machine are left to the machine that
     runs the job (``grouprl submit``; its ``grouprl train`` checks them at start)."""
     problems = env_config_problems(cfg.env, missing_ok=missing_ok)  # env.name, env.args
     problems += agent_problems(cfg.env, missing_ok=missing_ok)  # env.agent
-    problems += reward_problems(cfg.reward.functions, missing_ok=missing_ok)
+    problems += reward_problems(
+        cfg.reward.functions, missing_ok=missing_ok, timeout_s=cfg.reward.sandbox.timeout_s
+    )
     problems += grader_problems(cfg.reward.functions, cfg.data, missing_ok=missing_ok)
     problems += model_path_problems(cfg, missing_ok=missing_ok)
     for key, source in (("data.train", cfg.data.train), ("data.eval", cfg.data.eval)):

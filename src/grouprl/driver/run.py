@@ -38,7 +38,8 @@ from grouprl.driver.checkpointing import (
 )
 from grouprl.driver.loop import Components, RunState, one_step, run_validation, stream_round
 from grouprl.driver.preflight import check_before_loading
-from grouprl.driver.stream import Stopping, Stream
+from grouprl.driver.stopping import Stopping
+from grouprl.driver.stream import Stream
 from grouprl.engines.replicas import ReplicaSet
 from grouprl.metrics.progress import TrainProgress
 from grouprl.metrics.report import write_report
@@ -316,7 +317,8 @@ def _train_session(cfg: RunConfig) -> dict[str, Any]:
         with Preemption(cfg.checkpoint.grace_period_s) as preemption:
             summary = _loop(c, ckpt, run_dir, sinks, eval_before=eval_before, preemption=preemption)
         _log_peak_memory(c)
-    write_report(run_dir, run_name=cfg.name)
+    if cfg.metrics.report:
+        write_report(run_dir, run_name=cfg.name)
     return summary
 
 

@@ -32,11 +32,11 @@ one place: a finished group in the buffer, or the round in flight (re-issued who
 its round index and so its seeds, by ``load_state_dict``), or already trained.
 
 Stopping (the run ends or is preempted): ``stop`` admits nothing more and aborts the
-engine's generation (``Stopping``): with partial rollouts the round in flight stops after
-its segment in flight on every replica; without, its engine call cannot be interrupted
-and ``close`` waits for it (bounded by the replicas' call bound). Either way the round
-goes back to the unfinished rounds, never to the buffer, and no counter moves: a
-checkpoint taken after the stop issues it again, with the same index and seeds.
+engine's generation (``driver/stopping.py``): with partial rollouts the round in flight
+stops after its segment in flight on every replica; without, its engine call cannot be
+interrupted and ``close`` waits for it (bounded by the replicas' call bound). Either way
+the round goes back to the unfinished rounds, never to the buffer, and no counter moves:
+a checkpoint taken after the stop issues it again, with the same index and seeds.
 """
 
 from __future__ import annotations
@@ -46,13 +46,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from grouprl.config.replica_timeouts import Bound, step_generation_bound
-from grouprl.config.schema import RunConfig
 from grouprl.data.sampler import PromptSampler
+from grouprl.driver.stopping import Stopping
 from grouprl.engines.segments import GenerationAborted
 from grouprl.types import Trajectory, trajectory_from_dict, trajectory_to_dict
 
@@ -117,49 +116,6 @@ def spans_versions(t: Trajectory) -> bool:
 
 class StreamClosed(RuntimeError):
     """``take`` on a stream that was closed."""
-
-
-@dataclass(frozen=True)
-class Stopping:
-    """How the stream stops a round in flight when it stops (the run ends or is
-    preempted). ``abort`` is the engine's (``ReplicaSet.aborting``): inside it, every
-    generation stops after its segment in flight, on every replica. With
-    ``segment_tokens`` (``rollout.partial_rollout_tokens``) that is within one segment;
-    without, a generation is one engine call that cannot be interrupted (hf ``generate``,
-    vLLM's offline ``LLM.generate``), and ``close`` waits for it: at most ``bound`` (a
-    replica's call bound, ``config/replica_timeouts.py``; None: an engine in the driver,
-    which has none). A multi-turn episode stops before its next turn's call either way."""
-
-    abort: Callable[[], AbstractContextManager[None]] = nullcontext
-    segment_tokens: int | None = None
-    bound: Bound | None = None
-
-    @classmethod
-    def of(
-        cls, cfg: RunConfig, *, abort: Callable[[], AbstractContextManager[None]], on_gpu: bool
-    ) -> Stopping:
-        """The run's: ``abort`` the engine's, ``on_gpu`` whether the replicas use GPUs."""
-        bound = step_generation_bound(cfg, on_gpu=on_gpu) if cfg.rollout_in_actors else None
-        return cls(abort, cfg.rollout.partial_rollout_tokens, bound)
-
-    def line(self, round_: Round) -> str:
-        """What stopping ``round_`` waits for, for the log."""
-        head = f"the rollout stream stops: round {round_.index} ({len(round_.rows)} prompts)"
-        if self.segment_tokens is not None:
-            return (
-                f"{head} stops after its segment in flight (rollout.partial_rollout_tokens="
-                f"{self.segment_tokens}); a resumed run generates it again"
-            )
-        limit = (
-            f"up to {self.bound.seconds:.0f} s ({self.bound.rule})"
-            if self.bound is not None
-            else "not bounded (an engine in the driver has no call bound)"
-        )
-        return (
-            f"{head} is generating and its engine call cannot be interrupted: waiting for "
-            f"the round in flight: {limit}; set rollout.partial_rollout_tokens to stop "
-            "within one segment"
-        )
 
 
 class Stream:
@@ -288,7 +244,7 @@ class Stream:
             self._cond.notify_all()
         self._aborting.enter_context(self.stopping.abort())
         if in_flight is not None:
-            logger.info(self.stopping.line(in_flight))
+            logger.info(self.stopping.line(index=in_flight.index, prompts=len(in_flight.rows)))
 
     def close(self) -> None:
         """``stop``, then waits for the producer: for the segment in flight with partial

@@ -57,54 +57,44 @@ class AdapterMerge:
         if self._version != version:
             self._given, self._prefixes, self._version = set(), set(), version
         try:
-            yield from self._merge(named_tensors, scaling=scaling, version=version, last=last)
+            plain: dict[str, Tensor] = {}
+            adapters: dict[str, dict[str, Tensor]] = {}
+            for name, tensor in named_tensors:
+                if (found := adapter_prefix(name)) is not None:
+                    prefix, which = found
+                    adapters.setdefault(prefix, {})[which] = tensor.detach()
+                else:
+                    plain[name] = tensor
+            for name, tensor in plain.items():  # the base (first push) or a trainable weight
+                self.base[name] = tensor.detach().clone()
+            for prefix, pair in adapters.items():
+                name = f"{prefix}.weight"
+                if name not in self.base:
+                    raise ValueError(
+                        f"an adapters-only weight push (rollout.lora_push=adapters) reached an "
+                        f"engine without the base weight {name!r}: the replica lost its base "
+                        "(restarted?) or the push's buckets split a module from its adapters"
+                    )
+                if set(pair) != {"A", "B"}:
+                    raise ValueError(f"LoRA push gives {sorted(pair)} of {prefix!r}: needs A and B")
+                self.adapted.add(prefix)
+                self._prefixes.add(prefix)
+                self._given.add(name)
+                yield name, merge_adapter(self.base[name], pair["A"], pair["B"], scaling=scaling)
+            for name, tensor in plain.items():
+                if name.removesuffix(".weight") not in adapters:
+                    self._given.add(name)
+                    yield name, tensor
+            if last:
+                unmerged = sorted(self.adapted - self._prefixes)
+                if unmerged:
+                    raise ValueError(
+                        f"LoRA push of version {version} has no adapters for {unmerged[:5]} "
+                        f"({len(unmerged)} modules): they would serve their base weights alone"
+                    )
+                for name in sorted(self.base.keys() - self._given):
+                    yield name, self.base[name]
+                self._version = None
         except BaseException:
             self._version = None  # a failed push starts over
             raise
-
-    def _merge(
-        self,
-        named_tensors: Iterable[tuple[str, Tensor]],
-        *,
-        scaling: float,
-        version: int,
-        last: bool,
-    ) -> Iterator[tuple[str, Tensor]]:
-        plain: dict[str, Tensor] = {}
-        adapters: dict[str, dict[str, Tensor]] = {}
-        for name, tensor in named_tensors:
-            if (found := adapter_prefix(name)) is not None:
-                prefix, which = found
-                adapters.setdefault(prefix, {})[which] = tensor.detach()
-            else:
-                plain[name] = tensor
-        for name, tensor in plain.items():  # the base (first push) or a trainable weight
-            self.base[name] = tensor.detach().clone()
-        for prefix, pair in adapters.items():
-            name = f"{prefix}.weight"
-            if name not in self.base:
-                raise ValueError(
-                    f"an adapters-only weight push (rollout.lora_push=adapters) reached an "
-                    f"engine without the base weight {name!r}: the replica lost its base "
-                    "(restarted?) or the push's buckets split a module from its adapters"
-                )
-            if set(pair) != {"A", "B"}:
-                raise ValueError(f"LoRA push gives {sorted(pair)} of {prefix!r}: needs A and B")
-            self.adapted.add(prefix)
-            self._prefixes.add(prefix)
-            self._given.add(name)
-            yield name, merge_adapter(self.base[name], pair["A"], pair["B"], scaling=scaling)
-        for name, tensor in plain.items():
-            if name.removesuffix(".weight") not in adapters:
-                self._given.add(name)
-                yield name, tensor
-        if last:
-            unmerged = sorted(self.adapted - self._prefixes)
-            if unmerged:
-                raise ValueError(
-                    f"LoRA push of version {version} has no adapters for {unmerged[:5]} "
-                    f"({len(unmerged)} modules): they would serve their base weights alone"
-                )
-            for name in sorted(self.base.keys() - self._given):
-                yield name, self.base[name]
-            self._version = None

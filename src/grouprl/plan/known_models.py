@@ -50,6 +50,8 @@ KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
     "qwen/qwen2.5-14b": _shapes("qwen2", 152064, 5120, 13824, 48, 40, 8, tied=False),
     "qwen/qwen2.5-32b": _shapes("qwen2", 152064, 5120, 27648, 64, 40, 8, tied=False),
     "qwen/qwen2.5-72b": _shapes("qwen2", 152064, 8192, 29568, 80, 64, 8, tied=False),
+    "qwen/qwen2.5-coder-1.5b": _shapes("qwen2", 151936, 1536, 8960, 28, 12, 2, tied=True),
+    "qwen/qwen2.5-coder-7b": _shapes("qwen2", 152064, 3584, 18944, 28, 28, 4, tied=False),
     "meta-llama/llama-3.1-8b": _shapes("llama", 128256, 4096, 14336, 32, 32, 8, tied=False),
     "meta-llama/llama-3.1-70b": LLAMA_70B,
     "meta-llama/llama-3.3-70b": LLAMA_70B,

@@ -2,48 +2,67 @@
 
 The driver sends a function *reference* (``scoring.function_ref``): the function itself
 (a built-in, or one registered with ``register_reward``: pickled by reference, so it must
-be a module-level function of an importable module) or, for ``module:fn`` and
-``path/to/file.py:fn`` names, the name, which each worker resolves once (``REWARDS.load``,
+be a module-level function of an importable module; with ``args``, the partial or the
+replaced instance), or, for ``module:fn`` and ``path/to/file.py:fn`` names, the name
+(``WithArgs`` with its args), which each worker resolves once (``REWARDS.load``,
 ``sandbox/user_code.py``: a file loads under a generated module name the worker could not
 import by itself).
 
 One call per style (``registry.call_style``): ``score_sample`` and ``score_group``
-(grouprl's shapes), ``score_verl`` (verl's ``compute_score``, per completion) and
-``score_trl`` (TRL's batched functions, per prompt group, as TRL calls them).
+(grouprl's shapes), ``score_verl`` (verl's ``compute_score``, per completion), each value a
+number or a dict with the number under ``score`` and extras beside it (``extras.py``), and
+``score_trl`` (TRL's batched functions, per prompt group, as TRL calls them: numbers).
+
+``preload`` is the workers' initializer: it resolves the names and runs each reward's
+``warm_up`` (``declares.WarmsUp``) before the worker takes calls, all within
+``WARM_UP_S``; one that fails or runs past it is logged to the worker's stderr and the
+worker serves anyway (a call then fails, or waits for the import, within its deadline).
 """
 
 from __future__ import annotations
 
-import contextlib
 import inspect
+import logging
 import math
 import numbers
-from collections.abc import Callable
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from grouprl.rewards.args import WithArgs, with_args
+from grouprl.rewards.declares import WarmsUp
+from grouprl.rewards.extras import Scored, extras_of
 from grouprl.sandbox.user_code import awaited_call
 
-FunctionRef = str | Callable[..., Any]
-"""A reward function, or the import path a worker resolves it from."""
+logger = logging.getLogger(__name__)
+
+FunctionRef = str | WithArgs | Callable[..., Any]
+"""A reward function, or the import path a worker resolves it from (with its args)."""
+
+WARM_UP_S = 30.0
+"""A worker's warm-ups (``preload``) together at most; below the pool's 60 s start limit."""
 
 
-def score_sample(ref: FunctionRef, completion: str, *, reference: Any, row: dict) -> float:
-    """``fn(completion, reference=..., row=...)`` as a finite float."""
-    return as_score(awaited_call(_function(ref), completion, reference=reference, row=row))
+def score_sample(ref: FunctionRef, completion: str, *, reference: Any, row: dict) -> Scored:
+    """``fn(completion, reference=..., row=...)``: a finite score and its extras."""
+    return scored(awaited_call(_function(ref), completion, reference=reference, row=row))
 
 
 def score_group(
     ref: FunctionRef, completions: list[str], *, references: list[Any], rows: list[dict]
-) -> list[float]:
-    """``fn(completions, references=..., rows=...)``: one finite float per completion."""
+) -> list[Scored]:
+    """``fn(completions, references=..., rows=...)``: one score (and extras) per completion."""
     values = awaited_call(_function(ref), completions, references=references, rows=rows)
-    return [as_score(v) for v in _one_each(values, len(completions))]
+    return [scored(v) for v in _one_each(values, len(completions))]
 
 
-def score_verl(ref: FunctionRef, completion: str, *, reference: Any, row: dict) -> float:
+def score_verl(ref: FunctionRef, completion: str, *, reference: Any, row: dict) -> Scored:
     """verl's ``compute_score(data_source=, solution_str=, ground_truth=, extra_info=)``
     as verl's reward manager calls it (``extra_info`` only where the function takes it):
-    a number, or a dict whose ``score`` is one (verl's extra metrics are not used)."""
+    a number, or a dict whose ``score`` is one, its other keys extras (verl's
+    ``reward_extra_info``)."""
     fn = _function(ref)
     kwargs = {
         "data_source": row.get("data_source"),
@@ -52,15 +71,7 @@ def score_verl(ref: FunctionRef, completion: str, *, reference: Any, row: dict) 
     }
     if _takes(fn, "extra_info"):
         kwargs["extra_info"] = row.get("extra_info")
-    value = awaited_call(fn, **kwargs)
-    if isinstance(value, dict):
-        if "score" not in value:
-            raise KeyError(
-                f"returned a dict without 'score' (keys {sorted(value)}); verl's "
-                "compute_score returns a number or a dict with the number under 'score'"
-            )
-        value = value["score"]
-    return as_score(value)
+    return scored(awaited_call(fn, **kwargs))
 
 
 def score_trl(
@@ -73,13 +84,68 @@ def score_trl(
     return [None if v is None else as_score(v) for v in _one_each(values, len(completions))]
 
 
-def preload(refs: list[FunctionRef]) -> None:
-    """Worker initializer: import the reward functions before any call's deadline runs
-    (a name that fails to resolve fails its calls instead, with the reason)."""
+def preload(refs: list[FunctionRef], *, warm_up_s: float = WARM_UP_S) -> None:
+    """Worker initializer: import the reward functions named by path and run the rewards'
+    ``warm_up`` before any call's deadline runs, within ``warm_up_s`` in all (module
+    docstring). A name that fails to resolve fails its calls instead, with the reason."""
+    deadline = time.monotonic() + warm_up_s
     for ref in refs:
-        if isinstance(ref, str):
-            with contextlib.suppress(Exception):
-                _function(ref)
+        try:
+            fn = _function(ref)
+        except Exception:  # not logged here: each call of it fails with this reason
+            continue
+        if isinstance(fn, WarmsUp) and not _warmed_up(fn, deadline - time.monotonic()):
+            return  # past the budget: the rest warm up in their first calls
+
+
+def _warmed_up(fn: WarmsUp, budget_s: float) -> bool:
+    """Runs ``fn.warm_up()`` on a thread for at most ``budget_s``; False when it did not
+    end by then (the thread runs on, a daemon). A failure is logged, not raised."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn.warm_up()
+        except BaseException as err:  # reported below; its calls fail with it, or not
+            errors.append(err)
+
+    thread = threading.Thread(target=run, name="grouprl-reward-warm-up", daemon=True)
+    thread.start()
+    thread.join(max(budget_s, 0.0))
+    if thread.is_alive():
+        logger.warning(
+            "reward worker %d: the warm-up of %r did not end within %.3gs (what was left "
+            "of the workers' warm-up budget); the worker takes calls now, each within its "
+            "deadline (reward.sandbox.timeout_s)",
+            os.getpid(),
+            fn,
+            budget_s,
+        )
+        return False
+    if errors:
+        logger.warning(
+            "reward worker %d: the warm-up of %r failed (%s: %s); the worker takes calls "
+            "anyway, which fail if they need what it could not do",
+            os.getpid(),
+            fn,
+            type(errors[0]).__name__,
+            errors[0],
+        )
+    return True
+
+
+def scored(value: Any) -> Scored:
+    """A reward's value for one completion: a number, or a dict with the number under
+    ``score`` and its other keys extras (``extras.extras_of``)."""
+    if isinstance(value, Mapping):
+        if "score" not in value:
+            raise KeyError(
+                f"returned a dict without 'score' (keys {sorted(map(str, value))}); a reward "
+                "returns a number, or a dict with the number under 'score' and extras "
+                "beside it (verl's compute_score does the same)"
+            )
+        return Scored(as_score(value["score"]), extras_of(value))
+    return Scored(as_score(value), {})
 
 
 def as_score(value: Any) -> float:
@@ -125,8 +191,10 @@ def _takes(fn: Callable[..., Any], keyword: str) -> bool:
 
 
 def _function(ref: FunctionRef) -> Callable[..., Any]:
-    if not isinstance(ref, str):
+    if not isinstance(ref, str | WithArgs):
         return ref
     from grouprl.rewards.registry import REWARDS  # only for names: it imports the built-ins
 
+    if isinstance(ref, WithArgs):
+        return with_args(REWARDS.load(ref.name), ref.args)
     return REWARDS.load(ref)

@@ -11,11 +11,17 @@ The answer handed to ``score_answer``, from the completion:
 
 The whole completion is never the answer: several scorers give partial credit to an answer
 that contains the right one, which a completion listing many numbers would collect.
+
+Importing reasoning-gym (every task module with it) takes 2-6 s: each reward worker does it
+once as it starts (``warm_up``, ``declares.WarmsUp``), not within a call's deadline.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from grouprl.data.reasoning_gym import entry
@@ -24,10 +30,24 @@ _TAGGED = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)
 _HASHES = re.compile(r"####[ \t]*([^\n]*)")
 
 
-def reasoning_gym_score(completion: str, *, row: dict[str, Any], **_: Any) -> float:
-    """The row's task's ``score_answer`` of the completion's answer (module docstring)."""
-    dataset, item = entry(row)
-    return float(dataset.score_answer(extract_answer(completion), item))
+@dataclass(frozen=True)
+class ReasoningGymScore:
+    """The ``reasoning_gym`` reward: callable as a grouprl reward function."""
+
+    def __call__(self, completion: str, *, row: dict[str, Any], **_: Any) -> float:
+        """The row's task's ``score_answer`` of the completion's answer (module docstring)."""
+        dataset, item = entry(row)
+        return float(dataset.score_answer(extract_answer(completion), item))
+
+    def warm_up(self) -> None:
+        """Import reasoning-gym and its tasks' modules (its package imports them all) once
+        per worker, outside a call's deadline; not installed: the calls say how to install."""
+        if importlib.util.find_spec("reasoning_gym") is not None:
+            importlib.import_module("reasoning_gym")
+
+
+reasoning_gym_score = ReasoningGymScore()
+"""The registered ``reasoning_gym`` reward."""
 
 
 def extract_answer(completion: str) -> str | None:

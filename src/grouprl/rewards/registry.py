@@ -18,7 +18,11 @@ break it. An example user function in ``my_rewards.py``::
 
 used from a recipe as ``reward.functions: [{name: my_rewards.py:short_and_right}]``
 (a file, relative to where you run) or ``{name: my_pkg.rewards:short_and_right}``
-(an importable module).
+(an importable module). It may return a dict, ``{"score": number, key: value, ...}``:
+the extras are logged per step (``extras.py``). ``args: {key: value}`` are its own
+settings (``args.py``): keywords added to each call, or a registered dataclass instance's
+fields replaced; one function may be listed twice with different args, the second's
+scores named ``name_2`` (``part_names``).
 
 verl's and TRL's reward functions run unmodified (``RewardFunction.style``, told from the
 parameters by ``call_style`` before anything loads)::
@@ -39,7 +43,9 @@ from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
 from grouprl.config.imports import is_import_path
+from grouprl.rewards.args import args_problems, with_args
 from grouprl.rewards.code import code_tests
+from grouprl.rewards.declares import NeedsSeconds
 from grouprl.rewards.format import format_reward
 from grouprl.rewards.math import math_answer
 from grouprl.rewards.math_verify import math_verify_score
@@ -82,6 +88,17 @@ class Reward(NamedTuple):
     style: Style = "grouprl"
     """How it is called (``call_style``): ``scope`` applies to ``grouprl`` only; ``verl``
     is called per completion and ``trl`` per prompt group."""
+    args: dict[str, Any] | None = None
+    """The entry's ``args`` (``fn`` has them already; a worker applies them to a function
+    named by path, ``scoring.function_ref``)."""
+    source: str = ""
+    """The entry's ``name`` where ``name`` differs from it (a function listed again with
+    other args: ``name`` is then ``<name>_2``, ``part_names``)."""
+
+    @property
+    def entry(self) -> str:
+        """The name the entry gives: a registered name or an import path."""
+        return self.source or self.name
 
 
 class RewardError(ValueError):
@@ -133,47 +150,101 @@ def resolve_reward(name: str, *, index: int | None = None) -> RewardFn:
 
 
 def resolve_rewards(functions: list[Any]) -> list[Reward]:
-    """A ``Reward`` for each ``reward.functions`` entry (``RewardFunction`` records)."""
-    names = [f.name for f in functions]
-    for i, name in enumerate(names):
-        if name in names[:i]:
-            raise RewardError(_listed_twice(i, name))
+    """A ``Reward`` for each ``reward.functions`` entry (``RewardFunction`` records), with
+    its ``args`` applied (``args.with_args``)."""
+    for i in range(len(functions)):
+        if (twice := _listed_twice(functions, i)) is not None:
+            raise RewardError(twice)
     rewards = []
-    for i, f in enumerate(functions):
+    for i, (f, part) in enumerate(zip(functions, part_names(functions), strict=True)):
         fn = resolve_reward(f.name, index=i)
-        rewards.append(Reward(f.name, fn, f.weight, f.scope, call_style(fn, f, index=i)))
+        if problems := args_problems(fn, f.args, index=i, name=f.name):
+            raise RewardError("; ".join(problems))
+        fn = with_args(fn, f.args)  # a required keyword given by args binds the call
+        style = call_style(fn, f, index=i)
+        source = f.name if part != f.name else ""
+        rewards.append(Reward(part, fn, f.weight, f.scope, style, dict(f.args) or None, source))
     return rewards
 
 
-def reward_problems(functions: list[Any], *, missing_ok: bool = False) -> list[str]:
-    """Why each ``reward.functions`` entry would not resolve, reach the reward workers or
-    take the call its style makes, as messages ([] when all do), by resolving them now:
-    import paths are imported and files run, so a mistake shows before any model loads.
-    ``missing_ok``: a module or file this machine lacks is not a problem (``grouprl
-    submit``: the cluster may have it)."""
-    problems = []
+def part_names(functions: list[Any]) -> list[str]:
+    """The name each entry's scores go under (``RewardScores.parts``, samples.jsonl's
+    ``scores``, metrics): its ``name``; an entry whose name an earlier entry has (the same
+    function with other ``args``) gets the first free ``<name>_2``, ``<name>_3``, ...
+    (``reward.correct_function`` names the first)."""
     names = [f.name for f in functions]
-    for i, (name, entry) in enumerate(zip(names, functions, strict=True)):
+    taken, out = set(names), []
+    for i, name in enumerate(names):
+        part, k = name, 2
         if name in names[:i]:
-            problems.append(_listed_twice(i, name))
+            while f"{name}_{k}" in taken:
+                k += 1
+            part = f"{name}_{k}"
+            taken.add(part)
+        out.append(part)
+    return out
+
+
+def reward_problems(
+    functions: list[Any], *, missing_ok: bool = False, timeout_s: float | None = None
+) -> list[str]:
+    """Why each ``reward.functions`` entry would not resolve, reach the reward workers,
+    take the call its style makes or its ``args``, or fit in ``timeout_s``
+    (``reward.sandbox.timeout_s``: a reward that needs longer, ``declares.NeedsSeconds``),
+    as messages ([] when all do), by resolving them now: import paths are imported and
+    files run, so a mistake shows before any model loads. ``missing_ok``: a module or
+    file this machine lacks is not a problem (``grouprl submit``: the cluster may have it)."""
+    problems = []
+    for i, entry in enumerate(functions):
+        if (twice := _listed_twice(functions, i)) is not None:
+            problems.append(twice)
             continue
-        fn, found = REWARDS.check(name, key=_key(i), missing_ok=missing_ok)
+        fn, found = REWARDS.check(entry.name, key=_key(i), missing_ok=missing_ok)
         if fn is not None and not found:
-            found = _call_problems(name, fn, entry, index=i)
+            found = _call_problems(entry.name, fn, entry, index=i, timeout_s=timeout_s)
         problems += found
     return problems
 
 
-def _call_problems(name: str, fn: RewardFn, entry: Any, *, index: int) -> list[str]:
+def _call_problems(
+    name: str, fn: RewardFn, entry: Any, *, index: int, timeout_s: float | None
+) -> list[str]:
     """Why the workers could not call ``fn`` as ``entry`` says (``in_main``,
-    ``call_style``), as messages."""
+    ``call_style``, its ``args``, the seconds it needs against ``timeout_s``), as messages."""
     if (problem := in_main(name, fn, index=index)) is not None:
         return [problem]
+    if problems := args_problems(fn, entry.args, index=index, name=name):
+        return problems
+    fn = with_args(fn, entry.args)
     try:
         call_style(fn, entry, index=index)
     except RewardError as err:
         return [str(err)]
-    return []
+    return _seconds_problems(fn, entry, index=index, timeout_s=timeout_s)
+
+
+def _seconds_problems(
+    fn: RewardFn, entry: Any, *, index: int, timeout_s: float | None
+) -> list[str]:
+    """A reward that needs more than ``timeout_s`` (``reward.sandbox.timeout_s``) for a
+    call by its own settings (``declares.NeedsSeconds``): the worker's deadline would
+    kill the call, a reward failure, where the reward's own limit should have ended it."""
+    if timeout_s is None or not isinstance(fn, NeedsSeconds):
+        return []
+    needs, setting = fn.call_s()
+    if needs <= timeout_s:
+        return []
+    value = getattr(fn, setting)
+    margin = needs - value
+    arg = f"reward.functions.{index}.args.{setting}"
+    given = "" if setting in (entry.args or {}) else " (its default)"
+    return [
+        f"{arg}={value:g}{given} with reward.sandbox.timeout_s={timeout_s:g}: "
+        f"{entry.name!r} needs up to {needs:g}s per call ({setting} plus {margin:g}s), past "
+        "the deadline at which its worker kills a call: such a call is a reward failure "
+        "(left out of training) where the reward's own limit would have scored it. Fix: set "
+        f"reward.sandbox.timeout_s={needs:g} or more, or {arg}={timeout_s - margin:g} or less"
+    ]
 
 
 def call_style(fn: RewardFn, entry: Any, *, index: int) -> Style:
@@ -284,7 +355,13 @@ def _key(index: int | None) -> str:
     return f"reward.functions.{'i' if index is None else index}.name"
 
 
-def _listed_twice(index: int, name: str) -> str:
+def _listed_twice(functions: list[Any], index: int) -> str | None:
+    """Entry ``index`` as a message when an earlier entry has its name and args both."""
+    f = functions[index]
+    if not any(g.name == f.name and g.args == f.args for g in functions[:index]):
+        return None
     return (
-        f"reward.functions.{index}.name={name!r} is listed twice; list it once and set its weight"
+        f"reward.functions.{index}.name={f.name!r} is listed twice with the same args; list "
+        "it once and set its weight (the same function with other reward.functions.<i>.args "
+        "is another reward)"
     )

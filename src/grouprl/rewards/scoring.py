@@ -6,6 +6,9 @@
         grouprl sample, verl: one call per completion   ┐ all submitted at once to the
         grouprl group, trl:   one call per prompt group ┘ WorkerPool (reward.sandbox.workers)
                   │ numbers ─────────────────────────────────────────────► parts[name][i]
+                  │ {"score": x, key: value, ...} (not trl) ──► x, and extras[name][i]:
+                  │     tallied per function for metrics (extras.py; the run's
+                  │     CategoryBound), shown per sample in samples.jsonl
                   │ raises / NaN / not a number / None (trl) / past timeout_s (killed) /
                   │ worker crash / out of memory / past step_timeout_s (abandoned)
                   ▼
@@ -30,13 +33,14 @@ import concurrent.futures
 import contextlib
 import functools
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 from grouprl.config.imports import absolute_import_path, is_import_path
 from grouprl.data.sources import MISSING, get_field
+from grouprl.rewards.args import WithArgs
 from grouprl.rewards.calls import (
     FunctionRef,
     preload,
@@ -45,6 +49,8 @@ from grouprl.rewards.calls import (
     score_trl,
     score_verl,
 )
+from grouprl.rewards.declares import declared_categories
+from grouprl.rewards.extras import CategoryBound, Extra, Scored, Tally, tally
 from grouprl.rewards.failures import FailureBrake, RewardFailure, log_failures
 from grouprl.rewards.registry import Reward, RewardError, unsendable
 from grouprl.sandbox import CallFailed, WorkerPool
@@ -65,27 +71,42 @@ class RewardScores:
     """The failed calls; the samples they cover are failed samples (``reward.on_error``)."""
     worker_restarts: int = 0
     """Reward workers replaced while scoring (killed at a deadline, crashed, out of memory)."""
+    extras: dict[str, list[dict[str, Extra] | None]] = field(default_factory=dict)
+    """Each function's extras per completion (``extras.py``): ``{}`` where it returned
+    none, None where its call failed."""
+    tallies: dict[str, Tally] = field(default_factory=dict)
+    """Each function's extras tallied for the step's metrics (``metrics``)."""
 
     @staticmethod
     def concat(batches: list[RewardScores]) -> RewardScores:
         """The scores of several scoring calls, in order (errors keep their own indices)."""
         parts: dict[str, list[float]] = {}
+        extras: dict[str, list[dict[str, Extra] | None]] = {}
+        tallies: dict[str, Tally] = {}
         for scores in batches:
             for name, values in scores.parts.items():
                 parts.setdefault(name, []).extend(values)
+            for name, found in scores.extras.items():
+                extras.setdefault(name, []).extend(found)
+            for name, counted in scores.tallies.items():
+                tallies.setdefault(name, Tally()).merge(counted)
         return RewardScores(
             total=[x for scores in batches for x in scores.total],
             parts=parts,
             errors=[e for scores in batches for e in scores.errors],
             worker_restarts=sum(scores.worker_restarts for scores in batches),
+            extras=extras,
+            tallies=tallies,
         )
 
 
 class RewardScorer:
-    """The run's reward functions, the pool of ``workers`` processes they run in and the
-    run's ``FailureBrake``; call it as ``scorer(completions=..., rows=..., group_size=n)``
-    and ``close()`` it when the run ends. The workers start on the first call and import
-    the functions before it. ``memory_limit``, ``network``: the workers' (``WorkerPool``)."""
+    """The run's reward functions, the pool of ``workers`` processes they run in, the
+    run's ``FailureBrake`` and its ``CategoryBound`` (extras' categories); call it as
+    ``scorer(completions=..., rows=..., group_size=n)`` and ``close()`` it when the run
+    ends. The workers start on the first call and import the functions before it
+    (``calls.preload``: warm-ups too). ``memory_limit``, ``network``: the workers'
+    (``WorkerPool``)."""
 
     def __init__(
         self,
@@ -108,6 +129,7 @@ class RewardScorer:
         self.on_error: OnError = on_error
         self.timeout_s, self.step_timeout_s = timeout_s, step_timeout_s
         self.brake = FailureBrake(failure_brake)
+        self.categories = CategoryBound()
         refs = [function_ref(f) for f in functions]
         self.pool = WorkerPool(
             size=workers,
@@ -135,6 +157,7 @@ class RewardScorer:
             timeout_s=self.timeout_s,
             step_timeout_s=self.step_timeout_s,
             brake=self.brake,
+            categories=self.categories,
             pool=self.pool,
             group_size=group_size,
         )
@@ -161,6 +184,7 @@ def score_completions(
     timeout_s: float,
     step_timeout_s: float | None = None,
     brake: FailureBrake | None = None,
+    categories: CategoryBound | None = None,
     pool: WorkerPool | None = None,
     group_size: int | None = None,
     prompt_key: str = "prompt",
@@ -169,10 +193,10 @@ def score_completions(
 
     ``functions`` as ``registry.resolve_rewards`` returns them. ``group_size``: samples per
     prompt (prompt-major order) for group and TRL rewards; None: runs of rows with the same
-    ``_index``. Pass the run's long-lived ``pool`` and ``brake``; without a pool, one of one
-    worker is started and closed within this call. Raises ``RewardError`` at the first
-    failure with ``on_error="raise"``, and when the brake trips; otherwise failures are
-    returned in ``errors``, never raised.
+    ``_index``. Pass the run's long-lived ``pool``, ``brake`` and ``categories``; without a
+    pool, one of one worker is started and closed within this call. Raises ``RewardError``
+    at the first failure with ``on_error="raise"``, and when the brake trips; otherwise
+    failures are returned in ``errors``, never raised.
     """
     if len(completions) != len(rows):
         raise ValueError(f"{len(completions)} completions but {len(rows)} rows; pair them 1:1")
@@ -180,7 +204,7 @@ def score_completions(
     with _pool_for_call(pool, functions) as workers:
         restarts_before = workers.stats()["restarts"]
         calls = list(_submit(workers, functions, inputs, group_size, timeout_s))
-        parts, errors = _collect(
+        parts, extras, errors = _collect(
             workers,
             calls,
             functions=functions,
@@ -192,7 +216,19 @@ def score_completions(
         restarts = workers.stats()["restarts"] - restarts_before
     log_failures(errors, samples=len(completions), on_error=on_error)
     total = [sum(f.weight * parts[f.name][i] for f in functions) for i in range(len(completions))]
-    return RewardScores(total=total, parts=parts, errors=errors, worker_restarts=restarts)
+    bound = categories if categories is not None else CategoryBound()
+    tallies = {
+        f.name: tally(f.name, extras[f.name], declared=declared_categories(f.fn), bound=bound)
+        for f in functions
+    }
+    return RewardScores(
+        total=total,
+        parts=parts,
+        errors=errors,
+        worker_restarts=restarts,
+        extras=extras,
+        tallies=tallies,
+    )
 
 
 def _collect(
@@ -204,11 +240,15 @@ def _collect(
     on_error: OnError,
     step_timeout_s: float | None,
     brake: FailureBrake,
-) -> tuple[dict[str, list[float]], list[RewardFailure]]:
-    """Each function's scores and the failures, the calls taken in the order submitted (so
-    the brake counts a function's calls in sample order). On a ``RewardError`` (``raise``,
-    the brake) the calls not done are abandoned: their workers stop at once."""
+) -> tuple[dict[str, list[float]], dict[str, list[dict[str, Extra] | None]], list[RewardFailure]]:
+    """Each function's scores, extras (None where the call failed) and the failures, the
+    calls taken in the order submitted (so the brake counts a function's calls in sample
+    order). On a ``RewardError`` (``raise``, the brake) the calls not done are abandoned:
+    their workers stop at once."""
     parts = {f.name: [0.0] * len(rows) for f in functions}
+    extras: dict[str, list[dict[str, Extra] | None]] = {
+        f.name: [None] * len(rows) for f in functions
+    }
     errors: list[RewardFailure] = []
     deadline = None if step_timeout_s is None else time.monotonic() + step_timeout_s
     abandoned: set[int] = set()
@@ -226,18 +266,20 @@ def _collect(
             if failures and on_error == "raise":
                 raise _raised(failures[0])
             errors += failures
-            if values is not None:
-                scores = [0.0 if v is None else v for v in values]
-                parts[call.function][call.start : call.start + call.size] = scores
+            for j, value in enumerate(values or ()):
+                if value is not None:  # a TRL None: failed above
+                    score, found = value if isinstance(value, Scored) else (value, {})
+                    parts[call.function][call.start + j] = score
+                    extras[call.function][call.start + j] = found
     except RewardError:
         pool.abandon([c.future for c in calls if not c.future.done()])
         raise
-    return parts, errors
+    return parts, extras, errors
 
 
 def _result(
     future: Future, deadline: float | None, pool: WorkerPool, calls: list[_Call], abandoned: set
-) -> list[float | None]:
+) -> list[Scored] | list[float | None]:
     """``future``'s value; past the step's ``deadline`` first abandons every call not done
     (their ids into ``abandoned``), then raises the future's ``CallFailed``."""
     if deadline is None or abandoned:
@@ -318,11 +360,11 @@ def _trl_call(
     return (sent,), {"prompts": prompts, "columns": columns}
 
 
-def _one_score(ref: FunctionRef, text: str, *, reference: Any, row: dict) -> list[float]:
+def _one_score(ref: FunctionRef, text: str, *, reference: Any, row: dict) -> list[Scored]:
     return [score_sample(ref, text, reference=reference, row=row)]
 
 
-def _one_verl(ref: FunctionRef, text: str, *, reference: Any, row: dict) -> list[float]:
+def _one_verl(ref: FunctionRef, text: str, *, reference: Any, row: dict) -> list[Scored]:
     return [score_verl(ref, text, reference=reference, row=row)]
 
 
@@ -337,9 +379,13 @@ def _groups(rows: list[dict[str, Any]], group_size: int | None) -> list[tuple[in
 
 
 def function_ref(f: Reward) -> FunctionRef:
-    """What a worker gets for ``f``: an import path (resolved there, once per worker), or
-    the function itself (built-in or registered: pickled by reference)."""
-    return absolute_import_path(f.name) if is_import_path(f.name) else f.fn
+    """What a worker gets for ``f``: an import path (resolved there, once per worker; with
+    its args, ``WithArgs``), or the function itself (built-in or registered: pickled by
+    reference; with args, the partial or the replaced instance, ``args.with_args``)."""
+    if not is_import_path(f.entry):
+        return f.fn
+    path = absolute_import_path(f.entry)
+    return WithArgs(path, dict(f.args)) if f.args else path
 
 
 def check_sendable(functions: list[Reward]) -> None:
@@ -347,14 +393,15 @@ def check_sendable(functions: list[Reward]) -> None:
     nested function, one defined in a notebook): found when the run starts, not as an
     error on every sample."""
     for i, f in enumerate(functions):
-        if (problem := unsendable(f.name, f.fn, index=i)) is not None:
+        if (problem := unsendable(f.entry, f.fn, index=i)) is not None:
             raise RewardError(problem)
 
 
 def metrics(scores: RewardScores) -> dict[str, float]:
     """``reward/errors`` (every failed call), of which ``reward/timeouts``,
-    ``reward/crashes`` and ``reward/memory_errors``; ``reward/worker_restarts``; and each
-    function's mean score under its short name (``metric_names``)."""
+    ``reward/crashes`` and ``reward/memory_errors``; ``reward/worker_restarts``; each
+    function's mean score under its short name (``metric_names``), and its extras under
+    it (``extra_metrics``)."""
     kinds = [e.kind for e in scores.errors]
     out = {
         "reward/errors": float(len(kinds)),
@@ -367,6 +414,17 @@ def metrics(scores: RewardScores) -> dict[str, float]:
     for name, values in scores.parts.items():
         if values:
             out[names[name]] = sum(values) / len(values)
+    return out | extra_metrics(scores)
+
+
+def extra_metrics(scores: RewardScores) -> dict[str, float]:
+    """Each function's extras under its metric name: ``reward/<fn>/<key>/<category>``, the
+    share of its scored samples in the category, and ``reward/<fn>/<key>``, a number's
+    mean (``extras.py``)."""
+    names = metric_names(list(scores.parts))
+    out: dict[str, float] = {}
+    for name, counted in scores.tallies.items():
+        out.update(counted.metrics(names[name]))
     return out
 
 
@@ -431,7 +489,7 @@ def _failure(
 
 
 def _none_scores(
-    values: list[float | None], call: _Call, rows: list[dict[str, Any]]
+    values: Sequence[object], call: _Call, rows: list[dict[str, Any]]
 ) -> list[RewardFailure]:
     """A failure per sample a TRL function returned None for (TRL's "not applicable")."""
     return [

@@ -1,7 +1,7 @@
 """Scoring episodes and timing the reward functions.
 
     trajectories (P*G, prompt-major) ─► reward functions on each last turn ─► RewardScores
-                    ├─► Trajectory.reward_parts (scores, functions, turns), correct
+                    ├─► Trajectory.reward_parts (scores, functions, turns, extras), correct
                     │   (and Trajectory.reward, from the parts: rollout/reward.py)
                     └─► each sample a RewardScores error covers: fail(reward_error),
                         dropped or trained as 0 (reward.on_error)
@@ -71,6 +71,7 @@ def score_trajectories(
             scores={name: values[i] for name, values in scores.parts.items()},
             functions=scores.total[i],
             turns=turns if any(turns) else (),
+            extras={name: found[i] for name, found in scores.extras.items() if found[i]},
         )
         if correct_function is not None and correct_function in scores.parts:
             traj.correct = scores.parts[correct_function][i] >= 1.0

@@ -9,7 +9,11 @@
                       a network namespace of its own: one loopback device, down, so
                       connect() to any address fails (ENETUNREACH); the pipe to the
                       parent, open before, works on. Its uid and gid map to themselves:
-                      files and os.getuid() look as before.
+                      files and os.getuid() look as before. A worker that is host root
+                      maps nobody (65534) too, written by a helper child that stays
+                      outside (mapping more than one's own id takes CAP_SETUID over the
+                      parent namespace): a program sandbox started from the worker then
+                      drops to nobody (sandbox/launcher.py) as from the trainer.
 
 Unprivileged user namespaces are needed (``unshare -rn true`` succeeds as the user). Where
 the kernel refuses them, the worker keeps the network: ``network_isolation()`` says so,
@@ -35,13 +39,20 @@ __all__ = ["containment", "enter_own_network", "network_isolation", "refusal"]
 
 def enter_own_network() -> str | None:
     """Move this (single-threaded) process into a new user and network namespace; None
-    when done, else why not (the process then keeps the network)."""
+    when done, else why not (the process then keeps the network). Its own uid and gid
+    map to themselves; where it is host root, nobody (65534) too (``_wide_maps``)."""
     if not sys.platform.startswith("linux"):
         return f"network namespaces are Linux only (this is {sys.platform})"
     uid, gid = os.getuid(), os.getgid()
     libc = ctypes.CDLL(None, use_errno=True)
+    helper = _MapHelper() if uid == 0 else None  # forked before: it stays outside
     if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
-        return refusal(ctypes.get_errno())
+        err = ctypes.get_errno()
+        if helper is not None:
+            helper.finish(go=False)
+        return refusal(err)
+    if helper is not None and helper.finish(go=True):
+        return None
     maps = (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1"))
     for name, text in maps:
         try:
@@ -50,6 +61,60 @@ def enter_own_network() -> str | None:
         except OSError:
             break  # unmapped ids read as 65534 ("nobody"); the namespace holds all the same
     return None
+
+
+NOBODY = 65534
+"""The id a root worker maps besides its own: who the program sandbox runs programs as."""
+
+
+class _MapHelper:
+    """A child forked before ``unshare`` (so it keeps host root's CAP_SETUID over the
+    parent namespace, which writing a map of more than one's own id needs): on ``go``
+    it writes the worker's uid and gid maps, ``0 0 1`` and ``65534 65534 1``, or where
+    the wider map is refused (an enclosing namespace without 65534) ``0 0 1`` alone.
+    setgroups stays allowed: the launcher drops its groups before it drops to nobody."""
+
+    def __init__(self) -> None:
+        go_r, self.go_w = os.pipe()
+        self.done_r, done_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # the helper: two writes to /proc, then gone
+            code = 1
+            try:
+                os.close(self.go_w)
+                os.close(self.done_r)
+                if os.read(go_r, 1) == b"1":
+                    os.write(done_w, b"1" if _wide_maps(os.getppid()) else b"0")
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(go_r)
+        os.close(done_w)
+
+    def finish(self, *, go: bool) -> bool:
+        """Tell the helper to write the maps (``go``) or to leave; whether it wrote them."""
+        try:
+            if go:
+                os.write(self.go_w, b"1")
+            os.close(self.go_w)
+            done = os.read(self.done_r, 1) == b"1"
+        finally:
+            os.close(self.done_r)
+            os.waitpid(self.pid, 0)
+        return done
+
+
+def _wide_maps(pid: int) -> bool:
+    """Write ``pid``'s uid and gid maps: its root and nobody, else its root alone."""
+    for wide in (f"0 0 1\n{NOBODY} {NOBODY} 1\n", "0 0 1\n"):
+        try:
+            for name in ("uid_map", "gid_map"):
+                with open(f"/proc/{pid}/{name}", "w") as file:
+                    file.write(wide)
+            return True
+        except OSError:
+            continue  # a map is written once: a failed write leaves it unwritten
+    return False
 
 
 def containment(*, network: bool, memory_mb: int | None, memory_limit: str) -> tuple[str, bool]:

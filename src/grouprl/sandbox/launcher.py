@@ -19,7 +19,12 @@ pipe.
 
 init reaps every orphan and, when the program ends, writes ``exit N`` or ``signal N`` on
 the status pipe and exits: the kernel then kills whatever the program left in the pid
-namespace. Where the namespaces are not asked for (``run_program``'s probe found them
+namespace. init sets ``user.max_user_namespaces`` to 0 in the program's user namespace
+(the program cannot make one of its own, where it would hold capabilities over mounts of
+its own) and, once the program is started, holds none of its descriptors but the status
+pipe (which the program, holding no capabilities, cannot open through /proc/1/fd: init
+holds all of its namespace's). The stdin file is unlinked once open: no path leads to
+it. Where the namespaces are not asked for (``run_program``'s probe found them
 refused), the launcher itself is the parent (a child subreaper, so that orphans come back
 to it), runs the program in the host filesystem in its private directory, and kills what
 is left when it ends.
@@ -77,6 +82,7 @@ def main(spec_path: str, status_fd: int) -> None:
     status = os.fdopen(status_fd, "w", buffering=1)
     os.set_inheritable(status_fd, False)  # the program never sees it
     stdin_fd = os.open(spec["stdin"], os.O_RDONLY)
+    os.unlink(spec["stdin"])  # (it may hold a harness's secrets: no path to it is left)
     spec["parent"] = os.getppid()
     layers: dict[str, object] = {}
     try:
@@ -122,6 +128,7 @@ def _enclosed(spec: dict, status, stdin_fd: int, layers: dict) -> None:
         except BaseException as err:  # noqa: BLE001 - every failure of setup is reported
             status.write(f"error {type(err).__name__}: {err}\n")
             os._exit(1)
+    os.close(stdin_fd)
     _wait_quietly(init)
 
 
@@ -165,6 +172,7 @@ def _init(spec, status, stdin_fd, layers, files, *, staged: bool) -> None:
     """pid 1 of the new namespaces: its /proc, the new root, the program; reap until the
     program ends."""
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the launcher killed: so is the namespace
+    layers["nested_user_ns"] = _forbid_nested_user_namespaces()
     if not staged:
         _build_root(spec, files)
     _mount(ROOT, ROOT, None, MS_BIND | MS_REC)  # a mount of this namespace: pivot_root
@@ -190,20 +198,39 @@ def _init(spec, status, stdin_fd, layers, files, *, staged: bool) -> None:
     program = os.fork()
     if program == 0:
         _exec(spec, status, stdin_fd, cwd="/sandbox")
+    _hold_nothing_of_the_program(stdin_fd)
     _reap_until(program, status, spec["wall_s"])
     os._exit(0)  # the kernel kills what is left in the namespace
+
+
+def _forbid_nested_user_namespaces() -> str:
+    """``user.max_user_namespaces`` = 0 in the program's user namespace (a limit of each
+    namespace, which init, holding its capabilities, may set): the program cannot make a
+    user namespace of its own, where it would be root of a mount namespace and could mount
+    an unbounded tmpfs (memory no Pss reading counts). "forbidden" when set, else
+    "allowed: <why not>"."""
+    try:
+        with open("/proc/sys/user/max_user_namespaces", "w") as file:
+            file.write("0")
+    except OSError as err:
+        return f"allowed: {err.strerror}"
+    return "forbidden"
 
 
 def _plain(spec: dict, status, stdin_fd: int, layers: dict) -> None:
     """No namespaces: the program runs in the host filesystem, in its directory; this
     process adopts its orphans (child subreaper) and kills them when it ends."""
     layers["uid"] = _leave_root()
+    _prctl(PR_SET_DUMPABLE, 0)  # the program (same uid, parent's pid visible) may not
+    # open this process's descriptors: the status pipe, its stdout
     _die_with_parent(spec["parent"])
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     status.write(f"layers {layers!r}\n")
     program = os.fork()
     if program == 0:
+        _prctl(PR_SET_DUMPABLE, 1)  # (exec sets it anyway, for a non-setuid program)
         _exec(spec, status, stdin_fd, cwd=spec["work"])
+    _hold_nothing_of_the_program(stdin_fd)
     _reap_until(program, status, spec["wall_s"])
     for _ in range(100):  # what the program left: killed, reaped, until none is left
         left = _children()
@@ -228,6 +255,8 @@ def _exec(spec: dict, status, stdin_fd: int, *, cwd: str) -> None:
             (resource.RLIMIT_FSIZE, (limits["file_mb"] * mb,) * 2),
             (resource.RLIMIT_NOFILE, (limits["open_files"],) * 2),
             (resource.RLIMIT_CORE, (0, 0)),
+            (resource.RLIMIT_RTPRIO, (0, 0)),  # no real-time scheduling: a SCHED_FIFO
+            (resource.RLIMIT_NICE, (0, 0)),  # loop would hold a core; no higher priority
         ):
             resource.setrlimit(which, value)
         if spec.get("nproc") is not None:
@@ -244,6 +273,17 @@ def _exec(spec: dict, status, stdin_fd: int, *, cwd: str) -> None:
             )
         status.write(f"error could not start {spec['argv'][0]!r}: {err}{hint}\n")
         os._exit(127)
+
+
+def _hold_nothing_of_the_program(stdin_fd: int) -> None:
+    """In the program's parent after the fork: its stdin closed, and this process's own
+    stdout and stderr (the pipes the caller reads the program's output from) on
+    /dev/null, so that only the program's processes hold them."""
+    os.close(stdin_fd)
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
 
 
 class _Overdue(Exception):

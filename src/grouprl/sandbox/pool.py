@@ -319,9 +319,10 @@ class WorkerPool:
     # -- the manager thread -------------------------------------------------------------
 
     def _manage(self) -> None:
+        resolved: Resolved = []
         try:
             while True:
-                resolved: Resolved = []
+                resolved = []
                 with self._lock:
                     if self._closed:
                         break
@@ -344,6 +345,17 @@ class WorkerPool:
                     self._watch(now, resolved)
                     self._retire(resolved)
                 _resolve(resolved)
+        except BaseException as err:
+            # a fault of the manager itself (a bug, a /proc race): every call fails with it,
+            # the pending ones now and later ones at submit, rather than wait on a thread
+            # that is gone; the outcomes it had already reached are delivered
+            with self._lock:
+                self._fatal = RuntimeError(
+                    f"WorkerPool {self.name!r}: its manager thread failed "
+                    f"({type(err).__name__}: {err}); the pool takes no more calls"
+                )
+            logger.exception(self._fatal)
+            _resolve(resolved)
         finally:
             self._shutdown()
 
@@ -634,7 +646,9 @@ class WorkerPool:
 
     def _shutdown(self) -> None:
         resolved: Resolved = []
-        closed = CallFailed("crash", f"pool {self.name!r} was closed before the call finished")
+        closed = self._fatal or CallFailed(
+            "crash", f"pool {self.name!r} was closed before the call finished"
+        )
         with self._lock:
             for slot in self._every_slot():
                 for call in slot.inflight.values():

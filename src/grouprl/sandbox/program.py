@@ -68,8 +68,9 @@ class ProgramLimits:
     0.1 s (killed, reported as ``signaled`` SIGXCPU)."""
     memory_mb: int = 512
     """Memory of the program's processes together (proportional resident memory, Pss:
-    forked copies' shared pages count once), read every 0.1 s (killed: ``memory``); an
-    allocation past memory_mb + 1 GiB of address space fails at once (MemoryError)."""
+    forked copies' shared pages count once; and the in-memory files, memfd, they hold
+    open), read every 0.1 s (killed: ``memory``); an allocation past memory_mb + 1 GiB of
+    address space fails at once (MemoryError)."""
     processes: int = 32
     """Processes and threads it may create (RLIMIT_NPROC of its own uid in its own user
     namespace; without one, the watchdog counts processes)."""

@@ -70,7 +70,11 @@ def descendants(pid: int) -> list[int]:
 
 def _children(pid: int) -> list[int] | None:
     kids: list[int] = []
-    for task in (_PROC / str(pid) / "task").glob("*"):
+    try:
+        tasks = list((_PROC / str(pid) / "task").iterdir())
+    except (FileNotFoundError, ProcessLookupError):  # it ended since it was listed
+        return kids
+    for task in tasks:
         try:
             kids += [int(k) for k in (task / "children").read_text().split()]
         except FileNotFoundError:

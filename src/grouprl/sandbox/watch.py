@@ -6,8 +6,9 @@ processes in /proc, kill the whole tree at the deadline or past a limit, and rea
 
     watch(launcher, spec, limits) ── Popen(python -I -S launcher.py SPEC FD), own session
       │ select() on stdout, stderr, status  ── past output_bytes: killed
-      │ every 0.1 s: /proc/<pid>/stat and smaps_rollup of each process of the tree
-      │   Pss > memory_mb: killed ("memory"); CPU > cpu_s: killed ("signaled", SIGXCPU);
+      │ every 0.1 s: /proc/<pid>/stat, smaps_rollup and fd/ of each process of the tree
+      │   Pss + memfds held > memory_mb: killed ("memory"); CPU > cpu_s: killed
+      │   ("signaled", SIGXCPU);
       │   processes > processes + 1: killed ("signaled", SIGKILL)
       ▼ deadline: killed ("timeout"); always after: kill_tree (freeze, SIGKILL), wait4
     Watched(stdout, stderr, status lines, killed, cpu_s)
@@ -149,17 +150,19 @@ def _over_usage(run: Watched) -> bool:
         ours.update(int(p) for p in _children_of(run.proc.pid))
     pids = [run.proc.pid, *descendants(run.proc.pid)]
     rss_kb, ticks = 0, 0
+    held: set[tuple[int, int]] = set()
     for pid in pids:
         with contextlib.suppress(OSError, IndexError, ValueError):
             fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
             ticks += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-            rss_kb += 0 if pid in ours else _resident_kb(pid, fields)
+            if pid not in ours:
+                rss_kb += _resident_kb(pid, fields) + _memfd_kb(pid, held)
     limits = run.limits
     rss_mb = rss_kb / 1024
     cpu_s = ticks / _TICK
     run.cpu_s = max(run.cpu_s, cpu_s)
     if rss_mb > limits.memory_mb:
-        why = f"memory of the tree (Pss) {rss_mb:.0f} MB > memory_mb={limits.memory_mb}"
+        why = f"memory of the tree (Pss, memfds) {rss_mb:.0f} MB > memory_mb={limits.memory_mb}"
         run.killed = ("memory", why, None)
     elif cpu_s > limits.cpu_s + 0.5:
         why = f"the tree used {cpu_s:.1f} CPU seconds > cpu_s={limits.cpu_s}"
@@ -180,6 +183,24 @@ def _resident_kb(pid: int, stat_fields: list[str]) -> int:
                 if line.startswith(b"Pss:"):
                     return int(line.split()[1])
     return int(stat_fields[21]) * _PAGE // 1024
+
+
+def _memfd_kb(pid: int, counted: set[tuple[int, int]]) -> int:
+    """Memory in the in-memory files (memfd_create) ``pid`` holds open, each file once
+    (``counted``: those seen in the tree already). No Pss counts them where they are not
+    mapped: a program could otherwise keep open_files x file_mb per process past
+    memory_mb. (A memfd also mapped counts twice: the limit errs on the safe side.)"""
+    kb = 0
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                if not os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:"):
+                    continue
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+                if (st.st_dev, st.st_ino) not in counted:
+                    counted.add((st.st_dev, st.st_ino))
+                    kb += st.st_blocks // 2  # 512-byte blocks
+    return kb
 
 
 def _children_of(pid: int) -> list[str]:

@@ -4,7 +4,7 @@ KodCode, MBPP, HumanEval) in one sandboxed run per sample (``harness``, with
 ``in_sandbox.py`` inside the sandbox), judged honestly (``judge``). docs/code.md."""
 
 from grouprl.rewards.code.extract import extract_code
-from grouprl.rewards.code.judge import OUTCOMES, SandboxFailure, Verdict, judge, outcome_metrics
+from grouprl.rewards.code.judge import OUTCOMES, SandboxFailure, Verdict, judge
 from grouprl.rewards.code.reward import CodeTests, code_tests
 from grouprl.rewards.code.tests_format import ProblemTests, TestsError, load_tests
 
@@ -19,5 +19,4 @@ __all__ = [
     "extract_code",
     "judge",
     "load_tests",
-    "outcome_metrics",
 ]

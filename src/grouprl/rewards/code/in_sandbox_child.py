@@ -13,6 +13,10 @@ import json
 import os
 import sys
 
+dumps = json.dumps
+"""Bound before the program runs: a program that replaces ``json.dumps`` changes neither
+how its results are sent nor what they say (the parent judges the values)."""
+
 SOLUTION = "solution.py"
 DETAIL_CHARS = 300
 
@@ -23,7 +27,7 @@ def child(fd: int) -> None:
     out = os.fdopen(fd, "w", buffering=1)
 
     def send(message: dict) -> None:
-        out.write(json.dumps(message) + "\n")
+        out.write(dumps(message) + "\n")
 
     sys.path.insert(0, os.getcwd())
     try:
@@ -42,17 +46,44 @@ def child(fd: int) -> None:
 def call_cases(job: dict, send) -> None:
     import solution  # type: ignore[import-not-found]  # the program, in the sandbox dir
 
-    for args in job["args"][job["start"] :]:
+    strict = job.get("strict") or [False] * len(job["args"])
+    for args, plain_only in zip(job["args"][job["start"] :], strict[job["start"] :], strict=True):
         try:
             fn = target(solution, job["fn_name"])
             value = fn(*args)
         except BaseException as err:
             send({"status": "error", "detail": describe(err)})
             continue
+        if plain_only and not plain(value):  # an assert line's ``==``: a tuple is no list
+            send(
+                {
+                    "status": "failed",
+                    "detail": f"returned a {type(value).__name__[:80]}, where the test's"
+                    " == wants JSON's plain values (no tuple, set, or other type)",
+                }
+            )
+            continue
         try:
-            send({"status": "ok", "value": json.dumps(value)})
+            send({"status": "ok", "value": dumps(value)})
         except (TypeError, ValueError) as err:
             send({"status": "failed", "detail": f"returned a {type(value).__name__}: {err}"})
+
+
+def plain(value, depth: int = 0) -> bool:
+    """Only JSON's plain values (None, bool, int, finite float, str, list, dict with str
+    keys): a strict case's returned value, compared as ``==`` would (the host's copy is
+    ``assert_calls.plain``)."""
+    if depth > 100:
+        return False
+    if value is None or isinstance(value, bool | int | str):
+        return True
+    if isinstance(value, float):
+        return value == value and value not in (float("inf"), float("-inf"))
+    if isinstance(value, list):
+        return all(plain(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and plain(v, depth + 1) for k, v in value.items())
+    return False
 
 
 def target(module, name: str):
@@ -69,8 +100,9 @@ def assert_cases(job: dict, send) -> None:
     try:
         exec(compile(job["test_code"], "test_solution.py", "exec"), namespace)
     except ModuleNotFoundError as err:
-        if err.name != "solution":
-            send({"fatal": "tests_error", "detail": f"the tests need {describe(err)}"})
+        if err.name != "solution":  # (the parent checks that it lacks the module too)
+            detail = f"the tests need {describe(err)}"
+            send({"fatal": "tests_error", "detail": detail, "module": err.name})
             return
         send({"fatal": "error", "detail": f"the tests did not load: {describe(err)}"})
         return

@@ -8,9 +8,9 @@
                                               else the first test not passed:
                                               failed | crashed (error) | timeout |
                                               memory | output_limit
-    no sentinel (the harness was killed):     the sandbox's reason: timeout | memory |
-                                              output_limit; else crashed (the program
-                                              killed its parent)
+    no sentinel (the harness was killed):     the sandbox's reason: timeout (wall_s or
+                                              cpu_s) | memory | output_limit; else
+                                              crashed (the program killed its parent)
 
 ``sandbox_error`` is never a score: the reward raises, so the sample is a reward failure
 (``reward.on_error``: left out of training by default), not a 0 the policy learns from.
@@ -20,8 +20,7 @@ the fraction of tests that passed (tests not reported count as not passed).
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable
+import signal
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -102,6 +101,8 @@ def judge(run: HarnessRun) -> Verdict:
             return Verdict("passed", passed, run.total)
         return Verdict(CASE_OUTCOMES.get(first.status, "crashed"), passed, run.total, first.detail)
     outcome = KILLED.get(program.outcome, "crashed")
+    if program.outcome == "signaled" and program.signal == signal.SIGXCPU:
+        outcome = "timeout"  # the run's CPU seconds (cpu_s), spent: a timeout, as documented
     return Verdict(
         outcome,
         passed,
@@ -121,16 +122,3 @@ def _ended(run: HarnessRun) -> str:
 
 def _stderr(run: HarnessRun) -> str:
     return run.program.stderr.decode("utf-8", errors="replace").strip()[-300:]
-
-
-def outcome_metrics(verdicts: Iterable[Verdict]) -> dict[str, float]:
-    """``code/<outcome>``: the fraction of samples with each outcome (every outcome
-    listed, 0 where none), and ``code/tests_passed``: the mean fraction of tests passed."""
-    verdicts = list(verdicts)
-    if not verdicts:
-        return {}
-    counts = Counter(v.outcome for v in verdicts)
-    out = {f"code/{o}": counts[o] / len(verdicts) for o in OUTCOMES}
-    fractions = [v.passed / v.total if v.total else 0.0 for v in verdicts]
-    out["code/tests_passed"] = sum(fractions) / len(fractions)
-    return out

@@ -4,33 +4,41 @@
 
     completion ──extract_code──► code (none: no_code, 0.0)
     reference, row ──load_tests──► ProblemTests (none readable: a reward failure)
-    code, tests ──run_tests──► one sandboxed run ──judge──► Verdict ──► score
+    code, tests ──run_tests──► one sandboxed run ──judge──► Verdict ──► {"score": s,
+                                                  │                 "outcome": "timeout"}
                                                   sandbox_error ──► raises: a reward
                                                   failure (reward.on_error), never a 0
 
-``code_tests`` is ``CodeTests()``: all or nothing, the limits below. Another setting is
-another registered instance, e.g. partial credit with shorter runs::
+``code_tests`` is ``CodeTests()``: all or nothing, the limits below. Other settings come
+from the config, ``reward.functions: [{name: code_tests, args: {partial_credit: true,
+wall_s: 4}}]`` (a replaced instance, ``rewards/args.py``), or from another registered
+instance, ``register_reward("code_partial", CodeTests(partial_credit=True))``.
 
-    register_reward("code_partial", CodeTests(partial_credit=True, wall_s=4.0))
-
-Keep ``wall_s`` below ``reward.sandbox.timeout_s`` (the reward call's own deadline,
-10 s by default) with a second or two to spare: a call killed at that deadline is a
-reward failure, while a program stopped at ``wall_s`` scores as ``timeout``.
+A call returns the score with the sample's outcome beside it, logged per step as
+``reward/code_tests/outcome/<outcome>`` (every outcome in ``categories``, 0 where none);
+``CodeTests.score`` is the number alone. A call needs up to ``wall_s`` plus
+``CALL_MARGIN_S`` (``call_s``): a ``reward.sandbox.timeout_s`` below that is refused
+before the run, since a call killed at that deadline is a reward failure, while a
+program stopped at ``wall_s`` scores as ``timeout``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from grouprl.rewards.code.extract import extract_code
-from grouprl.rewards.code.harness import run_tests
-from grouprl.rewards.code.judge import SandboxFailure, Verdict, judge
+from grouprl.rewards.code.harness import CHILD_FILE, HARNESS_FILE, PYTEST_SHIM, run_tests, source
+from grouprl.rewards.code.judge import OUTCOMES, SandboxFailure, Verdict, judge
 from grouprl.rewards.code.tests_format import load_tests
 
 REPORT_BYTES = 4 << 20
 """The harness's stdout cap: its report only (a passed test's line is ~40 bytes, another's
 ~350), never the program's output, which goes to files."""
+
+CALL_MARGIN_S = 2.0
+"""Seconds a call may take beyond ``wall_s``: the tests loaded, the sandbox's start and
+teardown, the judging (~0.3-0.5 s idle; more on a loaded machine)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +63,12 @@ class CodeTests:
     """Largest file, and the most output a test may print, in MB."""
     bare_code: bool = True
     """A completion without a fenced block is the program when it parses as Python."""
+
+    categories: ClassVar[dict[str, tuple[str, ...]]] = {
+        "outcome": tuple(o for o in OUTCOMES if o != "sandbox_error")
+    }
+    """The outcomes a call returns (``declares.DeclaresCategories``), logged every step;
+    a ``sandbox_error`` is no outcome of a call but its failure (``reward/errors``)."""
 
     def __post_init__(self) -> None:
         for name in ("wall_s", "case_s", "memory_mb", "processes", "file_mb"):
@@ -81,6 +95,19 @@ class CodeTests:
             output_bytes=REPORT_BYTES,
         )
 
+    def call_s(self) -> tuple[float, str]:
+        """The most seconds a call takes (``declares.NeedsSeconds``): ``wall_s`` plus
+        ``CALL_MARGIN_S``."""
+        return self.wall_s + CALL_MARGIN_S, "wall_s"
+
+    def warm_up(self) -> None:
+        """Once per reward worker (``declares.WarmsUp``): import the sandbox and read the
+        harness's files, outside the first call's deadline."""
+        import grouprl.sandbox.program  # noqa: F401  (what run_tests imports at its first call)
+
+        for path in (HARNESS_FILE, CHILD_FILE, PYTEST_SHIM):
+            source(path)
+
     def verdict(self, completion: str, *, reference: Any, row: dict[str, Any]) -> Verdict:
         """The sample's outcome: its program against the row's tests (raises
         ``TestsError`` when the row has no tests it can read)."""
@@ -104,14 +131,27 @@ class CodeTests:
         reference: Any = None,
         row: dict[str, Any] | None = None,
         **kwargs: Any,
-    ) -> float:
+    ) -> dict[str, Any]:
+        """``{"score", "outcome", "tests_passed"}`` (the outcome's share and the mean
+        fraction of tests passed are logged per step); raises
+        ``SandboxFailure`` for a ``sandbox_error``: a reward failure, never a 0."""
         verdict = self.verdict(completion, reference=reference, row=row or {})
         if verdict.outcome == "sandbox_error":
             raise SandboxFailure(
                 f"{verdict.detail}. Not the program's fault: this sample is a reward "
                 "failure, left out of training (reward.on_error), never scored 0"
             )
-        return verdict.score(partial_credit=self.partial_credit)
+        return {
+            "score": verdict.score(partial_credit=self.partial_credit),
+            "outcome": verdict.outcome,
+            "tests_passed": verdict.passed / verdict.total if verdict.total else 0.0,
+        }
+
+    def score(
+        self, completion: str, *, reference: Any = None, row: dict[str, Any] | None = None
+    ) -> float:
+        """The call's score alone (evaluation scripts, tests)."""
+        return self(completion, reference=reference, row=row)["score"]
 
 
 code_tests = CodeTests()

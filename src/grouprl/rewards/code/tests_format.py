@@ -18,7 +18,9 @@ tests, else the first of these row fields present (their datasets named beside t
                            "testtype" or "type"}``, or an ``input_output``-shaped dict
 ``test``, ``test_code``    KodCode (``test_code``, ``test_entry_point`` in its SFT set):
                            pytest code that does ``from solution import f``
-``test_list``              MBPP: a list of ``assert`` lines (``test_setup_code`` first)
+``test_list``              MBPP: a list of ``assert`` lines (``test_setup_code`` first);
+                           ``assert f(<literals>) == <literal>`` lines without setup are
+                           function calls (``assert_calls.py``: they cannot be forged)
 =========================  ==============================================================
 
 Three kinds of test come out: ``stdio`` (the program reads the case's input on stdin; its
@@ -38,6 +40,8 @@ import pickle
 import zlib
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from grouprl.rewards.code.assert_calls import as_call_tests
 
 Kind = Literal["stdio", "call", "assert"]
 
@@ -63,7 +67,9 @@ class TestsError(ValueError):
 @dataclass(frozen=True)
 class ProblemTests:
     """A problem's tests in one form. ``cases``: stdio ``{"stdin", "expected"}``; call
-    ``{"args", "expected", "wrapped"}``; assert: the test functions' names."""
+    ``{"args", "expected", "wrapped"}`` (and ``"strict"``: the returned value must be of
+    JSON's plain types, for assert lines turned into calls); assert: the test functions'
+    names."""
 
     __test__ = False  # not a pytest class
 
@@ -78,7 +84,9 @@ def load_tests(reference: Any, row: dict[str, Any]) -> ProblemTests:
     """The tests of ``row``: from ``reference`` when it holds some, else from the row's
     fields (module docstring). Raises ``TestsError`` saying what was found instead."""
     if reference is not None:
-        tests = _readable(reference, row, where="the reference (data.answer_key)")
+        # LiveCodeBench's public cases as the reference: its private ones count too
+        lcb = "public_test_cases" if reference == row.get("public_test_cases") else ""
+        tests = _readable(reference, row, where="the reference (data.answer_key)", key=lcb)
         if tests is not None:
             return tests
     for key in ROW_FIELDS:
@@ -187,10 +195,11 @@ def case_list(cases: list[dict], *, fn_name: str | None, where: str) -> ProblemT
     if not cases:
         raise TestsError(f"{where}: an empty list of test cases")
     if functional:
+        fn_name = fn_name or _func_name(cases[0])  # DeepCoder keeps the name in each case
         if not fn_name:
             raise TestsError(
                 f"{where}: functional tests without a function name; give the row "
-                "metadata.func_name (LiveCodeBench) or fn_name"
+                "metadata.func_name (LiveCodeBench) or fn_name, or each case (DeepCoder)"
             )
         calls = tuple(_call_case(c["input"], c["output"]) for c in cases)
         return ProblemTests("call", calls, fn_name)
@@ -260,6 +269,10 @@ def assert_tests(code: str, *, entry_point: str | None = None, where: str = "") 
         return ProblemTests(
             "assert", ("test_check",), test_code=f"from solution import *\n{code}{call}"
         )
+    lines = [ast.unparse(node) for node in tree.body]
+    calls = as_call_tests(lines) if all(isinstance(n, ast.Assert) for n in tree.body) else None
+    if calls is not None:  # plain ``assert f(1) == 2`` lines: function calls (mbpp_tests)
+        return ProblemTests("call", calls[1], calls[0])
     if not any(isinstance(node, ast.Assert) for node in tree.body):
         raise TestsError(
             f"{where}: its asserts are inside functions that no test calls (no test_* "
@@ -292,7 +305,13 @@ def _test_names(tree: ast.Module) -> list[str]:
 
 
 def mbpp_tests(asserts: list[str], *, setup: str) -> ProblemTests:
-    """MBPP's ``test_list``: each assert one test, after ``test_setup_code``."""
+    """MBPP's ``test_list``: each assert one test, after ``test_setup_code``. Where every
+    line is ``assert f(<literals>) == <literal>`` and there is no setup, the lines are
+    function-call tests instead (``assert_calls``: judged outside the program's process,
+    so they cannot be forged; the verdict stays ``==``'s)."""
+    calls = None if setup.strip() else as_call_tests(asserts)
+    if calls is not None:
+        return ProblemTests("call", calls[1], calls[0])
     functions = "".join(
         f"\ndef test_{i}():\n    {line.strip()}\n" for i, line in enumerate(asserts)
     )

@@ -42,6 +42,7 @@ from http.server import ThreadingHTTPServer
 from typing import Any, NoReturn
 
 from grouprl.engines.base import RolloutEngine, SamplingSettings
+from grouprl.engines.segments import GenerationAborted
 from grouprl.rollout.gateway.http import GatewayError, GatewayHandler
 from grouprl.rollout.gateway.record import EpisodeRecord, Plan
 from grouprl.rollout.turns import LimitHit, TurnEngine, TurnLimits, first_version
@@ -199,7 +200,10 @@ class Gateway:
                 [r.context_ids for r in batch], max_tokens=[r.max_tokens for r in batch]
             )
         except BaseException as err:  # the rollout re-raises it (``engine_error``)
-            logger.exception("the rollout engine failed on a gateway batch")
+            if isinstance(err, GenerationAborted):  # the stream stops: expected, no traceback
+                logger.info("a gateway batch of %d requests stopped: %s", len(batch), err)
+            else:
+                logger.exception("the rollout engine failed on a gateway batch")
             self.engine_error = err
             for req in batch:
                 req.error = GatewayError(500, f"engine error: {err}", code="engine_error")
