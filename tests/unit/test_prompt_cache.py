@@ -17,8 +17,8 @@ def conversations(n: int, *, text: str = "What is {i}+1?") -> list[list[dict[str
 
 @pytest.fixture
 def cache(monkeypatch: pytest.MonkeyPatch) -> RenderCache:
-    """This test's own cache, keeping sets of 4 rows and more (the process's keeps 1,024)."""
-    cache = RenderCache(min_rows=4, max_sets=2)
+    """This test's own cache, keeping sets of 4 to 8 rows (the process's: 1,024 to 50,000)."""
+    cache = RenderCache(min_rows=4, max_rows=8, max_sets=2)
     monkeypatch.setattr(prompts, "RENDERED", cache)
     return cache
 
@@ -52,6 +52,7 @@ def test_what_the_ids_depend_on_is_in_the_key(cache):
     ]
     assert base not in changed and len(set(changed)) == len(changed)
     assert cache.key(tok, conversations(3), {}) is None  # small sets are not kept
+    assert cache.key(tok, conversations(9), {}) is None  # nor large ones
 
 
 def test_the_least_recently_used_set_goes_first(cache):

@@ -137,12 +137,14 @@ class RenderCache:
     (the test suite, a notebook) renders each set once.
 
     Sets under ``min_rows`` are not kept (hashing them costs about what rendering does), nor
-    any a slow tokenizer renders (it has no definition to hash). The ids are kept as tuples
-    and each hit returns fresh lists, so a caller that changes its ids changes no other
-    run's."""
+    over ``max_rows`` (a real dataset, rendered once per run: its ids as Python objects
+    would take gigabytes), nor any a slow tokenizer renders (no definition to hash). The
+    ids are kept as tuples and each hit returns fresh lists, so a caller that changes its
+    ids changes no other run's."""
 
-    def __init__(self, *, min_rows: int = 1024, max_sets: int = 4) -> None:
+    def __init__(self, *, min_rows: int = 1024, max_rows: int = 50_000, max_sets: int = 4) -> None:
         self.min_rows = min_rows
+        self.max_rows = max_rows
         self.max_sets = max_sets
         self._sets: OrderedDict[str, tuple[tuple[int, ...], ...]] = OrderedDict()
 
@@ -151,7 +153,7 @@ class RenderCache:
     ) -> str | None:
         """The set's key, or None when it is not to be kept."""
         backend = getattr(tokenizer, "backend_tokenizer", None)
-        if len(conversations) < self.min_rows or backend is None:
+        if not self.min_rows <= len(conversations) <= self.max_rows or backend is None:
             return None
         try:
             parts = [
