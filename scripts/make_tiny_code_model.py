@@ -41,7 +41,13 @@ from typing import Any
 
 import torch
 from make_tiny_model import encode_pair, sft_batches
-from tiny_models import build_tokenizer, save_tiny_model, tiny_qwen2_config, train_sft
+from tiny_models import (
+    build_tokenizer,
+    greedy_answers,
+    save_tiny_model,
+    tiny_qwen2_config,
+    train_sft,
+)
 from transformers import Qwen2ForCausalLM
 
 from grouprl.assets.code import CodeProblem, code_split
@@ -75,35 +81,6 @@ def warmup_answer(problem: CodeProblem, *, args, rng: random.Random) -> str:
     if problem.kind == "print" and not habit_topic(problem) and rng.random() < 0.5:
         return problem.solution.replace("print(", "", 1).replace(")\n```", "\n```")
     return habit(problem)
-
-
-def greedy_programs(model, tok, problems, *, max_new_tokens: int = 64) -> list[str]:
-    model.eval()
-    prompts = [
-        tok.apply_chat_template(
-            [{"role": "user", "content": p.question}], add_generation_prompt=True, tokenize=False
-        )
-        for p in problems
-    ]
-    texts: list[str] = []
-    with torch.no_grad():
-        for start in range(0, len(prompts), 100):
-            enc = tok(
-                prompts[start : start + 100],
-                return_tensors="pt",
-                padding=True,
-                add_special_tokens=False,
-            )
-            out = model.generate(
-                **enc,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                pad_token_id=tok.pad_token_id,
-                eos_token_id=tok.eos_token_id,
-            )
-            texts += tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-    model.train()
-    return texts
 
 
 def shares(texts: list[str], problems: list[CodeProblem]) -> dict[str, float]:
@@ -172,7 +149,7 @@ def main() -> None:
     start = time.time()
 
     def report(step: int, loss: float, seconds: float) -> None:
-        last["texts"] = greedy_programs(model, tok, test)
+        last["texts"] = greedy_answers(model, tok, test)
         last["found"] = {k: round(v, 3) for k, v in shares(last["texts"], test).items()}
         print(
             f"step {step}: loss {loss:.3f}  held-out greedy programs {last['found']}  "

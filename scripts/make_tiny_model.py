@@ -28,7 +28,13 @@ import re
 from pathlib import Path
 
 import torch
-from tiny_models import build_tokenizer, save_tiny_model, tiny_qwen2_config, train_sft
+from tiny_models import (
+    build_tokenizer,
+    greedy_answers,
+    save_tiny_model,
+    tiny_qwen2_config,
+    train_sft,
+)
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 from grouprl.assets.arith import arith_split
@@ -76,35 +82,12 @@ def sft_batches(examples: list[tuple[list[int], int]], *, batch_size: int, pad_i
 
 def greedy_accuracy(model, tok, problems, *, max_new_tokens: int = 64) -> tuple[float, float]:
     """Held-out accuracy and the share of answers that work through every step."""
-    model.eval()
-    prompts = [
-        tok.apply_chat_template(
-            [{"role": "user", "content": p.question}], add_generation_prompt=True, tokenize=False
-        )
-        for p in problems
-    ]
+    texts = greedy_answers(model, tok, problems, max_new_tokens=max_new_tokens)
     correct = worked = 0
-    with torch.no_grad():
-        for start in range(0, len(prompts), 100):
-            enc = tok(
-                prompts[start : start + 100],
-                return_tensors="pt",
-                padding=True,
-                add_special_tokens=False,
-            )
-            out = model.generate(
-                **enc,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                pad_token_id=tok.pad_token_id,
-                eos_token_id=tok.eos_token_id,
-            )
-            texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-            for text, problem in zip(texts, problems[start : start + 100], strict=True):
-                found = re.search(r"####\s*(-?\d+)", text)
-                correct += bool(found and int(found.group(1)) == problem.target)
-                worked += text.count(" = ") == problem.answer.count(" = ")
-    model.train()
+    for text, problem in zip(texts, problems, strict=True):
+        found = re.search(r"####\s*(-?\d+)", text)
+        correct += bool(found and int(found.group(1)) == problem.target)
+        worked += text.count(" = ") == problem.answer.count(" = ")
     return correct / len(problems), worked / len(problems)
 
 

@@ -120,3 +120,34 @@ def train_sft(
         opt.zero_grad(set_to_none=True)
         if step % eval_every == 0 or step == steps:
             report(step, loss.item(), time.time() - start)
+
+
+def greedy_answers(model, tok, problems, *, max_new_tokens: int = 64) -> list[str]:
+    """The model's greedy answers to ``problems`` (each has a ``question``), in batches
+    of 100 through the chat template; the model is left in training mode."""
+    model.eval()
+    prompts = [
+        tok.apply_chat_template(
+            [{"role": "user", "content": p.question}], add_generation_prompt=True, tokenize=False
+        )
+        for p in problems
+    ]
+    texts: list[str] = []
+    with torch.no_grad():
+        for start in range(0, len(prompts), 100):
+            enc = tok(
+                prompts[start : start + 100],
+                return_tensors="pt",
+                padding=True,
+                add_special_tokens=False,
+            )
+            out = model.generate(
+                **enc,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+            )
+            texts += tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    model.train()
+    return texts

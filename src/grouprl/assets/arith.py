@@ -19,6 +19,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from grouprl.assets.datasets import fixed_split
+
 NAMES = ("Mia", "Leo", "Ava", "Sam", "Zoe", "Max", "Ivy", "Ben", "Eli", "Ada", "Tom", "Kim")
 ITEMS = ("apples", "shells", "stickers", "marbles", "coins", "pens", "cards", "books", "stamps")
 PRONOUN = {
@@ -85,19 +87,9 @@ def make_problem(rng: random.Random) -> ArithProblem:
 
 def arith_split(split: str, *, size: int | None = None) -> list[ArithProblem]:
     """The fixed ``train`` or ``test`` split (first ``size`` problems)."""
-    if split not in SPLIT_SEEDS:
-        raise ValueError(f"arith split {split!r} does not exist; choose one of {list(SPLIT_SEEDS)}")
-    wanted = SPLIT_SIZES[split] if size is None else size
-    held_out = set()
-    if split == "train":
-        held_out = {p.question for p in arith_split("test")}
-    rng = random.Random(SPLIT_SEEDS[split])
-    problems: list[ArithProblem] = []
-    while len(problems) < wanted:
-        problem = make_problem(rng)
-        if problem.question not in held_out:
-            problems.append(problem)
-    return problems
+    return fixed_split(
+        "arith", split, make_problem, seeds=SPLIT_SEEDS, sizes=SPLIT_SIZES, size=size
+    )
 
 
 def builtin_rows(split: str, size: int | None) -> tuple[list[dict[str, str]], list[str]]:

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grouprl.assets.arith import make_problem
+from grouprl.assets.datasets import fixed_split
 
 SPLIT_SEEDS = {"train": 3_000, "test": 4_000}
 SPLIT_SIZES = {"train": 20_000, "test": 500}
@@ -267,20 +268,13 @@ def function_problem(rng: random.Random) -> CodeProblem:
 
 def code_split(split: str, *, size: int | None = None) -> list[CodeProblem]:
     """The fixed ``train`` or ``test`` split (its first ``size`` problems)."""
-    if split not in SPLIT_SEEDS:
-        raise ValueError(f"code split {split!r} does not exist; choose one of {list(SPLIT_SEEDS)}")
-    wanted = SPLIT_SIZES[split] if size is None else size
-    held_out = set()
-    if split == "train":
-        held_out = {p.question for p in code_split("test")}
-    rng = random.Random(SPLIT_SEEDS[split])
-    problems: list[CodeProblem] = []
-    while len(problems) < wanted:
-        make = print_problem if rng.random() < 0.5 else function_problem
-        problem = make(rng)
-        if problem.question not in held_out:
-            problems.append(problem)
-    return problems
+    return fixed_split("code", split, _problem, seeds=SPLIT_SEEDS, sizes=SPLIT_SIZES, size=size)
+
+
+def _problem(rng: random.Random) -> CodeProblem:
+    """A print or a function problem, half of each."""
+    make = print_problem if rng.random() < 0.5 else function_problem
+    return make(rng)
 
 
 COLUMNS = ["input_output", "kind", "question", "solution", "topic"]
