@@ -226,8 +226,8 @@ def run_grouprl(s: Settings, work: Path) -> tuple[SideResult, dict]:
             phase = "warmup" if step <= s.warmup else "measured"
             log(
                 f"grouprl step {step} ({phase}): {t1 - t0:.3f} s, {cpu1 - cpu0:.2f} CPU-s, "
-                f"generate {metrics['time/generate_s']:.3f} s, train {metrics['time/train_s']:.3f}"
-                f" s, sync {metrics['time/weight_sync_s']:.3f} s, {n_tokens} tokens"
+                f"{generated(metrics)}, train {metrics['time/train_s']:.3f} s, "
+                f"sync {metrics['time/weight_sync_s']:.3f} s, {n_tokens} tokens"
             )
             if step > s.warmup:
                 wall.append(t1 - t0)
@@ -238,6 +238,17 @@ def run_grouprl(s: Settings, work: Path) -> tuple[SideResult, dict]:
     note = f"engine {s.engine}" + (f", {vllm_version()}" if s.engine == "vllm" else "")
     note += f", CPU-s over {processes} process{'es' if processes > 1 else ''}"
     return SideResult("grouprl", wall, cpu, tokens, note=note), info
+
+
+def generated(metrics: dict[str, float]) -> str:
+    """The step's generation seconds as the loop reports them. With
+    ``rollout.max_staleness >= 1`` generation runs beside training, and a step reports
+    ``time/generate_s`` (the rounds finished since the last step) only when one finished:
+    a step without one says so, neither a 0 nor a figure borrowed from another step."""
+    seconds = metrics.get("time/generate_s")
+    if seconds is None:
+        return "no generation round finished since the last step"
+    return f"generate {seconds:.3f} s"
 
 
 def vllm_version() -> str:

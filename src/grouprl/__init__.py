@@ -28,12 +28,14 @@ _API = {
     "register_env": "grouprl.api",
     "RunConfig": "grouprl.config.schema",
     "ConfigError": "grouprl.config.errors",
+    "CannotTrain": "grouprl.rewards.failures",
     "Step": "grouprl.envs",
     "ToolCall": "grouprl.envs",
     "Toolbox": "grouprl.envs",
     "EnvContext": "grouprl.envs",
 }
 __all__ = [
+    "CannotTrain",
     "ConfigError",
     "EnvContext",
     "RunConfig",
@@ -61,6 +63,7 @@ if TYPE_CHECKING:
     from grouprl.config.errors import ConfigError
     from grouprl.config.schema import RunConfig
     from grouprl.envs import EnvContext, Step, Toolbox, ToolCall
+    from grouprl.rewards.failures import CannotTrain
 
 
 __getattr__ = lazy_getattr(__name__, _API)  # the API's names, imported when first used

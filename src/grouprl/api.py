@@ -75,7 +75,10 @@ def check_config(cfg: RunConfig) -> Derived:
 def train(config: RunConfig | Recipe, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Trains a run (``grouprl train``) and returns its summary (``RUN/summary.json``:
     run_dir, step, total_steps, finished, held-out accuracy before and after, and with
-    ``checkpoint.keep_best`` the best validation's step, metric and value).
+    ``checkpoint.keep_best`` the best validation's step, metric and value; ``stopped``
+    when it ends early). A run that cannot train (a failure brake,
+    ``trainer.max_idle_steps``) raises ``grouprl.CannotTrain``; its summary.json says
+    why (``stopped``: kind, step, reason).
 
     ``config``: a ``RunConfig`` (``load_config``), or a recipe with ``overrides``. It is
     checked first, and a run that does not resume must have a run directory of its own

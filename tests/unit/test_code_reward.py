@@ -1,5 +1,6 @@
-"""The code_tests reward without running programs: extraction rules, test formats into one
-form, output normalisation, the report's parsing and the judge's outcome table."""
+"""The code_tests reward's rules: extraction, test formats into one form, output
+comparison (the one place here that runs a program: an echo, through the real harness),
+the report's parsing and the judge's outcome table."""
 
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ from grouprl.rewards.code import (
     judge,
     load_tests,
 )
-from grouprl.rewards.code.harness import CaseResult, HarnessRun, parse_report
+from grouprl.rewards.code.harness import CaseResult, HarnessRun, parse_report, run_tests
 from grouprl.rewards.code.in_sandbox import normalise, same_value
+from grouprl.rewards.code.tests_format import ProblemTests
 from grouprl.rewards.registry import REWARD_FUNCTIONS
-from grouprl.sandbox.program import ProgramResult
+from grouprl.sandbox.program import ProgramLimits, ProgramResult
 
 # --- extraction -------------------------------------------------------------------------------
 
@@ -205,20 +207,45 @@ def test_a_row_without_tests_names_the_fields():
 # --- comparison -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("got", "expected", "same"),
-    [
-        ("3 \r\n4\n\n\n", "3\n4", True),  # trailing spaces, CRLF, trailing newlines
-        ("3\n", "3\n4\n", False),  # truncated output fails (no zip over lines)
-        ("3\n4\n5\n", "3\n4\n", False),  # extra output fails
-        ("  3", "3", False),  # leading spaces count
-        ("a\n\nb", "a\nb", False),  # a blank line inside counts
-        ("PASSED\n3", "3", False),  # never a substring
-        ("", "", True),
-    ],
-)
-def test_stdout_is_compared_whole_after_normalising(got, expected, same):
-    assert (normalise(got) == normalise(expected)) is same
+STDOUT_CASES = [
+    ("3 \r\n4\n\n\n", "3\n4", True),  # trailing spaces, CRLF, trailing newlines
+    ("3\n", "3\n4\n", False),  # truncated output fails (no zip over lines)
+    ("3\n4\n5\n", "3\n4\n", False),  # extra output fails
+    ("  3", "3", False),  # leading spaces count
+    ("a\n\nb", "a\nb", False),  # a blank line inside counts
+    ("PASSED\n3", "3", False),  # never a substring
+    ("3\n", "3\r\n\n", True),  # the expected output is normalised too
+    ("Yes", "yes", False),  # case counts
+    ("", "", True),
+]
+ECHO = "import sys\nsys.stdout.buffer.write(sys.stdin.buffer.read())\n"
+"""Prints its input byte for byte: a stdio case's input is the output under test."""
+
+
+@pytest.fixture(scope="module")
+def echoed() -> list[CaseResult]:
+    """Every case of STDOUT_CASES judged by the real harness (``run_tests``: the sandboxed
+    ``in_sandbox.py`` compares the program's stdout with the expected text), in one run
+    of the echo program: a case's input is the stdout it gets back."""
+    cases = tuple({"stdin": got, "expected": expected} for got, expected, _ in STDOUT_CASES)
+    run = run_tests(
+        ECHO,
+        ProblemTests(kind="stdio", cases=cases),
+        limits=ProgramLimits(wall_s=20.0, cpu_s=20.0),
+        case_s=5.0,
+        stop_early=False,
+    )
+    assert run.complete and not run.error, run
+    return run.cases
+
+
+@pytest.mark.parametrize(("index", "same"), [(i, c[2]) for i, c in enumerate(STDOUT_CASES)])
+def test_stdout_is_compared_whole_after_normalising(index, same, echoed):
+    """The harness's verdict, not a copy of its rule: a change to what it compares (or how
+    it normalises either side) fails here."""
+    got, expected, _ = STDOUT_CASES[index]
+    assert echoed[index].status == ("passed" if same else "failed"), (got, expected, echoed[index])
+    assert (normalise(got) == normalise(expected)) is same  # the rule as documented
 
 
 def test_returned_values_compare_as_json_and_apps_wrapping():

@@ -681,6 +681,7 @@ def test_renamed_keys_in_a_recipe_and_from_python_move_to_their_blocks(tmp_path,
         "memory_mb": 512,
         "memory_limit": "rss",
         "timeout_s": 10.0,
+        "require_isolation": False,
     }
 
 

@@ -6,6 +6,7 @@ estimator needs is dropped whole; a step with nothing left makes no update."""
 from __future__ import annotations
 
 import logging
+import socket
 from types import SimpleNamespace
 
 import pytest
@@ -15,10 +16,20 @@ from grouprl.algo.advantages import ADVANTAGES, AdvantageInputs
 from grouprl.algo.kl import KLController
 from grouprl.algo.shaping import signal_groups
 from grouprl.config.loader import load_config
-from grouprl.driver.batch import build_batch, trained_samples
+from grouprl.config.schema import RunConfig
+from grouprl.driver.batch import build_batch, trained_samples, turn_tensors
 from grouprl.driver.loop import Components, RunState, rollout_step, train_step
+from grouprl.driver.stream import group_lag
 from grouprl.metrics.telemetry import Hardware, ModelShape
 from grouprl.rewards.scoring import RewardFailure, RewardScores
+from grouprl.rollout.gateway.agents import (
+    AgentFailure,
+    AgentOutcome,
+    AgentRollout,
+    _apply_outcomes,
+)
+from grouprl.rollout.gateway.record import EpisodeRecord
+from grouprl.rollout.gateway.worker import start_episode
 from grouprl.rollout.reward import SampleFailed, fail
 from grouprl.rollout.runner import score_trajectories
 from grouprl.rollout.setup import zero_failed_episodes
@@ -304,3 +315,148 @@ def test_step_metrics_count_failures_by_kind_and_average_only_training_samples()
     )
     assert metrics["reward/mean"] == pytest.approx(2 / 3)  # 1, 0 (zeroed), 1
     assert metrics["accuracy"] == pytest.approx(2 / 3)
+
+
+# --- edge paths: a failure never makes a sample train (issue 37, items 2 and 9) ------------
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "dropped"),
+    [
+        (("reward_error", "drop"), ("env_error", "zero"), True),  # the case that trained
+        (("env_error", "zero"), ("reward_error", "drop"), True),
+        (("env_error", "zero"), ("reward_error", "zero"), False),
+    ],
+)
+def test_a_sample_failed_twice_keeps_the_stricter_fate_and_its_first_reason(first, second, dropped):
+    (traj,) = _scored([1.0])
+    fail(traj, reason=first[0], on_error=first[1], message="first")
+    fail(traj, reason=second[0], on_error=second[1], message="second")
+    parts = traj.reward_parts
+    assert (parts.failure, parts.error, parts.dropped) == (first[0], "first", dropped)
+    assert (traj.trains, traj.reward) == (not dropped, 0.0)
+    with pytest.raises(SampleFailed):  # raise beats both
+        fail(traj, reason="reward_error", on_error="raise")
+
+
+def _multi_turn(turn_rewards: list[float]) -> Trajectory:
+    traj = _trajectory(0)
+    traj.turns = [
+        Turn(Completion([5, 6], [-0.5, -0.5], "stop", text="x"), [9], reward=r)
+        for r in turn_rewards
+    ]
+    traj.turns[-1].observation_ids = []
+    return traj
+
+
+def test_a_failed_episode_trained_as_zero_earns_no_turn_reward():
+    """on_error=zero: what the broken episode's turns scored never reaches mt_grpo or
+    turn_returns (the per-turn tensors read nothing from it), like its outcome."""
+    failed, ok = _multi_turn([1.0, 0.5]), _multi_turn([1.0, 0.5])
+    score_trajectories(
+        [failed, ok],
+        score=lambda completions, rows, group_size: RewardScores(total=[1.0, 1.0], parts={}),
+        correct_function=None,
+        group_size=2,
+    )
+    assert failed.reward_parts.turns == (1.0, 0.5)  # as scored, before it failed
+    fail(failed, reason="env_error", on_error="zero")
+    assert (failed.trains, failed.reward, failed.reward_parts.turns) == (True, 0.0, ())
+    rewards_BK, counts_B, _ = turn_tensors([failed, ok])
+    assert rewards_BK.tolist() == [[0.0, 0.0], [1.0, 0.5]]
+    assert counts_B.tolist() == [2, 2]
+
+
+def test_a_failed_sample_left_out_neither_counts_nor_trips_the_staleness_bound():
+    """A synchronous run (max_staleness=0) at policy version 1: an episode whose agent
+    failed before its first call carries no version of its own; left out, it must not
+    stop the run. A sample that trains with weights 0 still does (the loop's bug)."""
+    c = _components(n=3)
+    c.state.weight_version = 1
+    trajectories = _scored([1.0, 0.0, 0.0, 1.0, 1.0, 0.0], prompts=2)
+    for traj in trajectories:
+        traj.weight_version = 1
+    trajectories[0].weight_version = 0
+    fail(trajectories[0], reason="agent_error", message="ConnectionError: reset")
+    metrics = train_step(c, trajectories, step=2)
+    assert metrics["train/dropped_samples"] == 1.0
+    assert len(c.policy.batches) == 1  # the others trained
+    trajectories[1].weight_version = 0  # trains: past the bound
+    with pytest.raises(RuntimeError, match="rollout.max_staleness=0"):
+        train_step(c, trajectories, step=2)
+
+
+def test_an_episode_without_calls_has_the_version_it_opened_with():
+    record = EpisodeRecord(key="k", index=0, row={"_index": 4}, eos_id=None, version=3)
+    assert record.trajectory(fallback_prompt=[1, 2]).weight_version == 3
+    assert record.rerun().trajectory(fallback_prompt=[1]).weight_version == 3
+
+
+def test_a_stream_group_is_not_stale_for_its_failed_samples_version():
+    ok, failed = _trajectory(0), _trajectory(0)
+    ok.weight_version = 4
+    fail(failed, reason="agent_error")  # weight_version 0: the episode never called
+    assert group_lag([ok, failed], version=5) == 1
+    assert group_lag([failed], version=5) == 0  # trains nothing: bounds nothing
+
+
+def agent_for_scoring(base_url, task, **kwargs):
+    """Never run: ``_score`` is handed the outcomes (an ``env.agent`` must resolve)."""
+
+
+def test_unused_reward_functions_are_not_called_and_cannot_fail_an_agents_sample():
+    """Four episodes: the agent returned a reward, reported one, returned None, failed.
+    The functions score only the third (the one whose reward they decide); a judge that
+    is down fails that sample alone, never the two the agent rewarded itself."""
+    cfg = RunConfig.model_validate({"env": {"agent": f"{__file__}:agent_for_scoring"}})
+    called = []
+
+    def judge_down(completions, rows, group_size):
+        called.append(([r["_index"] for r in rows], group_size))
+        down = [
+            RewardFailure("judge", i, r["_index"], "ConnectionError", "down")
+            for i, r in enumerate(rows)
+        ]
+        return RewardScores(
+            total=[0.0] * len(rows), parts={"judge": [0.0] * len(rows)}, errors=down
+        )
+
+    rollout = AgentRollout(cfg, engine=None, tokenizer=None, score=judge_down)
+    records = [
+        EpisodeRecord(key=f"k{i}", index=i, row={"_index": i}, eos_id=None) for i in range(4)
+    ]
+    records[1].reported_reward = 0.7
+    outcomes = [
+        AgentOutcome(reward=0.5),
+        AgentOutcome(),
+        AgentOutcome(),
+        AgentOutcome(failure=AgentFailure(3, 3, "RuntimeError", "agent bug")),
+    ]
+    trajectories = [_trajectory(i) for i in range(4)]
+    for traj, record in zip(trajectories, records, strict=True):
+        traj.row = record.row
+    scores = rollout._score(trajectories, records, outcomes, group_size=2)
+    assert called == [([2], None)]  # the scored one alone, grouped by its row
+    _apply_outcomes(trajectories, records, outcomes, scores, on_error="drop")
+    parts = [t.reward_parts for t in trajectories]
+    assert [(p.failure, t.trains) for p, t in zip(parts, trajectories, strict=True)] == [
+        (None, True),
+        (None, True),
+        ("reward_error", False),
+        ("agent_error", False),
+    ]
+    assert [t.reward for t in trajectories[:2]] == [0.5, 0.7]
+    assert scores.total == [0.5, 0.7, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("network", [True, False])
+def test_a_start_that_cannot_reach_the_gateway_blames_env_network_only_when_it_is_off(network):
+    with socket.socket() as free:  # a loopback port nothing listens on
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    with pytest.raises(ConnectionError) as raised:
+        start_episode(f"http://127.0.0.1:{port}/e/k/v1", network=network)
+    said = str(raised.value)
+    assert f"127.0.0.1:{port}" in said and "refused" in said.lower(), said
+    assert ("env.network=false" in said) is not network, said  # the off setting blamed
+    assert ("the gateway's side failed" in said) is network, said

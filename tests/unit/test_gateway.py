@@ -403,7 +403,10 @@ def test_an_agent_rollout_scores_returned_reported_and_failed_episodes(tokenizer
         (None, "agent_error", False),
     ]
     assert all(t.trains for t in trajectories)  # on_error=zero
-    assert parts[0].scores == {"fn": 1.0} and parts[3].scores == {"fn": 0.0}
+    # the functions scored only the episode whose reward they decide (no agent reward,
+    # no failure): the others' scores would go unused
+    assert [p.scores for p in parts] == [{}, {}, {"fn": 1.0}, {}, {}]
+    assert scores.parts["fn"] == [1.0]
     assert parts[3].error == "RuntimeError: agent bug"
     assert parts[4].error == "TimeoutError: past env.agent.timeout_s=1"
     assert scores.errors == []  # the reward functions did not fail

@@ -88,8 +88,10 @@ def test_a_slow_comparison_times_out_in_its_thread_and_the_thread_scores_on():
 
 
 def test_a_reference_without_an_answer_fails_the_call_not_the_completion():
-    with pytest.raises(ValueError, match="parses to no answer"):
+    with pytest.raises(ValueError, match="the reference '' stands for a missing answer"):
         math_verify_score("$5$", reference="")
+    with pytest.raises(ValueError, match=r"reads as the product .*, not a math answer"):
+        math_verify_score("$5$", reference="see the text")
 
 
 def test_in_the_reward_workers_a_timeout_fails_its_sample_alone():

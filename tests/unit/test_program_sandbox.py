@@ -250,7 +250,8 @@ def test_a_file_key_that_leaves_the_dir_is_a_sandbox_error_naming_it():
 
 def test_isolation_names_each_layer_and_says_it_in_a_line():
     found = isolation()
-    assert set(found) == {"user_ns", "mount_ns", "net_ns", "pid_ns", "uid", "summary"}
+    assert set(found) == {"user_ns", "mount_ns", "net_ns", "pid_ns", "uid", "why_not", "summary"}
+    assert (found["why_not"] == "") == found["mount_ns"]  # why namespaces were refused
     assert isinstance(found["summary"], str) and "namespaces" in found["summary"]
     if ENCLOSED and os.geteuid() == 0:
         assert found["uid"] == "nobody (65534) instead of root"

@@ -92,7 +92,9 @@ def _score(pool, entries, completions, answers, *, categories=None):
     return score_completions(
         functions=resolve_rewards(entries),
         completions=completions,
-        rows=[{"answer": a, "_index": i // 2} for i, a in enumerate(answers)],
+        rows=[
+            {"answer": a, "data_source": "test", "_index": i // 2} for i, a in enumerate(answers)
+        ],
         answer_key="answer",
         on_error="drop",
         timeout_s=10,
@@ -170,6 +172,7 @@ def test_code_tests_returns_its_outcome_and_every_outcome_is_logged(pool):
     assert outcomes == {
         "reward/code_tests/outcome/no_code": 1.0,
         "reward/code_tests/tests_passed": 0.0,
+        "reward/code_tests/failures": 0.0,
         **{
             f"reward/code_tests/outcome/{o}": 0.0
             for o in ("passed", "failed", "timeout", "memory", "crashed", "output_limit")

@@ -15,6 +15,7 @@ import pytest
 from grouprl.config.schema import RewardFunction
 from grouprl.rewards import (
     REWARD_FUNCTIONS,
+    CannotTrain,
     FailureBrake,
     Reward,
     RewardError,
@@ -279,6 +280,8 @@ def test_weighted_total_parts_and_metrics(pool):
         "reward/worker_restarts": 0.0,
         "reward/math_answer": 0.5,
         "reward/format": 0.5,
+        "reward/math_answer/failures": 0.0,
+        "reward/format/failures": 0.0,
     }
 
 
@@ -315,7 +318,9 @@ def test_raising_function_fails_its_sample_alone_and_is_recorded(pool, caplog):
         "error",
     )
     assert metrics(scores)["reward/errors"] == 1.0
-    assert metrics(scores)["reward/flaky"] == pytest.approx(2 / 3)
+    # the mean of the samples it scored (the failed call's 0.0 is no score), its failures
+    assert metrics(scores)["reward/flaky"] == 1.0
+    assert metrics(scores)["reward/flaky/failures"] == 1.0
     assert "first on sample 1 (row 3): KeyError: 'no such thing'" in caplog.text
 
 
@@ -369,21 +374,27 @@ def test_raise_stops_at_the_first_failure_with_sample_and_row_index(pool):
     assert "reward.on_error=drop" in message and "reward.on_error=zero" in message
 
 
-def test_the_brake_stops_the_run_after_n_identical_failures_counted_across_steps(pool):
+def test_the_brake_stops_the_run_when_a_functions_last_n_calls_failed_whenever_in_the_run(
+    pool,
+):
+    """A sliding window (issue 37): a success, then failures counted across steps."""
     brake = FailureBrake(3)
-    broken = [("broken", always_fails, 1.0)]
-    assert len(score(pool, broken, ["a", "b"], ROWS, brake=brake).errors) == 2  # 2 of 3
-    with pytest.raises(RewardError) as err:
-        score(pool, broken, ["c"], ROWS[:1], brake=brake)
+    flaky = [("flaky", failing_on_b, 1.0)]
+    assert len(score(pool, flaky, ["a", "b", "b"], [*ROWS, ROWS[1]], brake=brake).errors) == 2
+    with pytest.raises(CannotTrain) as err:
+        score(pool, flaky, ["b"], ROWS[1:], brake=brake)
     message = str(err.value)
-    assert "reward function 'broken' failed on each of its first 3 calls" in message
-    assert "ValueError: cannot grade 'a' (first on sample 0 (row 7))" in message
-    assert "reward.failure_brake" in message
-    # one call that returns releases the function for the run; null never stops
-    released = FailureBrake(2)
-    score(pool, [("flaky", failing_on_b, 1.0)], ["a", "b", "b", "b"], ROWS * 2, brake=released)
+    assert err.value.kind == "reward_failures" and err.value.user_error
+    assert "reward function 'flaky' failed on its last 3 calls in a row" in message
+    assert "the last on sample 0 (row 3): KeyError: 'no such thing'" in message
+    assert "reward.failure_brake" in message and "null: never stop" in message
+    # a call that returns within the window restarts the count; null never stops
+    mended = FailureBrake(3)
+    rows = [ROWS[1], ROWS[1], ROWS[0], ROWS[1], ROWS[1]]
+    assert len(score(pool, flaky, ["b", "b", "a", "b", "b"], rows, brake=mended).errors) == 4
     never = FailureBrake(None)
-    assert len(score(pool, broken, ["a", "b", "c"], ROWS + ROWS[:1], brake=never).errors) == 3
+    broken = [("broken", always_fails, 1.0)]
+    assert len(score(pool, broken, ["a", "b", "c"], [*ROWS, ROWS[0]], brake=never).errors) == 3
 
 
 RETURNS = {"nan": math.nan, "inf": math.inf, "str": "1.0", "none": None}

@@ -7,11 +7,13 @@ loop per process for async code."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import errno
 import http.server
 import logging
 import os
 import pickle
+import signal
 import socket
 import subprocess
 import sys
@@ -22,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from grouprl.sandbox import CallFailed, WorkerPool, worker_state
-from grouprl.sandbox.isolation import network_isolation, refusal
-from grouprl.sandbox.tree import running
+from grouprl.sandbox.isolation import host_socket_isolation, network_isolation, refusal
+from grouprl.sandbox.tree import _wait_stopped, kill_tree, running
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, prctl")
 
@@ -54,6 +56,28 @@ def start_children() -> list[int]:
         [sys.executable, "-I", "-S", "-c", _ORPHAN], stdout=subprocess.PIPE, text=True, check=True
     )
     return [os.getpid(), plain.pid, own_session.pid, int(orphan.stdout)]
+
+
+def clone_parent_children_then_hang(path: str) -> None:
+    """Two children made with clone(CLONE_PARENT | SIGCHLD), so the pool's children, not
+    this worker's: one left in the worker's process group, one in a group of its own
+    (still in the worker's session)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    number = {"x86_64": 56, "aarch64": 220}[os.uname().machine]
+    pids = []
+    for own_group in (False, True):
+        child = libc.syscall(number, 0x8000 | signal.SIGCHLD, 0, 0, 0, 0)
+        if child == 0:
+            try:  # (a copy of this worker thread: it must never return)
+                if own_group:
+                    os.setpgid(0, 0)
+                os.execv("/bin/sleep", ["sleep", "300"])
+            finally:
+                os._exit(127)
+        assert child > 0, ctypes.get_errno()
+        pids.append(child)
+    Path(path).write_text(" ".join(map(str, pids)))
+    time.sleep(3600)
 
 
 def start_children_then_hang(path: str) -> None:
@@ -175,6 +199,78 @@ def test_a_call_past_its_deadline_leaves_nothing_of_its_process_tree(tmp_path):
         pids = [int(p) for p in path.read_text().split()]
         assert len(pids) == 4
         assert _gone(pids), [p for p in pids if running(p)]
+
+
+def test_children_made_with_clone_parent_die_with_the_worker(pool, tmp_path):
+    path = tmp_path / "pids"
+    future = pool.submit(clone_parent_children_then_hang, str(path), deadline_s=1.0)
+    with pytest.raises(CallFailed) as caught:
+        future.result(timeout=20)
+    assert caught.value.kind == "timeout"
+    siblings = [int(p) for p in path.read_text().split()]
+    assert [int(_stat_of(p)[1]) for p in siblings] == [os.getpid()] * 2  # the pool's children
+    assert _gone(siblings), [p for p in siblings if running(p)]
+    for each in siblings:
+        os.waitpid(each, 0)
+
+
+def _stat_of(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+
+
+def test_kill_waits_for_what_it_froze_to_stop_and_leaves_no_fork_of_a_racing_tree(tmp_path):
+    token = f"racer-{os.getpid()}-{time.monotonic_ns()}"
+    racer = (  # every process forks as fast as it can, up to 60 in all (a file each)
+        "import os, sys, time\n"
+        "while True:\n"
+        "    try:\n"
+        "        os.close(os.open(f'{sys.argv[2]}/{os.getpid()}', os.O_CREAT | os.O_EXCL))\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "    if len(os.listdir(sys.argv[2])) >= 60:\n"
+        "        time.sleep(300)\n"
+        "    os.fork()\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", racer, token, str(tmp_path)])
+    while len(list(tmp_path.iterdir())) < 20:
+        time.sleep(0.005)
+    kill_tree(proc.pid)
+    proc.wait()
+    stop = time.monotonic() + 5  # (the SIGKILLed take a moment to die under load)
+    while (left := [p for p in _pids_with(token) if running(p)]) and time.monotonic() < stop:
+        time.sleep(0.02)
+    for each in left:  # escaped: killed here, so that the failure leaves nothing behind
+        os.kill(each, signal.SIGKILL)
+    assert left == [], left
+
+
+def test_wait_stopped_returns_once_every_thread_of_a_spinning_process_stopped():
+    spin = "import threading\nthreading.Thread(target=lambda: [0 for _ in iter(int, 1)]).start()"
+    proc = subprocess.Popen([sys.executable, "-c", spin + "\nwhile True: pass"])
+    try:
+        time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGSTOP)
+        _wait_stopped({proc.pid}, until=time.monotonic() + 5)
+        tasks = os.listdir(f"/proc/{proc.pid}/task")
+        assert len(tasks) == 2 and {_task_state(proc.pid, t) for t in tasks} == {"T"}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _task_state(pid: int, task: str) -> str:
+    return Path(f"/proc/{pid}/task/{task}/stat").read_text().rpartition(")")[2].split()[0]
+
+
+def _pids_with(token: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and token in (entry / "cmdline").read_text():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
 
 
 def test_a_tree_past_the_process_bound_is_killed_whole_before_its_deadline(tmp_path, monkeypatch):
@@ -353,8 +449,12 @@ def test_the_run_start_line_says_what_is_contained(caplog):
     [line, *warning] = [r.getMessage() for r in caplog.records]
     assert "reward workers: " in line and "rss limit 4096 MB" in line
     allowed, why = network_isolation()
-    if allowed:
-        assert "no network (own user+network namespace)" in line and not warning
+    if allowed and host_socket_isolation()[0]:
+        no_sockets = "no network (own user+network namespace; no Unix or vsock sockets (seccomp))"
+        assert no_sockets in line and not warning
+    elif allowed:
+        assert "but the host's Unix sockets reachable" in line
+        assert warning[0].startswith("reward.network=false cannot be kept")
     else:
         assert why in line and warning[0].startswith("reward.network=false cannot be kept")
 

@@ -13,7 +13,8 @@ advantage; REINFORCE++ and GAE give each token its own return.
 
 Every std below is the population std (divide by the count) unless ``cfg.adv_std``
 is ``sample`` (divide by the count - 1, as TRL and verl); a group whose rewards are
-all equal gets advantages of exactly zero whichever is chosen.
+all equal gets advantages of exactly zero whichever is chosen, and so does a batch whose
+returns are all equal where they are whitened (REINFORCE++, GAE).
 
 Samples left out of training (``AdvantageInputs.valid_B`` false: a failed sample, or a
 group dropped whole) get advantage 0 and are in no statistic: each group's mean, std and
@@ -113,12 +114,21 @@ def returns_to_go(scores_B: Tensor, mask_BT: Tensor, token_rewards_BT: Tensor | 
 
 def whiten(values_BT: Tensor, mask_BT: Tensor, *, eps: float, sample_std: bool = False) -> Tensor:
     """(x - mean) / (std + eps) over the masked tokens; zero off the mask. The std is the
-    population std, or the sample std (divide by count - 1, as verl's ``masked_whiten``)."""
+    population std, or the sample std (divide by count - 1, as verl's ``masked_whiten``).
+
+    Values that are all equal on the mask (a batch with one return, or no masked token)
+    give exact zeros, as GRPO's all-equal groups do: float32's mean of 0.3 over a
+    batch's tokens is often not 0.3, and that rounding over a std near 0 + eps gave
+    advantages of about 0.029. Any other input gets the formula above, bit for bit."""
     count = mask_BT.sum().clamp(min=1)
     mean = (values_BT * mask_BT).sum() / count
     squares = (((values_BT - mean) * mask_BT) ** 2).sum()
     var = squares / (count - 1).clamp(min=1) if sample_std else squares / count
-    return (values_BT - mean) / (var.sqrt() + eps) * mask_BT
+    whitened_BT = (values_BT - mean) / (var.sqrt() + eps) * mask_BT
+    on_mask_BT = mask_BT > 0
+    lowest = torch.where(on_mask_BT, values_BT, torch.inf).amin()
+    highest = torch.where(on_mask_BT, values_BT, -torch.inf).amax()
+    return torch.where(highest > lowest, whitened_BT, 0.0)
 
 
 def _shifted(rewards_PG: Tensor, valid_PG: Tensor) -> Tensor:

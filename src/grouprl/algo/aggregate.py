@@ -38,8 +38,9 @@ def seq_mean_token_mean(values_BT: Tensor, mask_BT: Tensor, *, norm: LossNorm) -
 
         1/N sum_i 1/|y_i| sum_t v_i,t        (N = norm.sequences)
 
-    so every completion weighs the same whatever its length. A sequence with no
-    masked tokens contributes 0 but still counts in N.
+    so every completion weighs the same whatever its length. A sequence with no loss
+    tokens (a failed, dropped or fully masked sample) contributes 0 and is not counted
+    in N: ``norm.sequences`` counts only the samples with loss tokens, as verl does.
     """
     per_seq_B = (values_BT * mask_BT).sum(dim=1) / mask_BT.sum(dim=1).clamp(min=1)
     return per_seq_B.sum() / max(norm.sequences, 1)

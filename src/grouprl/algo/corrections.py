@@ -183,6 +183,17 @@ def m2po(inputs: CorrectionInputs, *, cfg: CorrectionParams) -> Correction:
     does so), so micro- and mini-batch sizes do not change the mask; without it c comes
     from the given tokens. As in AReaL, r_t uses pi_prox (the paper's pi_theta at the
     step's first update), so the mask is fixed for the step.
+
+    Departure from the paper: M2PO drops PPO's clip (the mask is its only trust region,
+    on the ratio pi_theta / pi_behav); here ``algo.policy_loss`` keeps its clip on
+    pi_theta / pi_prox, because every correction only weighs the one shared surrogate
+    (``algo/objective.py``). The clip acts only within a step: at its first update the
+    ratio is 1, so with one optimizer step per batch (``train.mini_batch_size`` the whole
+    batch, ``algo.num_iterations=1``) it never fires. With several updates per step it
+    bounds their drift from pi_prox, which the paper does not; raise
+    ``algo.clip_eps_low``/``high`` to loosen it. The other difference is the ratio's
+    base: the paper's pi_theta / pi_behav carries each kept token's r_t into the
+    gradient, where here a kept token weighs 1.
     """
     m2_BT = inputs.log_ratio_BT() ** 2
     mask_BT = inputs.loss_mask_BT.bool()

@@ -43,7 +43,8 @@ def resolve_model_path(path: str, *, key: str = "model.path") -> str:
 def path_reason(value: str) -> str | None:
     """Why ``value`` is a local path rather than a hub name (None: a hub name or
     ``builtin:``). A hub name is NAME or ORG/NAME; ``runs/x`` is a path when ``runs/`` is
-    a directory here, and ``Qwen/...`` stays a hub name while no ``Qwen/`` is."""
+    a directory here or not (``runs/`` is where runs go), and ``Qwen/...`` stays a hub
+    name while no ``Qwen/`` is."""
     if value.startswith(BUILTIN_PREFIX):
         return None
     for start in ("./", "../", "/", "~"):
@@ -56,6 +57,8 @@ def path_reason(value: str) -> str | None:
         return f"{head}/ is a directory here"
     if value.count("/") > 1:
         return "a hub name has at most one '/'"
+    if head == "runs" and "/" in value:  # runs/NAME where no runs/ is: not a hub org
+        return "runs/ is where grouprl train writes runs"
     if not _HUB_ID.fullmatch(value) or "--" in value or ".." in value:
         return "it is not a valid hub name, NAME or ORG/NAME"
     return None

@@ -270,6 +270,16 @@ def _best(source: Source) -> Best | None:
 
 def _best_step(source: Source) -> int:
     best = _best(source)
+    if best is None and source.store is None and not source.single and source.found:
+        tier = Path(source.found[0].where).parent
+        raise CheckpointError(
+            f"--best: the run at TARGET={source.target!r} kept no best checkpoint (no "
+            f"{BEST_FILE} in {tier}): it trained without checkpoint.keep_best=true, which "
+            "keeps the best validation's checkpoint (it needs data.eval and "
+            "trainer.eval_every). Fix: export the newest (leave --best out) or one step "
+            "with --step N (`grouprl ckpt ls` lists them); train with "
+            "checkpoint.keep_best=true to have a best one."
+        )
     if best is None:
         raise CheckpointError(
             f"--best: TARGET={source.target!r} names no best checkpoint (no {BEST_FILE} in "

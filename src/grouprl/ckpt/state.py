@@ -33,6 +33,7 @@ class TrainerState:
     eval_before: dict[str, float]  # validation before the first step, for the final summary
     algo: dict[str, float] = field(default_factory=dict)  # e.g. the adaptive KL coefficient
     best: dict[str, Any] | None = None  # checkpoint.keep_best: ckpt.best.Best as a dict
+    idle_steps: int = 0  # steps in a row that trained no sample (trainer.max_idle_steps)
     stream: dict[str, Any] | None = None
     """rollout.max_staleness >= 1: the rollout stream (``driver/stream.Stream.state_dict``):
     its finished groups, the prompts admitted but unfinished, its counters; JSON too."""

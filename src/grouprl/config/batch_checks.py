@@ -30,6 +30,24 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def _mini_and_micro(samples: int, *, world: int, micro: int, mini: int) -> str:
+    """The fix when no divisor of ``samples`` is a multiple of ``world`` x ``micro``: a
+    mini-batch that divides the step with a micro-batch that divides its per-rank share
+    (the rule the message states), the largest such mini-batch up to ``mini`` first."""
+    sizes = [d for d in _divisors(samples) if d % world == 0 and d < samples]
+    picks = sorted(sizes, key=lambda d: (d > mini, -d if d <= mini else d))[:2]
+    pairs = [
+        f"train.mini_batch_size={d} with train.micro_batch_size="
+        f"{max(m for m in _divisors(d // world) if m <= micro)}"
+        for d in picks
+    ]
+    why = (
+        f"(no divisor of {samples} is a multiple of {world} rank{'s' * (world > 1)} x "
+        f"train.micro_batch_size={micro})"
+    )
+    return f"{' or '.join(pairs)} {why}" if pairs else f"train.micro_batch_size=1 {why}"
+
+
 def batch_problems(cfg: RunConfig) -> list[str]:
     """The first problem of the batch arithmetic, step to rank (see the module's
     docstring), or none."""
@@ -54,9 +72,7 @@ def batch_problems(cfg: RunConfig) -> list[str]:
         mini_fix = (
             f"train.mini_batch_size in {choices(fits, more=False)}"
             if fits
-            else f"train.mini_batch_size among the divisors of {samples} "
-            f"{choices(_divisors(samples), more=False)} that are multiples of {world} "
-            f"ranks x train.micro_batch_size={micro}"
+            else _mini_and_micro(samples, world=world, micro=micro, mini=mini)
         )
         return [
             f"samples per step = data.batch_size={batch} x rollout.n={n} = {samples}, "

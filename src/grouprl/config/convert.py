@@ -201,8 +201,12 @@ def _clip_ratio(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[s
 
 
 def _reward_function(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
-    name = flat.get("custom_reward_function.name") or "compute_score"
-    return {to[0]: [{"name": f"{value}:{name}", "weight": 1.0}]}
+    """The custom function as the one reward, and as ``reward.correct_function``: the
+    recipe's default (``math_answer``) would name a function the run does not have, which
+    ``grouprl plan`` refuses. A verl ``compute_score`` scores a right answer 1.0 (its
+    built-in scorers' convention), which is what ``correct_function`` counts."""
+    name = f"{value}:{flat.get('custom_reward_function.name') or 'compute_score'}"
+    return {to[0]: [{"name": name, "weight": 1.0}], "reward.correct_function": name}
 
 
 def _overlong(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:

@@ -10,6 +10,9 @@
       weight push  max(120 s, 3 x the weights' bytes / 100 MB/s)
       other calls  600 s (sleep and wake move the weights between GPU and host memory)
 
+    rollout.start_timeout_s   a replica actor's start (Ray placing it, then its engine
+                              loading the model); null: 600 s on CPU, 300 s on GPU
+
 A replica that is alive but stuck (a hung GPU, a stopped process) answers nothing, so the
 bound is the only way its call ends: low enough that a hang costs minutes on GPU, not the
 hour of a flat default, and 3x the work at low rates, so that a slow call is not taken for
@@ -30,6 +33,9 @@ PREFILL_TOKENS_PER_S = {"CPU": 500.0, "GPU": 10_000.0}  # all of a call's sequen
 DECODE_TOKENS_PER_S = {"CPU": 20.0, "GPU": 500.0}
 PUSH_BYTES_PER_S = 100e6
 OTHER_CALL_S = 600.0
+# a start on CPU loads the engine on cores the training ranks share (issue 37: a replica
+# on a loaded CPU machine passed the former 120 s); on GPU a wait for busy GPUs is a hang
+START_S = {"CPU": 600.0, "GPU": 300.0}
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,32 @@ def other_call_bound(timeout_s: float | None) -> Bound:
     if timeout_s is not None:
         return _explicit(timeout_s)
     return Bound(OTHER_CALL_S, "rollout.timeout_s=null: a sleep, wake-up or close")
+
+
+def start_bound(timeout_s: float | None, *, on_gpu: bool, gpus_asked: int) -> tuple[str, Bound]:
+    """What a replica actor's start waits for on this machine and its limit
+    (``rollout.start_timeout_s``), for ``ActorEngine.get``'s message. ``gpus_asked``: the
+    GPUs the actor asks Ray for (``rollout.gpus`` set; 0 on CPU or colocated, where the
+    start is the engine loading only)."""
+    device = "GPU" if on_gpu else "CPU"
+    if gpus_asked:
+        what = (
+            f"its start (waiting for a node with the {gpus_asked} free GPU(s) it asks for, "
+            "rollout.tensor_parallel_size of the rollout.gpus, then loading the engine)"
+        )
+        fix = "free those GPUs, lower rollout.gpus, or raise rollout.start_timeout_s"
+    else:
+        where = "on GPU" if on_gpu else "on this machine's CPUs, shared with the training ranks"
+        what = f"its start (loading the engine and the model {where})"
+        fix = "raise rollout.start_timeout_s on a busy machine"
+    if timeout_s is not None:
+        return what, Bound(timeout_s, f"rollout.start_timeout_s={timeout_s:g}; {fix}")
+    seconds = START_S[device]
+    return what, Bound(
+        seconds,
+        f"rollout.start_timeout_s=null: {seconds:g} s on {device}; {fix}, e.g. "
+        f"rollout.start_timeout_s={2 * seconds:g}",
+    )
 
 
 def _explicit(timeout_s: float) -> Bound:

@@ -199,6 +199,13 @@ class SandboxConfig(Section):
     """Deadline of each call (a reward call; an environment's `start` or `step`): past it
     the worker is killed with its process tree and replaced, and the call fails (its
     sample, or its episode as `env_error`, fails as `on_error` says)."""
+    require_isolation: bool = False
+    """true: refuse to start (`grouprl plan` fails the check) where this machine cannot
+    hold this code as asked: `network: false` without a user+network namespace or the
+    filter that keeps the host's Unix sockets out; for `reward`, `code_tests` programs
+    without their namespaces; for `env`, user code in this process (`workers: 0`).
+    false: such a run starts, with a WARNING saying what is not enforced
+    (docs/sandbox.md)."""
 
 
 def sandbox_with_defaults(value: Any, *, defaults: SandboxConfig) -> Any:
@@ -260,9 +267,10 @@ class RewardConfig(Section):
     """Deadline of one step's scoring (all of its calls): past it the calls not done are
     cancelled, their workers killed, and their samples fail as timeouts. null: none."""
     failure_brake: int | None = Field(default=16, ge=2)
-    """When the first this-many calls of a function in a run all fail with the same error,
-    the run stops, naming the function, the error and the fix, rather than train on a
-    broken grader. null: never."""
+    """When the last this-many calls of a function all failed (any errors, mixed too:
+    raised, timed out, crashed), the run stops, whenever in the run it happens, naming the
+    function, its last error and the fix, rather than train on a broken grader or a judge
+    that went down. One call that returns restarts the count. null: never."""
     sandbox: SandboxConfig = REWARD_SANDBOX
     """The worker processes that run the reward functions: a call past `timeout_s` is
     killed and fails (docs/rewards.md)."""
@@ -339,6 +347,10 @@ class RolloutConfig(Section):
     replica ends no other way). null: from each call's work, 3x its tokens at 20 tokens/s
     on CPU or 500 on GPU (weight pushes: 3x their bytes at 100 MB/s), at least 120 s;
     `grouprl plan` shows a step's (`config/replica_timeouts.py`)."""
+    start_timeout_s: float | None = Field(default=None, gt=0)
+    """A Ray-actor replica's start (placed on its node, then its engine loading the model)
+    that takes longer fails the run, naming the replica and what it waited for. null:
+    600 s on CPU (the engine loads on cores the training ranks share), 300 s on GPU."""
     server_url: str | None = None
     """With `engine: server`: an OpenAI-compatible vLLM server's URL (started with
     VLLM_SERVER_DEV_MODE=1 and `--logprobs-mode processed_logprobs`), e.g. http://host:8000."""
@@ -578,6 +590,11 @@ class EnvConfig(Section):
     reward 0; `raise` stops the run."""
     agent: AgentConfig | None = None
     """Your own agent (`env.agent=FILE.py:solve`, or the keys below); null: none."""
+    failure_brake: int | None = Field(default=16, ge=2)
+    """When the last this-many episodes of your environment (`env_error`) or agent
+    (`agent_error`) all failed, the run stops, whenever in the run it happens, naming the
+    environment or agent, its last error and the fix. One episode that does not fail
+    restarts the count; single-turn prompting is never counted. null: never."""
 
     @model_validator(mode="before")
     @classmethod
@@ -642,7 +659,10 @@ class TrainConfig(Section):
     lr_schedule: Literal["constant", "cosine"] = "constant"
     """Shape after warmup; cosine decays to `min_lr_ratio` x lr at the last step."""
     warmup_steps: int = Field(default=0, ge=0)
-    """Optimizer steps over which the learning rate rises linearly to `lr`."""
+    """Training steps (one per batch of prompts, as verl's `lr_warmup_steps`) over which
+    the learning rate rises linearly to `lr`: all the optimizer steps of one training step
+    (its mini-batches, `algo.num_iterations`) share its rate. TRL's `warmup_steps` counts
+    optimizer steps (`workers/optim.py`)."""
     min_lr_ratio: float = Field(default=0.0, ge=0, le=1)
     """`cosine`: the last step's learning rate as a fraction of `lr`."""
     max_grad_norm: float | None = Field(default=1.0, gt=0)
@@ -696,6 +716,10 @@ class TrainerConfig(Section):
     max_restarts: int = Field(default=0, ge=0)
     """When a training rank or node dies, start the ranks again and resume from the newest
     checkpoint, up to this many times; 0: fail the run, naming the rank."""
+    max_idle_steps: int | None = Field(default=3, ge=1)
+    """When this many steps in a row trained no sample (every sample failed, or its group
+    was left too small), the run stops, naming the steps, why their samples failed and the
+    fix. Counted across resumes. null: never."""
 
 
 class MemoryTierConfig(Section):

@@ -43,11 +43,17 @@ class _Unreadable(Exception):
 
 
 def source_problems(
-    source: DataSource, *, config_key: str, data: DataConfig, missing_ok: bool = False
+    source: DataSource,
+    *,
+    config_key: str,
+    data: DataConfig,
+    missing_ok: bool = False,
+    answer_fields: tuple[str, ...] = (),
 ) -> list[str]:
     """Why ``source`` (at ``config_key``) would fail to load, as messages; [] when it looks
     loadable or cannot be checked here. ``missing_ok``: a path that does not exist here is
-    not a problem (``grouprl submit``: it may exist on the cluster)."""
+    not a problem (``grouprl submit``: it may exist on the cluster). ``answer_fields``:
+    columns that stand in for ``data.answer_key`` (``sources.load_rows``)."""
     where = f"{config_key}.source={source.label!r}"
     if isinstance(source.source, str):
         try:
@@ -60,11 +66,18 @@ def source_problems(
             return problems
     if columns is None:
         return []
-    keys = (("data.prompt_key", data.prompt_key), ("data.answer_key", data.answer_key))
+    keys = [("data.prompt_key", data.prompt_key)]
+    if not any(f in columns for f in answer_fields):
+        keys.append(("data.answer_key", data.answer_key))
+    taken = {data.prompt_key, data.answer_key}
     problems = [
         problem
         for setting, key in keys
-        if (problem := _column_problem(key, columns=columns, setting=setting, where=where))
+        if (
+            problem := _column_problem(
+                key, columns=columns, setting=setting, where=where, taken=taken
+            )
+        )
     ]
     if data.prompt_template != PLACEHOLDER and get_field(columns, data.prompt_key) == LIST:
         problems.append(
@@ -74,6 +87,19 @@ def source_problems(
             f"data.system_prompt), or set data.prompt_template={PLACEHOLDER!r} (the default)."
         )
     return problems
+
+
+def source_columns(source: DataSource, *, missing_ok: bool = False) -> Columns | None:
+    """The columns of ``source`` as ``source_problems`` reads them (a list of files: the
+    first's), or None where they cannot be known here or it would not load (then
+    ``source_problems`` says why)."""
+    try:
+        if isinstance(source.source, str):
+            return _peek(source, missing_ok=missing_ok)
+        columns, problems = _peek_files(source, config_key="", missing_ok=missing_ok)
+    except _Unreadable:
+        return None
+    return None if problems else columns
 
 
 def _peek_files(
@@ -212,8 +238,38 @@ def _columns_of(rows: list[Any]) -> Columns:
     return columns
 
 
-def _column_problem(key: str, *, columns: Columns, setting: str, where: str) -> str | None:
-    """Why ``key`` (literal, else dotted through nested columns) is not in ``columns``."""
+ROLE_NAMES = {
+    "data.prompt_key": ("prompt", "question", "problem", "messages", "query", "instruction"),
+    "data.answer_key": ("answer", "solution", "ground_truth", "reference", "target", "label"),
+}
+"""The columns that usually hold each role, in order of preference (GSM8K, MATH, TRL's
+and verl's sets), for the hint: a prompt column is never the answer key's suggestion."""
+
+
+def _hint_column(
+    part: str, *, choices: list[str], setting: str, taken: frozenset[str] | set[str]
+) -> str | None:
+    """The column to suggest for ``setting``: the first present column named for its role,
+    else the closest name that is neither the other key's column nor named for its role."""
+    free = [c for c in choices if c not in taken]
+    for name in ROLE_NAMES.get(setting, ()):
+        if name in free:
+            return name
+    others = {n for role, names in ROLE_NAMES.items() if role != setting for n in names}
+    close = difflib.get_close_matches(part, [c for c in free if c not in others], n=1)
+    return close[0] if close else None
+
+
+def _column_problem(
+    key: str,
+    *,
+    columns: Columns,
+    setting: str,
+    where: str,
+    taken: frozenset[str] | set[str] = frozenset(),
+) -> str | None:
+    """Why ``key`` (literal, else dotted through nested columns) is not in ``columns``;
+    ``taken``: the columns the data keys name (never suggested for the other key)."""
     if key in columns:
         return None
     level: Any = columns
@@ -224,8 +280,8 @@ def _column_problem(key: str, *, columns: Columns, setting: str, where: str) -> 
         if part not in level:
             inside = f" column {'.'.join(walked)!r} has the fields" if walked else " columns are"
             choices = sorted(level)
-            close = difflib.get_close_matches(part, choices, n=1)
-            hint = f"Did you mean {setting}={'.'.join([*walked, close[0]])}? " if close else ""
+            close = _hint_column(part, choices=choices, setting=setting, taken=taken)
+            hint = f"Did you mean {setting}={'.'.join([*walked, close])}? " if close else ""
             return (
                 f"{setting}={key!r} is not a column of {where}: its{inside} {choices}. "
                 f"{hint}Set {setting} to one of them; a dotted key reads into nested objects."

@@ -30,6 +30,7 @@ import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,8 @@ class LoadReport:
     kept: int = 0
     limit: int | None = None
     skipped: list[SkippedRow] = field(default_factory=list)
+    complete: bool = True
+    """False when only the first rows were read (``read_rows``' ``max_rows``)."""
 
     def summary(self, *, show: int = 5) -> str:
         head = f"{self.source}: kept {self.kept} of {self.total} rows"
@@ -108,6 +111,7 @@ def load_rows(
     answer_key: str,
     config_key: str = "data.train",
     max_staleness: int = 0,
+    answer_fields: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     """Valid rows of ``source`` (first ``source.limit`` of them); skipped rows are logged.
 
@@ -115,6 +119,9 @@ def load_rows(
     ``data.eval``); error messages name it. ``max_staleness`` >= 1: the rows go into an
     asynchronous run's JSON checkpoints (``data/row_values.py``): numpy values and tuples
     are converted, any other value JSON cannot hold raises ``DataError``.
+    ``answer_fields``: row fields that stand in for a missing ``answer_key`` value (a
+    reward that finds its reference there: ``code_tests``' test fields), so a row with
+    one of them is kept without it.
     """
     rows, report = read_rows(
         source,
@@ -122,6 +129,7 @@ def load_rows(
         answer_key=answer_key,
         config_key=config_key,
         max_staleness=max_staleness,
+        answer_fields=answer_fields,
     )
     if report.skipped:
         logger.warning("%s", report.summary())
@@ -137,20 +145,30 @@ def read_rows(
     answer_key: str,
     config_key: str = "data.train",
     max_staleness: int = 0,
+    answer_fields: tuple[str, ...] = (),
+    max_rows: int | None = None,
 ) -> tuple[list[dict[str, Any]], LoadReport]:
     """Like ``load_rows`` but returns the report instead of logging it.
 
     ``limit`` keeps the first ``limit`` valid rows, so a few broken rows do not
-    shrink an eval set below the size asked for.
+    shrink an eval set below the size asked for. ``max_rows``: read at most the first
+    ``max_rows`` rows of each file (a sample, for the checks before loading;
+    ``report.complete`` says whether that was all of them).
     """
-    parts = _read_parts(source, config_key=config_key)
+    parts = _read_parts(source, config_key=config_key, max_rows=max_rows)
     raw = [item for _, part, _ in parts for item in part]
     columns = parts[0][2]
     report = LoadReport(source=source.label, total=len(raw), limit=source.limit)
+    report.complete = max_rows is None or all(len(part) < max_rows for _, part, _ in parts)
     if not raw:
         raise DataError(f"{config_key}.source={source.label!r} has no rows")
-    for key, name in ((prompt_key, "data.prompt_key"), (answer_key, "data.answer_key")):
-        _check_column(key, columns=columns, raw=raw, config_name=name, source=source.label)
+    _check_column(
+        prompt_key, columns=columns, raw=raw, config_name="data.prompt_key", source=source.label
+    )
+    if not any(field in columns for field in answer_fields):
+        _check_column(
+            answer_key, columns=columns, raw=raw, config_name="data.answer_key", source=source.label
+        )
     rows: list[dict[str, Any]] = []
     offset = 0
     for file, part, _ in parts:
@@ -158,7 +176,9 @@ def read_rows(
         for index, item in enumerate(part):
             if source.limit is not None and len(rows) >= source.limit:
                 break
-            reason = _row_problem(item, prompt_key=prompt_key, answer_key=answer_key)
+            reason = _row_problem(
+                item, prompt_key=prompt_key, answer_key=answer_key, answer_fields=answer_fields
+            )
             if reason is not None:
                 report.skipped.append(SkippedRow(index=index, reason=reason, file=file))
                 continue
@@ -193,7 +213,9 @@ class _BadLine:
         self.reason = reason
 
 
-def _row_problem(item: Any, *, prompt_key: str, answer_key: str) -> str | None:
+def _row_problem(
+    item: Any, *, prompt_key: str, answer_key: str, answer_fields: tuple[str, ...] = ()
+) -> str | None:
     if isinstance(item, _BadLine):
         return item.reason
     if not isinstance(item, dict):
@@ -209,7 +231,10 @@ def _row_problem(item: Any, *, prompt_key: str, answer_key: str) -> str | None:
         return f"prompt {prompt_key!r} is {type(prompt).__name__}, not text or chat messages"
     elif not prompt.strip():
         return f"prompt {prompt_key!r} is empty"
-    return _absent(get_field(item, answer_key), what="answer", key=answer_key)
+    absent = _absent(get_field(item, answer_key), what="answer", key=answer_key)
+    if absent is not None and any(item.get(f) not in (None, "", []) for f in answer_fields):
+        return None  # the reward reads its reference from that field
+    return absent
 
 
 def _absent(value: Any, *, what: str, key: str) -> str | None:
@@ -238,16 +263,17 @@ def _check_column(
 
 
 def _read_parts(
-    source: DataSource, *, config_key: str
+    source: DataSource, *, config_key: str, max_rows: int | None = None
 ) -> list[tuple[str | None, list[Any], list[str]]]:
     """``(file, raw rows, columns)`` of each file of a list of files, in order (file None
-    for a single source); every file must have the first one's columns."""
+    for a single source); every file must have the first one's columns. ``max_rows``: the
+    first rows of each file only."""
     if isinstance(source.source, str):
-        return [(None, *_read_source(source, config_key=config_key))]
+        return [(None, *_read_source(source, config_key=config_key, max_rows=max_rows))]
     parts = []
     for name in source.files:
         raw, columns = _read_source(
-            source.model_copy(update={"source": name}), config_key=config_key
+            source.model_copy(update={"source": name}), config_key=config_key, max_rows=max_rows
         )
         parts.append((name, raw, columns))
     first, _, expected = parts[0]
@@ -274,16 +300,23 @@ def unlike_columns(
     )
 
 
-def _read_source(source: DataSource, *, config_key: str) -> tuple[list[Any], list[str]]:
-    """Raw rows and their column names (the union of keys for file rows). One source: a
-    list of files is read file by file."""
+def _read_source(
+    source: DataSource, *, config_key: str, max_rows: int | None = None
+) -> tuple[list[Any], list[str]]:
+    """Raw rows (the first ``max_rows``, when set, of a file, a built-in or a reasoning-gym
+    task) and their column names (the union of keys for file rows). One source: a list of
+    files is read file by file."""
     name = source.source
     assert isinstance(name, str)
     if name.startswith("builtin:"):
-        return _read_builtin(name, split=source.split, size=source.limit, config_key=config_key)
+        sizes = [n for n in (source.limit, max_rows) if n is not None]
+        size = min(sizes) if sizes else None
+        return _read_builtin(name, split=source.split, size=size, config_key=config_key)
     if name.startswith(REASONING_GYM_PREFIX):
         from grouprl.data.reasoning_gym import read_task_rows  # the graders extra
 
+        if max_rows is not None and source.size is not None and source.size > max_rows:
+            source = source.model_copy(update={"size": max_rows})
         return read_task_rows(source, config_key=config_key)
     path = Path(name).expanduser()
     if path.suffix in FILE_SUFFIXES:
@@ -292,7 +325,7 @@ def _read_source(source: DataSource, *, config_key: str) -> tuple[list[Any], lis
                 f"{config_key}.source={name!r}: file not found (looked in {path.resolve()}). "
                 "Check the path; relative paths start at the directory you run from"
             )
-        raw = _read_file(path, config_key=config_key)
+        raw = _read_file(path, config_key=config_key, max_rows=max_rows)
         return raw, _columns_of(raw)
     if path.is_dir():
         return _read_local_dataset(path, source=source, config_key=config_key)
@@ -318,16 +351,25 @@ def _read_builtin(
     return builtin_rows(name, split=split, size=size)
 
 
-def _read_file(path: Path, *, config_key: str) -> list[Any]:
+def _read_file(path: Path, *, config_key: str, max_rows: int | None = None) -> list[Any]:
+    """The file's rows; ``max_rows``: its first rows (a .json file is parsed whole: JSON
+    cannot be read in part)."""
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
         try:
+            if max_rows is not None:
+                batch = next(pq.ParquetFile(path).iter_batches(batch_size=max(max_rows, 1)), None)
+                return [] if batch is None else batch.to_pylist()[:max_rows]
             return pq.read_table(path).to_pylist()
         except Exception as err:  # pyarrow raises several types for a bad file
             raise DataError(
                 f"{config_key}.source={str(path)!r} is not a readable parquet file: {err}"
             ) from err
+    if max_rows is not None and path.suffix == ".jsonl":
+        with path.open(encoding="utf-8") as lines:
+            numbered = ((n, line) for n, line in enumerate(lines, 1) if line.strip())
+            return [_parse_line(line, number=n) for n, line in islice(numbered, max_rows)]
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".json":
         try:
@@ -339,7 +381,7 @@ def _read_file(path: Path, *, config_key: str) -> list[Any]:
                 f"{config_key}.source={str(path)!r} holds a JSON {type(data).__name__}; "
                 "expected a list of objects (or use one object per line in a .jsonl file)"
             )
-        return data
+        return data if max_rows is None else data[:max_rows]
     return [
         _parse_line(line, number=n) for n, line in enumerate(text.splitlines(), 1) if line.strip()
     ]

@@ -89,13 +89,16 @@ def turn_tensors(trajectories: list[Trajectory]) -> tuple[Tensor, Tensor, Tensor
     """Per-turn records for multi-turn estimators: each model turn's reward ``[B, K]``
     (zero-padded to the longest episode), the number of turns ``[B]``, and how many
     leading turns earn turn-level credit ``[B]``: up to and including the first turn
-    whose tool call returned (``turn.info["tool_calls"] > 0``), else the first turn."""
+    whose tool call returned (``turn.info["tool_calls"] > 0``), else the first turn.
+    A failed sample's turns earn nothing (all zero): like its outcome (``FAILED_OUTCOME``),
+    what its broken episode's turns scored never trains (``on_error=zero``)."""
     K = max(len(t.turns) for t in trajectories)
     rewards_BK = torch.zeros((len(trajectories), K))
     counts_B = torch.tensor([len(t.turns) for t in trajectories])
     credit = []
     for b, traj in enumerate(trajectories):
-        rewards_BK[b, : len(traj.turns)] = torch.tensor([turn.reward for turn in traj.turns])
+        if traj.reward_parts.failure is None:
+            rewards_BK[b, : len(traj.turns)] = torch.tensor([t.reward for t in traj.turns])
         called = [k for k, turn in enumerate(traj.turns) if turn.info.get("tool_calls", 0) > 0]
         credit.append(called[0] + 1 if called else 1)
     return rewards_BK, counts_B, torch.tensor(credit)

@@ -22,6 +22,8 @@ from grouprl.config.checks import derived_numbers
 from grouprl.config.redact import redacted_dict
 from grouprl.config.schema import RunConfig
 from grouprl.driver.loop import Components, sync_weights
+from grouprl.driver.stream import group_lag
+from grouprl.types import trajectory_from_dict
 from grouprl.workers.critic import CriticWorker
 from grouprl.workers.group import Role
 from grouprl.workers.policy import PolicyWorker
@@ -128,9 +130,29 @@ def resume(c: Components, ckpt: Checkpointer, run_dir: Path) -> dict[str, float]
 def _resume_stream(c: Components, state: TrainerState) -> None:
     """Puts the checkpoint's rollout stream back: its finished groups and the prompts it
     had admitted but not finished (issued again first), so no prompt is lost or drawn
-    twice. A stream saved by a run that now has rollout.max_staleness=0 cannot be."""
+    twice. A stream saved by a run that now has rollout.max_staleness=0 cannot be; one
+    saved with a larger rollout.max_staleness loses the groups past this run's bound
+    (``drop_past_bound``). One line says what was put back."""
     if c.stream is not None and state.stream is not None:
-        c.stream.load_state_dict(state.stream, version=state.weight_version)
+        saved = state.stream
+        dropped = drop_past_bound(
+            saved,
+            version=state.weight_version,
+            batch_size=c.stream.batch_size,
+            max_staleness=c.stream.max_staleness,
+        )
+        c.stream.load_state_dict(saved, version=state.weight_version)
+        logger.info(
+            "the rollout stream resumes with %d buffered groups to train first (%d dropped "
+            "past rollout.max_staleness=%d), %d admitted rounds to generate again (%d "
+            "prompts) and %d dropped prompts to issue again",
+            len(saved["buffer"]),
+            dropped,
+            c.stream.max_staleness,
+            len(saved["unfinished"]),
+            sum(len(r["rows"]) for r in saved["unfinished"]),
+            len(saved["reissue"]),
+        )
     elif state.stream is not None:
         unfinished = sum(len(r["rows"]) for r in state.stream["unfinished"])
         logger.warning(
@@ -141,6 +163,50 @@ def _resume_stream(c: Components, state: TrainerState) -> None:
             len(state.stream["buffer"]),
             unfinished,
         )
+
+
+def drop_past_bound(
+    stream: dict[str, Any], *, version: int, batch_size: int, max_staleness: int
+) -> int:
+    """A saved rollout stream (``Stream.state_dict``, edited in place) resumed with a
+    smaller ``max_staleness`` than its run had: the buffered groups that would train more
+    than ``max_staleness`` versions behind leave the buffer and their prompts are issued
+    again ahead of new ones, as ``staleness_policy=drop`` does, so each prompt still
+    trains once; returns how many (0: nothing changed), with a warning.
+
+    The first take after the resume trains policy ``version``, so buffer entry j trains
+    ``version + j // batch_size``; dropping a group moves the ones after it sooner, never
+    later, so one pass in FIFO order leaves every kept group within the bound. Evicted
+    groups kept to fill the batch being filled (``spare``) that are past it are let go
+    (they had no signal; evicted prompts are never issued again) and that batch starts
+    its ``max_sampling_rounds`` over."""
+    kept, dropped = [], []
+    for group in stream["buffer"]:
+        trains_at = version + len(kept) // batch_size
+        lag = group_lag([trajectory_from_dict(t) for t in group["trajectories"]], version=trains_at)
+        (dropped if lag > max_staleness else kept).append(group)
+    filling_at = version + len(kept) // batch_size
+    for group in stream["spare"]:
+        trajectories = [trajectory_from_dict(t) for t in group["trajectories"]]
+        if group_lag(trajectories, version=filling_at) > max_staleness:
+            stream["spare"], stream["filling_rounds"] = [], 0
+            break
+    if not dropped:
+        return 0
+    stream["buffer"] = kept
+    stream["reissue"] = stream["reissue"] + [g["row"] for g in dropped]
+    stream["kept"] -= len(dropped)  # positions count the groups that train
+    stream["counts"]["dropped_stale"] = stream["counts"].get("dropped_stale", 0) + len(dropped)
+    logger.warning(
+        "resumed with rollout.max_staleness=%d, smaller than the saved run's: %d of the %d "
+        "buffered groups would lag the policy they train (version %d on) by more than that; "
+        "they are dropped and their prompts generated again first, so each trains once",
+        max_staleness,
+        len(dropped),
+        len(dropped) + len(kept),
+        version,
+    )
+    return len(dropped)
 
 
 def changed_keys(saved: Path, cfg: RunConfig, *, shown: int = 8) -> str:

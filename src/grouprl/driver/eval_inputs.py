@@ -2,14 +2,22 @@
 run directory or a model, and the reward functions a run's saved config names.
 
 A target that looks like a path (``assets.path_reason``) is read from disk only, so a
-mistyped run directory fails at once with "not found" instead of a hub lookup.
+mistyped run directory fails at once with "not found" instead of a hub lookup; a hub name
+costs one short try (``assets/hub.py``), not transformers' minute of retries.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from grouprl.assets import HUB_EXAMPLE, ModelPathError, model_path_problem
+from grouprl.assets import (
+    BUILTIN_PREFIX,
+    HUB_EXAMPLE,
+    ModelPathError,
+    model_path_problem,
+    path_reason,
+)
+from grouprl.assets.hub import hub_problem
 from grouprl.config.imports import is_import_path
 from grouprl.config.schema import RunConfig
 from grouprl.rewards.registry import REWARD_FUNCTIONS, RewardError
@@ -25,7 +33,8 @@ def run_dir_of_target(target: str) -> Path | None:
 
 def check_target(target: str) -> None:
     """Raises ``ModelPathError`` when ``target`` is neither a run directory, a model
-    directory, ``builtin:`` nor a hub name; reads only the file system."""
+    directory, ``builtin:`` nor a hub name that is cached or that the hub has (one
+    request, ``assets.hub.hub_problem``)."""
     if run_dir_of_target(target) is not None:
         return
     allowed = (
@@ -34,6 +43,8 @@ def check_target(target: str) -> None:
         "builtin:tiny-arith."
     )
     problem = model_path_problem(target, key="TARGET", allowed=allowed)
+    if problem is None and not target.startswith(BUILTIN_PREFIX) and path_reason(target) is None:
+        problem = hub_problem(target, key="TARGET", allowed=allowed)  # one try, no retries
     if problem is not None:
         raise ModelPathError(problem)
 

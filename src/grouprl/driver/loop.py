@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ from grouprl.config.schema import RunConfig
 from grouprl.data.sampler import PromptSampler
 from grouprl.driver.batch import build_batch, trained_samples, turn_tensors
 from grouprl.driver.evaluate import validate
+from grouprl.driver.idle import failed_samples, idle_streak
 from grouprl.driver.stream import Generated, Stream, Taken, oldest_version
 from grouprl.engines.base import SamplingSettings
 from grouprl.engines.replicas import ReplicaSet, Staged
@@ -56,7 +56,7 @@ from grouprl.metrics.telemetry import Hardware, pass_flops, rank_memory_metrics
 from grouprl.rewards.scoring import RewardScores
 from grouprl.rewards.scoring import metrics as reward_metrics
 from grouprl.rollout.episodes import episode_metrics
-from grouprl.rollout.reward import describe_sample, record_parts
+from grouprl.rollout.reward import ON_ERROR_KEYS, record_parts
 from grouprl.rollout.runner import TimedScore
 from grouprl.rollout.setup import PromptSet, RolloutFn
 from grouprl.types import TrainingBatch, Trajectory
@@ -72,21 +72,21 @@ FAILURE_METRICS = {
     "reward_error": "failures/reward",
 }
 """The metric that counts each step's samples failed for each reason (dropped or not)."""
-LISTED_DROPS = 3
-"""Samples left out of training that a step's warning names; the rest are counted."""
 
 
 @dataclass
 class RunState:
     """What changes as the run goes, saved and restored whole by a checkpoint: the step,
     the weight version the engine serves, the sampler's position, the KL controller, the
-    best validation so far (``checkpoint.keep_best``)."""
+    best validation so far (``checkpoint.keep_best``), the steps in a row that trained no
+    sample (``driver/idle.py``)."""
 
     sampler: PromptSampler
     kl: KLController
     step: int = 0
     weight_version: int = 0
     best: Best | None = None
+    idle_steps: int = 0
 
     def state_dict(self, *, sampler: dict[str, Any] | None = None) -> dict[str, Any]:
         """``sampler``: the sampler's position to record instead of its current one (before
@@ -97,6 +97,7 @@ class RunState:
             "sampler": self.sampler.state_dict() if sampler is None else sampler,
             "algo": self.kl.state_dict(),
             "best": None if self.best is None else self.best.to_dict(),
+            "idle_steps": self.idle_steps,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -104,6 +105,7 @@ class RunState:
         self.sampler.load_state_dict(state["sampler"])
         self.kl.load_state_dict(state["algo"])
         self.best = Best.from_dict(state.get("best"))
+        self.idle_steps = int(state.get("idle_steps", 0))  # none in older checkpoints
 
 
 @dataclass(frozen=True)
@@ -426,25 +428,34 @@ def _leave_out_failures(
 ) -> tuple[Tensor, dict[str, float]]:
     """Which samples train (``driver/batch.trained_samples``): the loss mask of the others
     (failed and dropped, or in a group left with fewer than the estimator's minimum) is
-    set to zero; their counts as metrics, and one warning for all of them."""
+    set to zero; their counts as metrics, and one warning for all of them. A step that
+    trains none adds to the streak that stops the run (``driver/idle.py``)."""
     n, advantage = c.cfg.rollout.n, c.cfg.algo.advantage
     smallest = ESTIMATORS[advantage].min_group_size
     valid_B = trained_samples(trajectories, group_size=n, min_group_size=smallest)
+    c.state.idle_steps = idle_streak(
+        c.state.idle_steps,
+        trained=bool(valid_B.any()),
+        trajectories=trajectories,
+        step=step,
+        limit=c.cfg.trainer.max_idle_steps,
+    )
     batch.loss_mask_BT = batch.loss_mask_BT * valid_B[:, None]
     groups_dropped = int((~valid_B.view(-1, n).any(dim=1)).sum())
     if not valid_B.all():
         logger.warning(
             "step %d: %s; groups dropped whole: %d (fewer than %d of their samples train, "
-            "which algo.advantage=%s needs); %s. Set env.on_error or reward.on_error=zero "
-            "to train failed samples as reward 0 instead, or =raise to stop at the first.",
+            "which algo.advantage=%s needs); %s. Set %s to zero to train such samples as "
+            "reward 0 instead, or to raise to stop at the first.",
             step,
-            _failed_samples(trajectories),
+            failed_samples(trajectories),
             groups_dropped,
             smallest,
             advantage,
             f"{int(valid_B.sum())} of {len(valid_B)} samples train"
             if valid_B.any()
             else "no sample trains: this step makes no update",
+            _on_error_keys(trajectories),
         )
     return valid_B, {
         "train/dropped_samples": float((~valid_B).sum()),
@@ -452,29 +463,23 @@ def _leave_out_failures(
     }
 
 
-def _failed_samples(trajectories: list[Trajectory]) -> str:
-    """``5 failed samples left out of training (3 env_error, 2 reward_error): sample 4
-    (prompt index 17): env_error: ...; ...; 2 more``: counts by reason, the first few."""
-    failed = [i for i, t in enumerate(trajectories) if not t.trains]
-    reasons = Counter(trajectories[i].reward_parts.failure for i in failed)
-    counts = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
-    listed = [_describe_drop(trajectories[i], i) for i in failed[:LISTED_DROPS]]
-    if len(failed) > LISTED_DROPS:
-        listed.append(f"{len(failed) - LISTED_DROPS} more")
-    return f"{len(failed)} failed samples left out of training ({counts}): " + "; ".join(listed)
-
-
-def _describe_drop(traj: Trajectory, sample: int) -> str:
-    """``sample 3 (prompt index 12): env_error: <the error, shortened>``."""
-    error = traj.reward_parts.error
-    said = f": {error[:200]}" if error else ""
-    return f"{describe_sample(traj, sample)}: {traj.reward_parts.failure}{said}"
+def _on_error_keys(trajectories: list[Trajectory]) -> str:
+    """The keys that decide the failures that occurred (``ON_ERROR_KEYS``): ``reward.on_error``
+    for reward errors only, ``env.on_error`` for environment or agent errors."""
+    reasons = {t.reward_parts.failure for t in trajectories if not t.trains}
+    keys = sorted({ON_ERROR_KEYS[r] for r in reasons if r in ON_ERROR_KEYS})
+    return " and ".join(keys or sorted(set(ON_ERROR_KEYS.values())))
 
 
 def _staleness(c: Components, trajectories: list[Trajectory]) -> dict[str, float]:
-    """Weight versions each sample lags the policy it trains (bounded by
-    rollout.max_staleness: a larger lag is a bug in the loop, never trained on)."""
-    lags = [c.state.weight_version - oldest_version(t) for t in trajectories]
+    """Weight versions each sample that trains lags the policy it trains (bounded by
+    rollout.max_staleness: a larger lag is a bug in the loop, never trained on). A failed
+    sample left out (``Trajectory.trains`` False) neither counts nor trips the bound: it
+    never trains, and an episode whose agent failed before its first call has no
+    version of its own (the gateway gives it the one the episode opened with)."""
+    lags = [c.state.weight_version - oldest_version(t) for t in trajectories if t.trains]
+    if not lags:
+        return {}
     if max(lags) > c.cfg.rollout.max_staleness:
         raise RuntimeError(
             f"a batch generated with weights {c.state.weight_version - max(lags)} would train "

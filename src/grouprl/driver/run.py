@@ -47,6 +47,7 @@ from grouprl.metrics.samples import SamplesWriter
 from grouprl.metrics.sinks import NO_CHECKPOINT, make_sinks
 from grouprl.metrics.telemetry import GiB, Hardware
 from grouprl.plan.gpu_memory import peak_memory_line, planned_reserved
+from grouprl.rewards.failures import CannotTrain
 from grouprl.rollout.side import RolloutBuilder
 from grouprl.runtime import (
     check_new_run,
@@ -314,7 +315,7 @@ def _train_session(cfg: RunConfig) -> dict[str, Any]:
             resume_step=c.state.step if eval_before is not None else NO_CHECKPOINT,
         )
         stack.callback(sinks.close)
-        with Preemption(cfg.checkpoint.grace_period_s) as preemption:
+        with Preemption(cfg.checkpoint.grace_period_s) as preemption, _stop_recorded(c, run_dir):
             summary = _loop(c, ckpt, run_dir, sinks, eval_before=eval_before, preemption=preemption)
         _log_peak_memory(c)
     if cfg.metrics.report:
@@ -340,7 +341,8 @@ def _loop(
         if eval_before is None:
             eval_before = {}
             if cfg.trainer.eval_before_train:
-                progress.log("validating the initial model")
+                if c.eval_set is not None and len(c.eval_set) > 0:  # data.eval=null: none
+                    progress.log("validating the initial model")
                 eval_before = run_validation(c)
                 sinks.log(0, eval_before)
                 progress.update(0, eval_before)
@@ -391,6 +393,35 @@ def _loop(
     return _summarize(c, run_dir, eval_before=eval_before, metrics=metrics)
 
 
+@contextmanager
+def _stop_recorded(c: Components, run_dir: Path) -> Iterator[None]:
+    """An error that ends the loop (``CannotTrain``, a preemption, any other) leaves
+    ``summary.json`` saying why: ``"finished": false`` and ``"stopped"``, its ``kind``
+    (``CannotTrain.kind``, else the error's class), ``step`` (the steps trained by then)
+    and ``reason`` (the message). The error goes on to the caller unchanged; the run's
+    checkpoints and metrics so far stay as they are."""
+    try:
+        yield
+    except BaseException as err:
+        kind = err.kind if isinstance(err, CannotTrain) else type(err).__name__
+        summary = {
+            "run_dir": str(run_dir),
+            "step": c.state.step,
+            "total_steps": c.total_steps,
+            "finished": False,
+            "stopped": {
+                "kind": kind,
+                "step": c.state.step,
+                "reason": str(err) or repr(err),
+            },
+        }
+        try:
+            (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        except OSError as write_error:  # the run's own error is the one to raise
+            console.log(f"summary.json not written: {write_error}")
+        raise
+
+
 def _log_peak_memory(c: Components) -> None:
     """On GPUs: the ranks' peak reserved memory beside the memory plan's estimate."""
     if _device(c.cfg).type != "cuda":
@@ -431,6 +462,9 @@ def _summarize(c: Components, run_dir: Path, *, eval_before: dict[str, float], m
     summary["held_out_accuracy_after"] = after if summary["finished"] else None
     if c.state.best is not None:  # checkpoint.keep_best
         summary["best"] = c.state.best.to_dict()
+    if not summary["finished"]:  # the loop ends early only at trainer.stop_after
+        reason = f"trainer.stop_after={c.cfg.trainer.stop_after}: continue with trainer.resume=auto"
+        summary["stopped"] = {"kind": "stop_after", "step": c.state.step, "reason": reason}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     if before is not None and summary["held_out_accuracy_after"] is not None:
         line = f"held-out accuracy: {before:.2f} -> {after:.2f}"

@@ -109,6 +109,14 @@ def oldest_version(t: Trajectory) -> int:
     return min(versions, default=t.weight_version)
 
 
+def group_lag(trajectories: list[Trajectory], *, version: int) -> int:
+    """How many versions the group's samples that train lag policy ``version`` (0 when
+    none trains: a failed sample left out never trains, so its version, which an episode
+    that failed early may not even have, bounds nothing)."""
+    versions = [oldest_version(t) for t in trajectories if t.trains]
+    return version - min(versions) if versions else 0
+
+
 def spans_versions(t: Trajectory) -> bool:
     """Whether the trajectory's tokens were produced by more than one weight version."""
     return len({v for turn in t.turns for v in turn.completion.versions}) > 1
@@ -434,8 +442,7 @@ class Stream:
         ``max_staleness`` behind leave the buffer; their prompts are issued again first."""
         fresh: deque[Group] = deque()
         for group in self._buffer:
-            lag = version - min(oldest_version(t) for t in group.trajectories)
-            if lag > self.max_staleness:
+            if group_lag(group.trajectories, version=version) > self.max_staleness:
                 self._reissue.append(group.row)
                 self._kept -= 1  # positions count the groups that train
                 self._count("dropped_stale")

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-from grouprl.config.replica_timeouts import Bound, step_generation_bound
+from grouprl.config.replica_timeouts import start_bound, step_generation_bound
 from grouprl.config.schema import RunConfig
 from grouprl.engines.actor_engine import CONCURRENCY_GROUPS, ActorEngine, RolloutHost
 from grouprl.engines.base import (
@@ -479,7 +479,7 @@ def start_replicas(
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from grouprl.cluster.connection import PLACEMENT_TIMEOUT_S, connect
+    from grouprl.cluster.connection import connect
 
     temp = Path(cache_dir) / "ray" if cache_dir is not None else None
     connect(cfg.cluster, world_size=cfg.world_size, temp_dir=temp)
@@ -534,14 +534,10 @@ def start_replicas(
         max_model_len=r.max_model_len,
     )
     try:
+        asked = r.tensor_parallel_size if r.gpus else 0
+        what, bound = start_bound(r.start_timeout_s, on_gpu=on_gpu, gpus_asked=asked)
         ready = [e.actor.__ray_call__.remote(_pid) for e in engines]
-        pids = started._each(
-            lambda k: engines[k].get(
-                ready[k],
-                "its start (waiting for a node with the GPUs it asks for)",
-                Bound(PLACEMENT_TIMEOUT_S, "the time the cluster has to place it"),
-            )
-        )
+        pids = started._each(lambda k: engines[k].get(ready[k], what, bound))
     except BaseException:
         started.close()
         raise

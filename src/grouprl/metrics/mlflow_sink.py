@@ -13,6 +13,10 @@ past the resumed checkpoint stay in MLflow's history beside the new ones. MLflow
 refuses a file store (``file:``, the default here) unless ``MLFLOW_ALLOW_FILE_STORE`` is
 set, so the sink sets it for one; a database store (``sqlite:``) needs SQLAlchemy, which
 mlflow-skinny does not bring.
+
+Metric names keep their first ``/`` (MLflow's UI groups by it) and join deeper parts
+with ``.`` (``mlflow_name``): the file store keeps a metric as a file at its name's path,
+so ``reward/code_tests`` beside ``reward/code_tests/failures`` could not both be stored.
 """
 
 from __future__ import annotations
@@ -82,11 +86,18 @@ class MlflowSink:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        batch = [Metric(key, value, now, step) for key, value in metrics.items()]
+        batch = [Metric(mlflow_name(key), value, now, step) for key, value in metrics.items()]
         self._client.log_batch(self.run_id, metrics=batch)
 
     def close(self) -> None:
         self._client.set_terminated(self.run_id)
+
+
+def mlflow_name(key: str) -> str:
+    """``reward/code_tests/outcome/passed`` -> ``reward/code_tests.outcome.passed``: one
+    folder level, so no metric's name is another's folder in a file store."""
+    group, slash, rest = key.partition("/")
+    return group + slash + rest.replace("/", ".")
 
 
 def tracking_uri(cfg: MlflowConfig, run_dir: Path) -> str:

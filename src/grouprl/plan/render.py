@@ -5,18 +5,20 @@ Only rich here: no torch, vllm, ray or transformers (the CLI test checks).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.text import Text
 
 from grouprl.algo.traits import ESTIMATORS, keys_read
 from grouprl.config.algorithms import ALGORITHMS
 from grouprl.config.checks import Derived, per_token_advantages
 from grouprl.config.errors import show
-from grouprl.config.schema import DataSource, RunConfig
+from grouprl.config.schema import DataSource, RewardFunction, RunConfig
 from grouprl.plan.async_rows import async_rows
 from grouprl.plan.batch_rows import batch_rows, token_rows
 from grouprl.plan.env_rows import env_rows
 from grouprl.plan.layout import PlanView, Section
-from grouprl.plan.namespaces import network_isolation
+from grouprl.plan.namespaces import host_socket_isolation, network_isolation
 from grouprl.plan.rollout_rows import rollout_rows
 from grouprl.plan.rows import Row, memory_rows, model_rows
 from grouprl.plan.target import Target, plan_target
@@ -24,26 +26,32 @@ from grouprl.plan.target import Target, plan_target
 LATER = "computed after the dataset loads"
 
 
-def render_plan(cfg: RunConfig, derived: Derived, *, here: bool = False) -> PlanView:
+def render_plan(
+    cfg: RunConfig, derived: Derived, *, here: bool = False, reward_styles: Sequence[str] = ()
+) -> PlanView:
     """The title and ``plan_sections``, as a table or stacked rows for the width they are
     printed at (``plan/layout.py``)."""
     title = Text.assemble(("plan: ", "bold"), (cfg.name, "bold green"))
     if cfg.description:
         title.append(f"  {cfg.description}", style="dim")
-    return PlanView(title, plan_sections(cfg, derived, here=here))
+    return PlanView(title, plan_sections(cfg, derived, here=here, reward_styles=reward_styles))
 
 
-def plan_sections(cfg: RunConfig, derived: Derived, *, here: bool = False) -> list[Section]:
+def plan_sections(
+    cfg: RunConfig, derived: Derived, *, here: bool = False, reward_styles: Sequence[str] = ()
+) -> list[Section]:
     """Run, batch, length, tokens, algorithm, rollout, async (``plan/async_rows.py``),
     models, memory per GPU and output rows, for the machines the recipe describes
-    (``here``: this one, ``plan/target.py``)."""
+    (``here``: this one, ``plan/target.py``). ``reward_styles``: how each reward function
+    is called (grouprl, verl or trl, ``rewards.registry.call_style``: the caller resolves
+    them, a layer above), shown in the reward row; empty: not shown."""
     target = plan_target(cfg, here=here)
     return [
         ("run", _run_rows(cfg, derived, target)),
         ("batch", batch_rows(cfg, derived)),
         ("length", _length_rows(cfg, derived)),
         ("tokens", token_rows(cfg, derived)),
-        ("algorithm", _algo_rows(cfg, derived)),
+        ("algorithm", _algo_rows(cfg, derived, reward_styles)),
         ("environment", env_rows(cfg)),
         ("rollout", rollout_rows(cfg, target)),
         ("async", async_rows(cfg)),
@@ -132,12 +140,12 @@ POLICY_LOSSES = {
 RATIO_LEVEL = {"ppo_clip": "per token", "gspo": "per sequence", "gspo_token": "per sequence"}
 
 
-def _algo_rows(cfg: RunConfig, d: Derived) -> list[Row]:
+def _algo_rows(cfg: RunConfig, d: Derived, reward_styles: Sequence[str]) -> list[Row]:
     algo, train = cfg.algo, cfg.train
     preset = ALGORITHMS[algo.name]
     rewards = ", ".join(
-        f"{f.name} x {show(f.weight)}" + (" (per group)" if f.scope == "group" else "")
-        for f in cfg.reward.functions
+        _reward_text(f, reward_styles[i] if i < len(reward_styles) else None)
+        for i, f in enumerate(cfg.reward.functions)
     )
     r = cfg.reward.sandbox
     memory = "no memory limit" if r.memory_mb is None else f"{r.memory_mb} MB each"
@@ -169,17 +177,35 @@ def _algo_rows(cfg: RunConfig, d: Derived) -> list[Row]:
     ]
 
 
+def _reward_text(f: RewardFunction, style: str | None) -> str:
+    """``name x weight (verl style, detected, per group)``: how it is called, and whether
+    its parameters told (``style: auto``) or its ``style`` key did."""
+    how = [f"{style} style, {'detected' if f.style == 'auto' else 'declared'}"] if style else []
+    how += ["per group"] if f.scope == "group" else []
+    return f"{f.name} x {show(f.weight)}" + (f" ({', '.join(how)})" if how else "")
+
+
 def _isolation_row(cfg: RunConfig) -> Row:
-    """Whether workers can be kept off the network here (reward.network, env.network)."""
+    """Whether workers can be kept off the network, and off the host's Unix sockets, here
+    (reward.network, env.network); which sections require it (*.sandbox.require_isolation,
+    whose refusals ``driver/preflight.py`` lists among the failing checks)."""
     allowed, why = network_isolation()
+    sockets, sockets_why = host_socket_isolation()
     off = [
         f"{k}.network=false"
         for k, on in (("reward", cfg.reward.network), ("env", cfg.env.network))
         if not on
     ]
+    strict = [
+        f"{k}.sandbox.require_isolation"
+        for k, box in (("reward", cfg.reward.sandbox), ("env", cfg.env.sandbox))
+        if box.require_isolation
+    ]
+    required = f"; required by {', '.join(strict)}" if strict else ""
     if allowed:
-        value = "network namespaces"
-        text = f"{why}; off for {', '.join(off) or 'none'} (docs/sandbox.md)"
+        value = "network namespaces" + (" + seccomp" if sockets else "")
+        text = f"{why}; {sockets_why}; off for {', '.join(off) or 'none'}{required}"
+        text += " (docs/sandbox.md)"
     else:
         value = "none here"
         effect = (
@@ -187,7 +213,7 @@ def _isolation_row(cfg: RunConfig) -> Row:
             if off
             else "no key asks for it"
         )
-        text = f"{why} ({effect}; docs/sandbox.md)"
+        text = f"{why} ({effect}{required}; docs/sandbox.md)"
     return ("isolation", value, text)
 
 

@@ -15,6 +15,7 @@ Sizes are in bytes. The exit code says the same as ``ok`` (0, or 2 on a failing 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -27,15 +28,18 @@ from grouprl.plan.render import plan_sections
 from grouprl.plan.target import plan_target
 
 
-def plan_json(cfg: RunConfig, checked: Checked, *, here: bool = False) -> dict[str, Any]:
-    """The plan of ``cfg`` and its checks' outcome, as JSON-ready values."""
+def plan_json(
+    cfg: RunConfig, checked: Checked, *, here: bool = False, reward_styles: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The plan of ``cfg`` and its checks' outcome, as JSON-ready values
+    (``reward_styles``: as for ``plan_sections``)."""
     target = plan_target(cfg, here=here)
     d = checked.derived
     sections = None
     if d is not None:
         sections = {
             title: [{"quantity": q.strip(), "value": v, "how": how} for q, v, how in rows]
-            for title, rows in plan_sections(cfg, d, here=here)
+            for title, rows in plan_sections(cfg, d, here=here, reward_styles=reward_styles)
         }
     return {
         "name": cfg.name,

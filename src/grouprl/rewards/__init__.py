@@ -1,6 +1,6 @@
 """Reward functions (pure Python) and contained scoring of completions with them (in
 worker processes with a deadline and a memory limit per call: ``scoring``; failed calls,
-the run's failure brake and their warnings: ``failures``).
+the failure brake, ``CannotTrain`` and their warnings: ``failures``).
 
 The names load on first use (PEP 562): a reward worker process imports only the
 modules its functions need, so a replaced worker starts in a fraction of a second.
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from grouprl.lazy import lazy_getattr
 
 _NAMES = {
+    "CannotTrain": ".failures",
     "FailureBrake": ".failures",
     "format_reward": ".format",
     "extract_answer": ".math",
@@ -32,6 +33,7 @@ _NAMES = {
 }
 __all__ = [
     "REWARD_FUNCTIONS",
+    "CannotTrain",
     "FailureBrake",
     "Reward",
     "RewardError",
@@ -50,7 +52,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from grouprl.rewards.failures import FailureBrake, RewardFailure
+    from grouprl.rewards.failures import CannotTrain, FailureBrake, RewardFailure
     from grouprl.rewards.format import format_reward
     from grouprl.rewards.math import extract_answer, math_answer, normalize_number
     from grouprl.rewards.registry import (

@@ -11,7 +11,8 @@ import by itself).
 One call per style (``registry.call_style``): ``score_sample`` and ``score_group``
 (grouprl's shapes), ``score_verl`` (verl's ``compute_score``, per completion), each value a
 number or a dict with the number under ``score`` and extras beside it (``extras.py``), and
-``score_trl`` (TRL's batched functions, per prompt group, as TRL calls them: numbers).
+``score_trl`` (TRL's batched functions, per prompt group, as TRL calls them: numbers, or
+None where the function does not apply).
 
 ``preload`` is the workers' initializer: it resolves the names and runs each reward's
 ``warm_up`` (``declares.WarmsUp``) before the worker takes calls, all within
@@ -41,6 +42,10 @@ logger = logging.getLogger(__name__)
 FunctionRef = str | WithArgs | Callable[..., Any]
 """A reward function, or the import path a worker resolves it from (with its args)."""
 
+VERL_SOURCE_KEY = "data_source"
+"""The row column verl's reward manager reads ``data_source`` from (its ``reward_fn_key``
+default); ``graders.verl_row_problems`` checks the data has it before anything loads."""
+
 WARM_UP_S = 30.0
 """A worker's warm-ups (``preload``) together at most; below the pool's 60 s start limit."""
 
@@ -60,26 +65,37 @@ def score_group(
 
 def score_verl(ref: FunctionRef, completion: str, *, reference: Any, row: dict) -> Scored:
     """verl's ``compute_score(data_source=, solution_str=, ground_truth=, extra_info=)``
-    as verl's reward manager calls it (``extra_info`` only where the function takes it):
-    a number, or a dict whose ``score`` is one, its other keys extras (verl's
-    ``reward_extra_info``)."""
+    as verl's ``NaiveRewardManager`` calls it (``extra_info`` only where the function takes
+    it): the row's ``data_source`` (a row without one raises ``KeyError``, as verl's
+    ``data_item.non_tensor_batch["data_source"]`` does), its ``extra_info`` or ``{}`` (verl's
+    default). The value: a number, or a dict whose ``score`` is one, its other keys extras
+    (verl's ``reward_extra_info``); None or a dict without ``score`` fails the call (verl
+    stops the run on them)."""
     fn = _function(ref)
+    if VERL_SOURCE_KEY not in row:
+        raise KeyError(
+            f"the row has no {VERL_SOURCE_KEY!r} column, which verl's compute_score is "
+            f"called with (verl's reward manager requires it in every row). Fix: add a "
+            f"{VERL_SOURCE_KEY!r} column (the dataset's name, as verl's data preprocessing "
+            "writes it), or make the function a grouprl-style one (docs/rewards.md)"
+        )
     kwargs = {
-        "data_source": row.get("data_source"),
+        "data_source": row[VERL_SOURCE_KEY],
         "solution_str": completion,
         "ground_truth": reference,
     }
     if _takes(fn, "extra_info"):
-        kwargs["extra_info"] = row.get("extra_info")
+        extra_info = row.get("extra_info")
+        kwargs["extra_info"] = {} if extra_info is None else extra_info
     return scored(awaited_call(fn, **kwargs))
 
 
 def score_trl(
     ref: FunctionRef, completions: list[Any], *, prompts: list[Any], columns: dict[str, list]
 ) -> list[float | None]:
-    """TRL's ``fn(completions=, prompts=, **columns) -> list[float]``, one prompt group per
-    call: one score per completion, None where the function returned None (TRL's "not
-    applicable"; the scorer fails that sample alone)."""
+    """TRL's ``fn(completions=, prompts=, **columns) -> list[float | None]``, one prompt
+    group per call: one score per completion, None where the function returned None (TRL's
+    "not applicable": the scorer leaves the function out of that sample's sum)."""
     values = awaited_call(_function(ref), completions=completions, prompts=prompts, **columns)
     return [None if v is None else as_score(v) for v in _one_each(values, len(completions))]
 

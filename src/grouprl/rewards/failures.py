@@ -1,4 +1,5 @@
-"""Failed reward calls: the record of one, the run's failure brake, and the step's warning.
+"""Failed reward calls: the record of one, the failure brake, the run's stop, and the
+step's warning.
 
 ::
 
@@ -6,9 +7,15 @@
         │                                        │
         ▼                                        ▼
     FailureBrake.record (kept for the run):   log_failures (once per step): one warning
-    the first ``reward.failure_brake`` calls  per function, with its count, the kinds and
-    of a function all failed the same way     the first failure's sample and row
-    ──► RewardError: the run stops
+    a sliding window per function: its last   per function, with its count, the kinds and
+    ``reward.failure_brake`` calls all failed  the first failure's sample and row
+    (any error, mixed too), whenever in the run
+    ──► CannotTrain("reward_failures"): the run stops, naming the function, its last
+        error and the fix (``driver/run.py`` writes why in summary.json)
+
+The brake is generic: ``rollout/episode_brake.py`` keeps one over an environment's or
+an agent's episodes (``env.failure_brake``), and ``driver/idle.py`` raises the same
+``CannotTrain`` for a streak of steps that train no sample.
 
 What becomes of a failed sample (left out of training, or trained as 0) is the rollout's
 to decide (``rollout/reward.fail``), from ``reward.on_error``.
@@ -18,11 +25,11 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from grouprl.config.schema import FAILED_SAMPLES
-from grouprl.rewards.registry import RewardError
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +52,9 @@ class RewardFailure:
     """Samples the failed call scored (a group reward's group: from ``sample_index`` on)."""
     own: bool = True
     """Surely this call's failure: False when its worker died with other calls in flight
-    or the step's deadline (``reward.step_timeout_s``) ended it; the brake skips those."""
+    or the step's deadline (``reward.step_timeout_s``) ended it. The brake skips those:
+    they neither count nor restart its count (a step whose every call the deadline ends
+    trains no sample: the idle-step streak, ``trainer.max_idle_steps``, stops that run)."""
 
     def where(self) -> str:
         """``sample 3 (row 36)``, or ``samples 0-7 (row 2)`` for a group."""
@@ -61,45 +70,67 @@ class RewardFailure:
         )
 
 
-class FailureBrake:
-    """Stops the run when the first ``limit`` calls of a reward function (counted from the
-    run's start) all failed with the same error type and kind: a broken grader (a typo, a
-    missing package, a judge that is down) would otherwise score a whole run. One call
-    that returns, or fails otherwise, releases that function for the rest of the run.
-    ``limit=None``: never stops."""
+class CannotTrain(RuntimeError):
+    """The run cannot train, so it stops: a function (reward, environment, agent) whose
+    recent calls all failed, or a streak of steps that trained no sample. The message
+    names the cause, its last error and the fix; ``kind`` says which (``reward_failures``,
+    ``env_failures``, ``agent_failures``, ``idle_steps``), as ``summary.json``'s
+    ``stopped`` entry records it."""
 
-    def __init__(self, limit: int | None) -> None:
-        self.limit = limit
-        self._first: dict[str, RewardFailure] = {}
-        self._count: dict[str, int] = {}
-        self._released: set[str] = set()
+    user_error = True
 
-    def record(self, function: str, failure: RewardFailure | None) -> None:
-        """Counts one call of ``function`` (``failure`` None: it returned); raises
-        ``RewardError`` when the brake trips. Failures not surely the call's own (``own``
-        False) are not counted either way."""
-        if self.limit is None or function in self._released:
+    def __init__(self, message: str, kind: str = "reward_failures") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+F = TypeVar("F")
+
+
+class FailureBrake(Generic[F]):
+    """A sliding window over each source's calls (a reward function's, an environment's
+    or an agent's episodes): when the last ``limit`` calls of one source all failed, in
+    any way (any error type or kind, mixed ones too), ``record`` raises ``CannotTrain``
+    (``kind``) with the message ``explain(source, last_failure, count)`` writes; whenever
+    in the run it happens: a success only restarts the count. ``limit=None``: never stops.
+
+    The window lives as long as this object (the run session's): a resumed run starts
+    with an empty one, so it stops at most ``limit`` failed calls later."""
+
+    def __init__(
+        self,
+        limit: int | None,
+        *,
+        explain: Callable[[str, F, int], str] | None = None,
+        kind: str = "reward_failures",
+    ) -> None:
+        self.limit, self.kind = limit, kind
+        self.explain: Callable[[str, Any, int], str] = explain or _reward_stop
+        self._failed: dict[str, int] = {}
+
+    def record(self, source: str, failure: F | None) -> None:
+        """Counts one call of ``source`` (``failure`` None: it succeeded); raises
+        ``CannotTrain`` when its last ``limit`` calls all failed."""
+        if failure is None:
+            self._failed[source] = 0
             return
-        if failure is not None and not failure.own:
-            return
-        first = self._first.get(function)
-        if failure is None or (first is not None and not _same(first, failure)):
-            self._released.add(function)
-            return
-        first = self._first.setdefault(function, failure)
-        self._count[function] = self._count.get(function, 0) + 1
-        if self._count[function] >= self.limit:
-            raise RewardError(
-                f"reward function {function!r} failed on each of its first {self.limit} "
-                f"calls with the same error, {first.error_type}: {first.message} (first on "
-                f"{first.where()}): stopped rather than train on a broken grader. Fix the "
-                "function (call it by hand on a row of your data), or raise "
-                "reward.failure_brake (null: never stop)"
-            )
+        count = self._failed[source] = self._failed.get(source, 0) + 1
+        if self.limit is not None and count >= self.limit:
+            raise CannotTrain(self.explain(source, failure, count), kind=self.kind)
+
+    def failing(self, source: str) -> int:
+        """The calls of ``source`` that failed in a row since its last success."""
+        return self._failed.get(source, 0)
 
 
-def _same(a: RewardFailure, b: RewardFailure) -> bool:
-    return (a.error_type, a.kind) == (b.error_type, b.kind)
+def _reward_stop(function: str, last: RewardFailure, count: int) -> str:
+    return (
+        f"reward function {function!r} failed on its last {count} calls in a row "
+        f"(reward.failure_brake={count}); the last on {last.where()}: {last.error_type}: "
+        f"{last.message}. Stopped rather than train on nothing. Fix: repair the function, "
+        "or the judge or server it calls (call it by hand on a row of your data), or raise "
+        "reward.failure_brake (null: never stop)"
+    )
 
 
 def log_failures(errors: list[RewardFailure], *, samples: int, on_error: str) -> None:

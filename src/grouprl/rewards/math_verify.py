@@ -24,15 +24,24 @@ reward call.
 The reference: the text after the last ``####`` when it has one (GSM8K), then, unless it
 already holds LaTeX math (``$``, ``\\(``, ``\\[``, ``\\boxed``), wrapped in ``\\boxed{}``
 as verl's math-verify scorer does, since math-verify reads a bare ``x+1`` or ``\\{1,2\\}``
-as no answer. A reference that still parses to nothing fails the call (a data problem,
-not a wrong completion). The completion is parsed as math-verify's defaults say (LaTeX
-and plain expressions; the last ``\\boxed{}`` first).
+as no answer. A reference that is no answer fails the call (a data problem, not a wrong
+completion; verl's scorer gives such a row 0 for every completion)::
+
+    parses to nothing                                ""  "####"
+    a placeholder for a missing answer               "N/A"  "none"  "unknown"  "-"  "?"
+    prose: no LaTeX of its own, and math-verify      "see text" (s*e*E*t*t*x*...),
+    reads a word (3 or more letters) as a product    "Yes" (E*s*y); "$abc$" is math
+    of its letters
+
+The completion is parsed as math-verify's defaults say (LaTeX and plain expressions; the
+last ``\\boxed{}`` first).
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -43,6 +52,13 @@ parse, and half of ``reward.sandbox.timeout_s``'s default, so it rings before th
 deadline kills the worker."""
 
 _LATEX_MATH = ("$", "\\(", "\\[", "\\boxed")
+MISSING_ANSWERS = frozenset(
+    {"", "n/a", "na", "n.a.", "none", "null", "nan", "unknown", "tbd", "-", "--", "?"}
+)
+"""References (lowercased, spaces, ``$`` and ``\\text{}`` dropped) that stand for no answer."""
+_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}")
+"""A run of three or more letters not part of a LaTeX command (``\\frac``): a word (two,
+``xy``, is as often a product as a word)."""
 
 
 def math_verify_score(
@@ -51,20 +67,45 @@ def math_verify_score(
     """1.0 if math-verify finds the completion's answer equal to the reference's, else 0.0.
 
     Raises ``TimeoutError`` past ``timeout_s`` seconds (from any thread), and
-    ``ValueError`` when the reference parses to no answer. A different budget:
+    ``ValueError`` when the reference is no answer (module docstring). A different budget:
     ``register_reward("math_verify_2s", functools.partial(math_verify_score, timeout_s=2))``.
     """
     _quiet_timeout_warnings()
     text = gold_text(reference)
+    if _placeholder(text):
+        raise ValueError(
+            f"math_verify: the reference {str(reference)[:120]!r} stands for a missing "
+            "answer, which no completion can match; leave such rows out of the data, or "
+            "check data.answer_key"
+        )
     stage = ["parsing the reference"]
     gold, same = _timed(_judge, text, completion, stage=stage, seconds=timeout_s)
-    if not gold:
+    if not gold or _spelled_out(text, gold[0]):
+        how = "parses to no answer" if not gold else f"reads as the product {gold[0]}"
         raise ValueError(
             f"math_verify: the reference {str(reference)[:120]!r} (read as {text[:120]!r}) "
-            "parses to no answer; check data.answer_key, or give answers as LaTeX "
-            "($\\frac{1}{2}$) or plain numbers"
+            f"{how}, not a math answer; check data.answer_key, give answers as LaTeX "
+            "($\\frac{\\pi}{2}$) or plain numbers, or score text answers with qa_em"
         )
     return 1.0 if same else 0.0
+
+
+def _placeholder(text: str) -> bool:
+    """Whether ``text`` (``gold_text``'s) is a placeholder for a missing answer."""
+    inner = text.removeprefix("\\boxed{").removesuffix("}") if text.startswith("\\boxed{") else text
+    bare = re.sub(r"\\(?:text|mathrm|textbf)\{([^{}]*)\}", r"\1", inner)
+    return "".join(bare.replace("$", "").split()).lower() in MISSING_ANSWERS
+
+
+def _spelled_out(text: str, gold: Any) -> bool:
+    """Whether math-verify read a word of a reference with no LaTeX of its own (boxed by
+    ``gold_text``) as the product of its letters (two of them or more among the parse's
+    symbols): prose, not math (module docstring)."""
+    inner = text.removeprefix("\\boxed{").removesuffix("}")
+    if inner == text or any(mark in inner for mark in _LATEX_MATH):
+        return False
+    symbols = {str(x).lower() for x in getattr(gold, "free_symbols", ())}
+    return any(len(set(word.lower()) & symbols) >= 2 for word in _WORD.findall(inner))
 
 
 def _judge(text: str, completion: str, *, stage: list[str]) -> tuple[list[Any], bool]:

@@ -31,7 +31,8 @@ parameters by ``call_style`` before anything loads)::
     verl     data_source, solution_str, ground_truth       once per completion, by keyword;
                                                            a number or {"score": number}
     trl      completions first (or prompts, completions),  once per prompt group:
-             **kwargs, no reference(s)                     fn(completions=, prompts=, **columns)
+             **kwargs, no reference(s)                     fn(completions=, prompts=, **columns);
+                                                           numbers, None: not applicable
     grouprl  anything else that binds as ``scope`` says    fn(completion, reference=, row=)
 """
 

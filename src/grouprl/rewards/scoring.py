@@ -9,17 +9,19 @@
                   │ {"score": x, key: value, ...} (not trl) ──► x, and extras[name][i]:
                   │     tallied per function for metrics (extras.py; the run's
                   │     CategoryBound), shown per sample in samples.jsonl
-                  │ raises / NaN / not a number / None (trl) / past timeout_s (killed) /
+                  │ None (trl): not applicable ──► parts[name][i] = None, not in total[i];
+                  │     a sample every function returned None for fails ("no function applied")
+                  │ raises / NaN / not a number / past timeout_s (killed) /
                   │ worker crash / out of memory / past step_timeout_s (abandoned)
                   ▼
         RewardFailure per failed call (failures.py), parts[name][i] = 0.0:
             on_error "drop" | "zero": returned in ``errors``; the rollout fails those
                                       samples (rollout/reward.fail); one warning per function
             on_error "raise":         RewardError at the first failure
-            FailureBrake (the run's): the first failure_brake calls of a function all
-                                      failed the same way ──► RewardError
+            FailureBrake (the run's): a function's last failure_brake calls all failed
+                                      (any errors, whenever in the run) ──► CannotTrain
                   ▼
-        total[i] = sum over functions of weight * parts[name][i]
+        total[i] = sum over the functions that applied of weight * parts[name][i]
 
 Each call runs in a worker process (``grouprl.sandbox.WorkerPool``) with ``timeout_s``
 as its deadline: a call that hangs (even inside C code) is killed with its process tree
@@ -33,9 +35,8 @@ import concurrent.futures
 import contextlib
 import functools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 from grouprl.config.imports import absolute_import_path, is_import_path
@@ -50,54 +51,22 @@ from grouprl.rewards.calls import (
     score_verl,
 )
 from grouprl.rewards.declares import declared_categories
-from grouprl.rewards.extras import CategoryBound, Extra, Scored, Tally, tally
-from grouprl.rewards.failures import FailureBrake, RewardFailure, log_failures
+from grouprl.rewards.extras import CategoryBound, Extra, Scored, tally
+from grouprl.rewards.failures import CannotTrain, FailureBrake, RewardFailure, log_failures
 from grouprl.rewards.registry import Reward, RewardError, unsendable
+from grouprl.rewards.scores import (  # noqa: F401 (re-exported: the step's metrics)
+    OWN_METRICS,
+    RewardScores,
+    extra_metrics,
+    metric_names,
+    metrics,
+)
 from grouprl.sandbox import CallFailed, WorkerPool
 
 OnError = Literal["drop", "zero", "raise"]
 
-OWN_METRICS = ("mean", "std", "overlong", "errors", "timeouts", "crashes", "memory_errors")
-"""``reward/...`` metrics that are not a function's: a function is never logged as one."""
-
-
-@dataclass
-class RewardScores:
-    total: list[float]
-    """Weighted sum of the functions' scores, one per completion."""
-    parts: dict[str, list[float]]
-    """Each function's unweighted score per completion (0.0 where it failed)."""
-    errors: list[RewardFailure] = field(default_factory=list)
-    """The failed calls; the samples they cover are failed samples (``reward.on_error``)."""
-    worker_restarts: int = 0
-    """Reward workers replaced while scoring (killed at a deadline, crashed, out of memory)."""
-    extras: dict[str, list[dict[str, Extra] | None]] = field(default_factory=dict)
-    """Each function's extras per completion (``extras.py``): ``{}`` where it returned
-    none, None where its call failed."""
-    tallies: dict[str, Tally] = field(default_factory=dict)
-    """Each function's extras tallied for the step's metrics (``metrics``)."""
-
-    @staticmethod
-    def concat(batches: list[RewardScores]) -> RewardScores:
-        """The scores of several scoring calls, in order (errors keep their own indices)."""
-        parts: dict[str, list[float]] = {}
-        extras: dict[str, list[dict[str, Extra] | None]] = {}
-        tallies: dict[str, Tally] = {}
-        for scores in batches:
-            for name, values in scores.parts.items():
-                parts.setdefault(name, []).extend(values)
-            for name, found in scores.extras.items():
-                extras.setdefault(name, []).extend(found)
-            for name, counted in scores.tallies.items():
-                tallies.setdefault(name, Tally()).merge(counted)
-        return RewardScores(
-            total=[x for scores in batches for x in scores.total],
-            parts=parts,
-            errors=[e for scores in batches for e in scores.errors],
-            worker_restarts=sum(scores.worker_restarts for scores in batches),
-            extras=extras,
-            tallies=tallies,
-        )
+NOT_APPLIED = "(no function applied)"
+"""The ``RewardFailure.function`` of a sample every function returned None for (TRL)."""
 
 
 class RewardScorer:
@@ -195,8 +164,8 @@ def score_completions(
     prompt (prompt-major order) for group and TRL rewards; None: runs of rows with the same
     ``_index``. Pass the run's long-lived ``pool``, ``brake`` and ``categories``; without a
     pool, one of one worker is started and closed within this call. Raises ``RewardError``
-    at the first failure with ``on_error="raise"``, and when the brake trips; otherwise
-    failures are returned in ``errors``, never raised.
+    at the first failure with ``on_error="raise"``, ``CannotTrain`` when the brake trips;
+    otherwise failures are returned in ``errors``, never raised.
     """
     if len(completions) != len(rows):
         raise ValueError(f"{len(completions)} completions but {len(rows)} rows; pair them 1:1")
@@ -214,8 +183,12 @@ def score_completions(
             brake=brake if brake is not None else FailureBrake(None),
         )
         restarts = workers.stats()["restarts"] - restarts_before
+    errors += _not_applied(parts, rows, on_error=on_error)
     log_failures(errors, samples=len(completions), on_error=on_error)
-    total = [sum(f.weight * parts[f.name][i] for f in functions) for i in range(len(completions))]
+    total = [
+        sum(f.weight * x for f in functions if (x := parts[f.name][i]) is not None)
+        for i in range(len(completions))
+    ]
     bound = categories if categories is not None else CategoryBound()
     tallies = {
         f.name: tally(f.name, extras[f.name], declared=declared_categories(f.fn), bound=bound)
@@ -240,12 +213,15 @@ def _collect(
     on_error: OnError,
     step_timeout_s: float | None,
     brake: FailureBrake,
-) -> tuple[dict[str, list[float]], dict[str, list[dict[str, Extra] | None]], list[RewardFailure]]:
-    """Each function's scores, extras (None where the call failed) and the failures, the
+) -> tuple[
+    dict[str, list[float | None]], dict[str, list[dict[str, Extra] | None]], list[RewardFailure]
+]:
+    """Each function's scores (None: a TRL None), extras (None where the call failed or did
+    not apply) and the failures, the
     calls taken in the order submitted (so the brake counts a function's calls in sample
-    order). On a ``RewardError`` (``raise``, the brake) the calls not done are abandoned:
-    their workers stop at once."""
-    parts = {f.name: [0.0] * len(rows) for f in functions}
+    order). On a ``RewardError`` (``raise``) or ``CannotTrain`` (the brake) the calls not
+    done are abandoned: their workers stop at once."""
+    parts: dict[str, list[float | None]] = {f.name: [0.0] * len(rows) for f in functions}
     extras: dict[str, list[dict[str, Extra] | None]] = {
         f.name: [None] * len(rows) for f in functions
     }
@@ -261,17 +237,20 @@ def _collect(
                 failures = [_failure(failed, call, rows, step_timeout_s if late else None)]
                 values = None
             else:
-                failures = _none_scores(values, call, rows)
-            brake.record(call.function, failures[0] if values is None else None)
+                failures = []
+            if values is not None or failures[0].own:  # not surely its own: not counted
+                brake.record(call.function, failures[0] if values is None else None)
             if failures and on_error == "raise":
                 raise _raised(failures[0])
             errors += failures
             for j, value in enumerate(values or ()):
-                if value is not None:  # a TRL None: failed above
-                    score, found = value if isinstance(value, Scored) else (value, {})
-                    parts[call.function][call.start + j] = score
-                    extras[call.function][call.start + j] = found
-    except RewardError:
+                if value is None:  # TRL's "not applicable": not in the sample's sum
+                    parts[call.function][call.start + j] = None
+                    continue
+                score, found = value if isinstance(value, Scored) else (value, {})
+                parts[call.function][call.start + j] = score
+                extras[call.function][call.start + j] = found
+    except (RewardError, CannotTrain):
         pool.abandon([c.future for c in calls if not c.future.done()])
         raise
     return parts, extras, errors
@@ -397,55 +376,6 @@ def check_sendable(functions: list[Reward]) -> None:
             raise RewardError(problem)
 
 
-def metrics(scores: RewardScores) -> dict[str, float]:
-    """``reward/errors`` (every failed call), of which ``reward/timeouts``,
-    ``reward/crashes`` and ``reward/memory_errors``; ``reward/worker_restarts``; each
-    function's mean score under its short name (``metric_names``), and its extras under
-    it (``extra_metrics``)."""
-    kinds = [e.kind for e in scores.errors]
-    out = {
-        "reward/errors": float(len(kinds)),
-        "reward/timeouts": float(kinds.count("timeout")),
-        "reward/crashes": float(kinds.count("crash")),
-        "reward/memory_errors": float(kinds.count("memory")),
-        "reward/worker_restarts": float(scores.worker_restarts),
-    }
-    names = metric_names(list(scores.parts))
-    for name, values in scores.parts.items():
-        if values:
-            out[names[name]] = sum(values) / len(values)
-    return out | extra_metrics(scores)
-
-
-def extra_metrics(scores: RewardScores) -> dict[str, float]:
-    """Each function's extras under its metric name: ``reward/<fn>/<key>/<category>``, the
-    share of its scored samples in the category, and ``reward/<fn>/<key>``, a number's
-    mean (``extras.py``)."""
-    names = metric_names(list(scores.parts))
-    out: dict[str, float] = {}
-    for name, counted in scores.tallies.items():
-        out.update(counted.metrics(names[name]))
-    return out
-
-
-def metric_names(functions: list[str]) -> dict[str, str]:
-    """Each function's metric, ``reward/<short name>``: a name given by path
-    (``/abs/path/file.py:fn``, ``pkg.mod:fn``) is its attribute, ``fn``. A short name
-    taken, by a function listed earlier or by a metric of the reward's own (``mean``,
-    ``errors``, ...), gets the first free suffix, ``fn_2``, ``fn_3``, ..."""
-    taken = {*OWN_METRICS, "worker_restarts"}
-    out = {}
-    for name in functions:
-        short = name.rpartition(":")[2] if is_import_path(name) else name
-        candidate, k = short, 1
-        while candidate in taken:
-            k += 1
-            candidate = f"{short}_{k}"
-        taken.add(candidate)
-        out[name] = f"reward/{candidate}"
-    return out
-
-
 @contextlib.contextmanager
 def _pool_for_call(pool: WorkerPool | None, functions: list[Reward]):
     """The caller's long-lived pool, or one that lives for this call only."""
@@ -488,18 +418,30 @@ def _failure(
     )
 
 
-def _none_scores(
-    values: Sequence[object], call: _Call, rows: list[dict[str, Any]]
+def _not_applied(
+    parts: dict[str, list[float | None]], rows: list[dict[str, Any]], *, on_error: OnError
 ) -> list[RewardFailure]:
-    """A failure per sample a TRL function returned None for (TRL's "not applicable")."""
-    return [
-        RewardFailure(
-            call.function,
-            call.start + j,
-            rows[call.start + j].get("_index"),
-            "TypeError",
-            "returned None for this completion (TRL's 'not applicable'), not a number",
+    """A failure per sample every function returned None for. TRL warns and (since TRL
+    1.6) leaves such a completion out of its group's baseline with advantage 0; nothing
+    scored it, so here it is a failed sample (``reward.on_error``), but no function's own
+    failure (``own`` False: the brake does not count it). Raises ``RewardError`` at the
+    first with ``on_error="raise"``."""
+    names = list(parts)
+    out = []
+    for i in range(len(rows)):
+        if not names or any(parts[name][i] is not None for name in names):
+            continue
+        failure = RewardFailure(
+            NOT_APPLIED,
+            i,
+            rows[i].get("_index"),
+            "NotApplicable",
+            f"every reward function ({', '.join(names)}) returned None for this sample "
+            "(TRL's 'not applicable'), so nothing scores it. Fix: add a function that "
+            "scores such rows, or leave them out of the data",
+            own=False,
         )
-        for j, value in enumerate(values)
-        if value is None
-    ]
+        if on_error == "raise":
+            raise _raised(failure)
+        out.append(failure)
+    return out

@@ -82,11 +82,17 @@ def fail(
 ) -> None:
     """A sample whose environment, agent or reward function failed (``reason``:
     ``env_error``, ``agent_error``, ``reward_error``). Its outcome is ``FAILED_OUTCOME``,
-    whatever its last turn scored; the scores show 0 and it is not correct. ``on_error``
-    (the value of ``ON_ERROR_KEYS[reason]``): ``drop`` leaves it out of training
-    (``traj.trains`` is False), ``zero`` trains it as ``FAILED_OUTCOME``, ``raise`` raises
-    ``SampleFailed``. ``message``: the error; ``sample``: its index in the step, for the
-    message."""
+    whatever its last turn scored; the scores show 0, its per-turn rewards are gone
+    (``turns``: the turn-level estimators read none, ``driver/batch.turn_tensors``) and it
+    is not correct. ``on_error`` (the value of ``ON_ERROR_KEYS[reason]``): ``drop`` leaves
+    it out of training (``traj.trains`` is False), ``zero`` trains it as
+    ``FAILED_OUTCOME``, ``raise`` raises ``SampleFailed``. ``message``: the error;
+    ``sample``: its index in the step, for the message.
+
+    A sample that failed already (its environment, then a reward function on what the
+    broken episode left) keeps the stricter fate of the two, ``raise`` over ``drop`` over
+    ``zero``: a failure never makes a sample train that another failure left out. It
+    keeps its FIRST failure's reason and error (the one ``failures/*`` counts once)."""
     if reason not in ON_ERROR_KEYS or on_error not in get_args(OnError):
         raise ValueError(
             f"fail(reason={reason!r}, on_error={on_error!r}): reason is one of "
@@ -94,7 +100,11 @@ def fail(
         )
     if on_error == "raise":
         raise SampleFailed(_raised(traj, reason=reason, message=message, sample=sample))
-    scores = dict.fromkeys(traj.reward_parts.scores, FAILED_OUTCOME)
+    before = traj.reward_parts
+    if before.failure is not None:  # failed twice: the first reason, the stricter fate
+        record_parts(traj, dropped=bool(before.dropped) or on_error == "drop")
+        return
+    scores = dict.fromkeys(before.scores, FAILED_OUTCOME)
     record_parts(
         traj,
         failure=reason,
@@ -103,6 +113,7 @@ def fail(
         scores=scores,
         functions=FAILED_OUTCOME,
         agent=None,
+        turns=(),
     )
     traj.correct = False
 

@@ -74,7 +74,9 @@ def score_trajectories(
             extras={name: found[i] for name, found in scores.extras.items() if found[i]},
         )
         if correct_function is not None and correct_function in scores.parts:
-            traj.correct = scores.parts[correct_function][i] >= 1.0
+            # a TRL function that did not apply (None) judged nothing: not correct
+            judged = scores.parts[correct_function][i]
+            traj.correct = judged is not None and judged >= 1.0
     for error in scores.errors:
         for i in range(error.sample_index, error.sample_index + error.samples):
             fail(

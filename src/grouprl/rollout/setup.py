@@ -47,18 +47,25 @@ def load_prompt_set(
     config_key: str,
     env: Environment | None = None,
     max_staleness: int = 0,
+    answer_fields: tuple[str, ...] = (),
+    check_rows: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> PromptSet:
     """The rows of ``source`` and their prompt ids: each row's opening in ``env`` (by
     default single-turn prompting: the question through the data keys), so
     ``data.max_prompt_tokens`` measures what the engine receives. ``max_staleness`` >= 1:
-    the rows go into JSON checkpoints, checked as they load (``load_rows``)."""
+    the rows go into JSON checkpoints, checked as they load (``load_rows``).
+    ``answer_fields``: ``load_rows``'; ``check_rows`` raises on rows that would not train,
+    before any prompt renders (``row_checks.loaded_problems``)."""
     rows = load_rows(
         source,
         prompt_key=data.prompt_key,
         answer_key=data.answer_key,
         config_key=config_key,
         max_staleness=max_staleness,
+        answer_fields=answer_fields,
     )
+    if check_rows is not None:
+        check_rows(rows)
     env = env if env is not None else SingleTurnEnv.from_data(data)
 
     def render(rows: list[dict[str, Any]]) -> list[list[int]]:

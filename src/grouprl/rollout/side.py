@@ -9,7 +9,8 @@ API, which goes through them.
         side.prompt_set(...)        prompt token ids, each row's opening in the environment
         side.closing(group)         the caller's own parts (the training ranks) join the order
         side.start(places=...)      the engine or its replicas (Ray actors), the scorer (its
-                                    reward workers), the rollout function (env.agent's workers)
+                                    reward workers), the rollout function (env.agent's workers;
+                                    its episodes' failure brake: rollout/episode_brake.py)
         ... the run ...
     leaving the block, by an error or not: every part that started is closed, the newest
     first; a part that fails to start leaves none of the others running, and its error
@@ -26,13 +27,17 @@ from __future__ import annotations
 import logging
 from contextlib import ExitStack
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from grouprl.config.schema import DataSource, RunConfig
+from grouprl.data.sources import DataError
 from grouprl.engines.replicas import ReplicaSet
 from grouprl.envs.base import Environment
 from grouprl.envs.factory import make_env
+from grouprl.rollout.episode_brake import with_episode_brake
+from grouprl.rollout.row_checks import answer_fields, check_loaded_rows, too_few_rows
 from grouprl.rollout.runner import TimedScore
 from grouprl.rollout.setup import (
     PromptSet,
@@ -111,14 +116,19 @@ class RolloutBuilder:
         The training rows of an asynchronous run are checked to fit its JSON checkpoints
         as they load (the stream's buffered groups keep their rows)."""
         streamed = config_key == "data.train"
-        return load_prompt_set(
+        prompts = load_prompt_set(
             source,
             tokenizer=self.tokenizer,
             data=self.cfg.data,
             config_key=config_key,
             env=self._env(),
             max_staleness=self.cfg.rollout.max_staleness if streamed else 0,
+            answer_fields=answer_fields(self.cfg),
+            check_rows=partial(check_loaded_rows, self.cfg, config_key=config_key),
         )
+        if streamed and (few := too_few_rows(len(prompts), cfg=self.cfg)):
+            raise DataError(few[0])
+        return prompts
 
     def start(self, *, places: list[dict[str, Any]] | None = None) -> RolloutParts:
         """The engine (replicas on the training ranks' nodes at ``places``, or one here),
@@ -141,6 +151,8 @@ class RolloutBuilder:
         rollout = self._closing_if_closeable(
             make_rollout(cfg, engine=engine, tokenizer=self.tokenizer, score=score, env=self._env())
         )
+        # every episode's outcome passes here: the environment's or agent's failure brake
+        rollout = with_episode_brake(cfg, rollout, env=self._env())
         return RolloutParts(engine=engine, score=score, rollout=rollout)
 
     def _env(self) -> Environment:
@@ -176,10 +188,12 @@ def log_containment(cfg: RunConfig) -> None:
             refused.append(f"{who}.network=false")
     logger.info("contained (docs/sandbox.md): " + "; ".join(lines))
     if (programs := program_sandbox_line(cfg.reward.functions)) is not None:
-        logger.info(programs)
+        line, enclosed = programs  # without namespaces: on the host's files and network
+        logger.log(logging.INFO if enclosed else logging.WARNING, line)
     if refused:
         logger.warning(
             f"{' and '.join(refused)} cannot be kept on this machine: the workers keep the "
-            "network (see above). Fix: run where `unshare -rn true` succeeds as your user, "
-            "or set the key to true to accept it"
+            "network, or the host's Unix sockets (see above). Fix: run where `unshare -rn "
+            "true` succeeds as your user, or set the key to true to accept it "
+            "(*.sandbox.require_isolation=true refuses such a run)"
         )

@@ -15,9 +15,15 @@
                       parent namespace): a program sandbox started from the worker then
                       drops to nobody (sandbox/launcher.py) as from the trainer.
 
+Then the worker loads a seccomp filter (``sandbox/seccomp.py``): a network namespace
+encloses TCP, UDP and abstract Unix sockets, not the host's path-named Unix sockets
+(files: ``/var/run/docker.sock``, Ray's), nor vsock; the filter refuses to make such a
+socket.
+
 Unprivileged user namespaces are needed (``unshare -rn true`` succeeds as the user). Where
 the kernel refuses them, the worker keeps the network: ``network_isolation()`` says so,
-the pool logs it, the run warns at start and ``grouprl plan`` shows why.
+the pool logs it, the run warns at start and ``grouprl plan`` shows why;
+``isolation_problems`` turns that into a refusal where ``*.sandbox.require_isolation``.
 """
 
 from __future__ import annotations
@@ -26,15 +32,26 @@ import ctypes
 import os
 import sys
 
+from grouprl.config.env_keys import BUILT_IN_ENVS
+from grouprl.config.schema import RunConfig
 from grouprl.plan.namespaces import (  # the probe sits below the sandbox: plan reads it too
     CLONE_NEWNET,
     CLONE_NEWUSER,
+    NO_HOST_SOCKETS,
     OWN_NETWORK,
+    host_socket_isolation,
     network_isolation,
     refusal,
 )
 
-__all__ = ["containment", "enter_own_network", "network_isolation", "refusal"]
+__all__ = [
+    "containment",
+    "enter_own_network",
+    "host_socket_isolation",
+    "isolation_problems",
+    "network_isolation",
+    "refusal",
+]
 
 
 def enter_own_network() -> str | None:
@@ -119,14 +136,66 @@ def _wide_maps(pid: int) -> bool:
 
 def containment(*, network: bool, memory_mb: int | None, memory_limit: str) -> tuple[str, bool]:
     """What a pool's workers are held to, in a phrase ("no network (own user+network
-    namespace), rss limit 4096 MB, ..."), and whether ``network=False`` cannot be kept
-    on this machine (the caller warns)."""
+    namespace; no Unix or vsock sockets (seccomp)), rss limit 4096 MB, ..."), and whether
+    ``network=False`` cannot be kept whole on this machine (the caller warns)."""
     refused = False
     if network:
         net = "network allowed"
     else:
-        allowed, why = network_isolation()
+        allowed, why = host_socket_isolation()
         refused = not allowed
-        net = f"no network ({OWN_NETWORK})" if allowed else f"network ON though off: {why}"
+        if allowed:
+            net = f"no network ({OWN_NETWORK}; {NO_HOST_SOCKETS})"
+        elif network_isolation()[0]:
+            net = f"no network ({OWN_NETWORK}), but the host's Unix sockets reachable: {why}"
+        else:
+            net = f"network ON though off: {why}"
     memory = "no memory limit" if memory_mb is None else f"{memory_limit} limit {memory_mb} MB"
     return f"{net}, {memory}, each worker killed with all its processes", refused
+
+
+_FIX = (
+    "run where `unshare -rn true` succeeds as the trainer's user (sysctl "
+    "kernel.unprivileged_userns_clone=1, kernel.apparmor_restrict_unprivileged_userns=0, "
+    "user.max_user_namespaces > 0; in a container, a seccomp profile that allows "
+    "unshare), or set {key}=false to run without it (a WARNING at the start)"
+)
+
+
+def isolation_problems(cfg: RunConfig) -> list[str]:
+    """For each section with ``sandbox.require_isolation: true``, what it asks for that
+    this machine cannot hold, as messages naming the key, what was refused and the fix:
+    ``network: false`` without its namespace or socket filter; ``code_tests`` programs
+    without namespaces (reward); user code run in this process (env, ``workers: 0``).
+    Probes once per process (~0.1 s with ``code_tests``)."""
+    from grouprl.sandbox.program import isolation  # (its probe runs the launcher)
+
+    problems = []
+    user_env = cfg.env.agent is not None or cfg.env.name not in BUILT_IN_ENVS
+    for who, network, box in (
+        ("reward", cfg.reward.network, cfg.reward.sandbox),
+        ("env", cfg.env.network, cfg.env.sandbox),
+    ):
+        key = f"{who}.sandbox.require_isolation"
+        if not box.require_isolation or (who == "env" and not user_env):
+            continue
+        if who == "env" and box.workers == 0:
+            problems.append(
+                f"{key}=true, but env.sandbox.workers=0 runs the environment and agent in "
+                f"this process, uncontained. Fix: set env.sandbox.workers to 1 or more, or "
+                f"{key}=false"
+            )
+        allowed, why = host_socket_isolation()
+        if not network and not allowed:
+            problems.append(
+                f"{key}=true, but {who}.network=false cannot be kept here: {why}. Fix: "
+                + _FIX.format(key=key)
+            )
+        code_tests = any(f.name == "code_tests" for f in cfg.reward.functions)
+        if who == "reward" and code_tests and (found := isolation())["mount_ns"] is not True:
+            problems.append(
+                f"{key}=true, but code_tests would run model-written programs without "
+                f"namespaces here, on the host's files and network (uid on the host: "
+                f"{found['uid']}): {found['why_not']}. Fix: " + _FIX.format(key=key)
+            )
+    return problems

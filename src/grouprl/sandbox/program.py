@@ -291,12 +291,14 @@ def _layers() -> dict:
 
 def isolation() -> dict[str, bool | str]:
     """Which layers enclose programs on this machine: ``user_ns``, ``mount_ns``,
-    ``net_ns``, ``pid_ns`` (bools), ``uid`` (who the program is on the host) and
-    ``summary``, one line for the run start and ``grouprl plan``."""
+    ``net_ns``, ``pid_ns`` (bools), ``uid`` (who the program is on the host), ``why_not``
+    (why namespaces were refused; "" where they were not) and ``summary``, one line for
+    the run start and ``grouprl plan``."""
     layers = _layers()
     names = ("user_ns", "mount_ns", "net_ns", "pid_ns")
     found: dict[str, bool | str] = {name: layers.get(name) is True for name in names}
     found["uid"] = str(layers.get("uid", ""))
+    found["why_not"] = "" if found["mount_ns"] else str(layers.get("why_not", "unknown"))
     if found["mount_ns"]:
         summary = (
             "programs run in their own user, mount, network and pid namespaces: a "
@@ -305,19 +307,23 @@ def isolation() -> dict[str, bool | str]:
         )
     else:
         summary = (
-            f"programs run WITHOUT namespaces ({layers.get('why_not', 'unknown')}): they "
-            "see the host's files and network; limits, the process tree and the private "
-            f"dir still hold; uid on the host: {found['uid']}"
+            f"programs run WITHOUT namespaces ({found['why_not']}): they see the host's "
+            "files and network; limits, the process tree and the private dir still hold; "
+            f"uid on the host: {found['uid']}. reward.sandbox.require_isolation=true "
+            "refuses such a run"
         )
     found["summary"] = summary
     return found
 
 
-def program_sandbox_line(reward_functions: Sequence[Any]) -> str | None:
+def program_sandbox_line(reward_functions: Sequence[Any]) -> tuple[str, bool] | None:
     """Where a reward runs generated programs (``code_tests`` among ``reward.functions``):
     which layers enclose them on this machine (``isolation``: a probe, ~0.1 s), for the
-    run's start and ``grouprl plan``; None where no reward runs programs. Torch-free, as
+    run's start and ``grouprl plan``, and whether namespaces enclose them (False: the
+    caller says it as a WARNING); None where no reward runs programs. Torch-free, as
     ``grouprl plan`` imports it."""
     if not any(getattr(f, "name", None) == "code_tests" for f in reward_functions):
         return None
-    return f"program sandbox (code_tests, docs/code.md): {isolation()['summary']}"
+    found = isolation()
+    line = f"program sandbox (code_tests, docs/code.md): {found['summary']}"
+    return line, found["mount_ns"] is True

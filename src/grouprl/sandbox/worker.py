@@ -13,7 +13,8 @@
 Before it says "ready" the process leads a session and process group of its own (the
 pool kills the group and every descendant together: ``sandbox/tree.py``), becomes a child
 subreaper (an orphaned descendant is reparented to it, not to init, so the pool still
-finds it), leaves the network when asked (``sandbox/isolation.py``), asks the kernel to
+finds it), leaves the network when asked (``sandbox/isolation.py``; and the host's Unix
+sockets: ``sandbox/seccomp.py``), asks the kernel to
 kill it when the thread that started it ends (``PR_SET_PDEATHSIG``), and, for
 ``memory_limit="address_space"``, limits its address space (``RLIMIT_AS``; the default,
 ``"rss"``, is watched by the pool). It exits when the pipe closes. It ignores SIGINT and
@@ -38,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from grouprl.sandbox.isolation import enter_own_network
+from grouprl.sandbox.seccomp import load_worker_filter
 from grouprl.sandbox.signals import ignore_group_signals
 
 MEMORY_EXIT_CODE = 86
@@ -65,12 +67,16 @@ def serve(
     """Entry point of a worker process (``multiprocessing`` spawn target). ``initializer``
     runs before the worker says "ready" (imports that should not count against a call's
     deadline); if it raises, the traceback goes to stderr and the worker serves anyway.
-    "ready" carries why the network could not be left (None: left, or not asked)."""
+    "ready" carries why the network (or the host's Unix sockets) could not be left
+    (None: left, or not asked)."""
     ignore_group_signals()  # Ctrl-C and `timeout` signal the run's group: the driver
     # saves, then closes this worker (it must not die, nor print a KeyboardInterrupt)
     if os.getsid(0) != os.getpid():  # (already, when started in signals.own_session)
         os.setsid()  # a group of its own: the pool kills it with everything it started
     refused = None if network else enter_own_network()  # before any thread starts
+    if not network and refused is None and (why := load_worker_filter()) is not None:
+        refused = f"the host's Unix sockets stay reachable: {why}"  # (loaded before any
+        # thread starts, as unshare: a thread started before would keep no filter)
     _die_with_parent()  # after unshare: a change of credentials may clear it
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     if memory_mb is not None and memory_limit == "address_space":

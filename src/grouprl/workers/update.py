@@ -272,8 +272,9 @@ def _proximal_logprobs(
     autocast: Callable[[], AbstractContextManager],
     rank: Rank,
 ) -> Tensor:
-    """The sampling policy's logprobs (pi_prox), once before any update, for the rows this
-    rank trains on; zeros on the other ranks' rows."""
+    """pi_prox's logprobs: the trainer's policy as it is before the step's first update
+    (not the engine that sampled the tokens, pi_behav, whose logprobs the batch already
+    holds), scored once, for the rows this rank trains on; zeros on the other ranks' rows."""
     rows = rank.rows(len(batch), mini_batch_size=mini_batch_size)
     old_BT = torch.zeros_like(batch.engine_logprobs_BT)
     old_BT[rows] = no_grad_scores(

@@ -11,8 +11,9 @@ the rollout engine (docs/gateway.md).
         │ its worker died under ANOTHER agent (crash, memory): the pool runs it again,
         │ alone on a fresh worker, and the gateway starts its episode over (Gateway.start)
     ─► one Trajectory per episode (gateway_record: token-exact, the last segment)
-    ─► reward functions score every episode's last assistant message
-    ─► the agent's reward (returned, else reported with POST /reward) replaces their total
+    ─► the agent's reward (returned, else reported with POST /reward) is the episode's;
+       reward functions score the last assistant message of the episodes without one
+       (and not failed): a function's score is never computed where it would go unused
     ─► a failed agent fails its sample (agent_error, rollout/reward.fail): dropped, trained
        as 0 or stopping the run, as env.on_error says; one warning per step
 
@@ -101,13 +102,7 @@ class AgentRollout:
         trajectories = [
             r.trajectory(fallback_prompt=prompt_set.prompts[i // n]) for i, r in enumerate(records)
         ]
-        scores = score_trajectories(
-            trajectories,
-            score=self.score,
-            correct_function=self.cfg.reward.correct_function,
-            group_size=n,
-            on_error=self.cfg.reward.on_error,
-        )
+        scores = self._score(trajectories, records, outcomes, group_size=n)
         _apply_outcomes(trajectories, records, outcomes, scores, on_error=self.cfg.env.on_error)
         stats = gateway.stats
         logger.debug(
@@ -118,6 +113,42 @@ class AgentRollout:
             sum(r.reruns for r in records),
         )
         return trajectories, scores
+
+    def _score(
+        self,
+        trajectories: list[Trajectory],
+        records: list[EpisodeRecord],
+        outcomes: list[AgentOutcome],
+        *,
+        group_size: int,
+    ) -> RewardScores:
+        """The reward functions score the episodes whose reward they decide: those whose
+        agent neither failed nor gave its own reward (returned or reported, which replaces
+        theirs: docs/gateway.md). The others are not scored at all: a score there would go
+        unused, and a failure of it would fail a sample that does not need it. All scored:
+        one call in groups of ``group_size``; some: the scored ones, grouped by their row
+        (``_index``). ``total`` has an entry per episode (0 where not scored, until
+        ``_apply_outcomes``); ``parts``, ``extras`` and ``errors`` are the scored ones'."""
+        scored = [
+            i
+            for i, (record, outcome) in enumerate(zip(records, outcomes, strict=True))
+            if outcome.failure is None and outcome.reward is None and record.reported_reward is None
+        ]
+        if not scored:
+            return RewardScores(total=[0.0] * len(trajectories), parts={})
+        every = len(scored) == len(trajectories)
+        scores = score_trajectories(
+            [trajectories[i] for i in scored],
+            score=self.score,
+            correct_function=self.cfg.reward.correct_function,
+            group_size=group_size if every else None,
+            on_error=self.cfg.reward.on_error,
+        )
+        total = [0.0] * len(trajectories)
+        for i, value in zip(scored, scores.total, strict=True):
+            total[i] = value
+        scores.total = total
+        return scores
 
     def _run_agents(
         self, gateway: Gateway, rows: list[dict[str, Any]], group_size: int
@@ -139,13 +170,21 @@ class AgentRollout:
 
     def _submit(self, base_url: str, task: dict[str, Any], key: str) -> Future:
         kwargs = {"model": "grouprl-policy", "api_key": key}
+        network = self.cfg.env.network  # what a failed start's message may blame
         pool = self._started_pool()
         if isinstance(pool, ThreadPoolExecutor):
-            return pool.submit(run_agent, self.spec, base_url, task, kwargs)
+            return pool.submit(run_agent, self.spec, base_url, task, kwargs, network=network)
         # an agent whose worker died under another agent runs again, alone (Gateway.start
         # starts its episode over) rather than failing with it
         return pool.submit(
-            run_agent, self.spec, base_url, task, kwargs, deadline_s=self.timeout_s, retry_lost=True
+            run_agent,
+            self.spec,
+            base_url,
+            task,
+            kwargs,
+            network=network,
+            deadline_s=self.timeout_s,
+            retry_lost=True,
         )
 
     def _started_pool(self) -> WorkerPool | ThreadPoolExecutor:

@@ -69,10 +69,15 @@ class Plan:
 
 
 class EpisodeRecord:
-    """The calls of one episode (``index``: its position in the rollout) and its segments."""
+    """The calls of one episode (``index``: its position in the rollout) and its segments.
+    ``version``: the weight version the engine served when the episode opened, the
+    version of an episode that made no call (its agent failed first)."""
 
-    def __init__(self, *, key: str, index: int, row: dict[str, Any], eos_id: int | None) -> None:
+    def __init__(
+        self, *, key: str, index: int, row: dict[str, Any], eos_id: int | None, version: int = 0
+    ) -> None:
         self.key, self.index, self.row, self._eos = key, index, row, eos_id
+        self.version = version
         self.segments: list[Segment] = []
         self.calls: list[CallRecord] = []
         self.rewrites = 0
@@ -90,7 +95,9 @@ class EpisodeRecord:
 
     def rerun(self) -> EpisodeRecord:
         """An empty record of the same episode, for its agent's next run."""
-        fresh = EpisodeRecord(key=self.key, index=self.index, row=self.row, eos_id=self._eos)
+        fresh = EpisodeRecord(
+            key=self.key, index=self.index, row=self.row, eos_id=self._eos, version=self.version
+        )
         fresh.started, fresh.reruns = True, self.reruns + 1
         return fresh
 
@@ -187,11 +194,12 @@ class EpisodeRecord:
     def trajectory(self, *, fallback_prompt: list[int]) -> Trajectory:
         """The last segment as a Trajectory (``stop_reason`` from the gateway's refusal or
         the last turn's finish). Without any call: ``fallback_prompt`` and one empty turn,
-        which trains nothing and scores as the agent's outcome says."""
+        which trains nothing and scores as the agent's outcome says, at the version the
+        episode opened with (never one older than its step's: ``driver/loop._staleness``)."""
         row, index = self.row, self.row.get("_index", self.index)
         if not self.segments:
             empty = Completion(token_ids=[], logprobs=[], finish_reason="stop", text="")
-            return Trajectory(index, list(fallback_prompt), [Turn(empty)], 0, row=row)
+            return Trajectory(index, list(fallback_prompt), [Turn(empty)], self.version, row=row)
         last = self.segments[-1]
         stop = self.stop_reason
         if not stop:

@@ -119,7 +119,13 @@ class Gateway:
         """A new episode (``index``: its position in the rollout); returns its key."""
         key = f"ep{index}-{secrets.token_hex(6)}"
         with self._cond:
-            self.episodes[key] = EpisodeRecord(key=key, index=index, row=row, eos_id=self._eos_id)
+            self.episodes[key] = EpisodeRecord(
+                key=key,
+                index=index,
+                row=row,
+                eos_id=self._eos_id,
+                version=self.engine.weight_version,
+            )
             self._episode_locks[key] = threading.Lock()
             self._live.add(key)
         return key
@@ -149,7 +155,7 @@ class Gateway:
     @contextmanager
     def serving(self) -> Iterator[Gateway]:
         """Listens on a free 127.0.0.1 port and batches requests until the block ends."""
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), GatewayHandler)
+        self._server = _Server(("127.0.0.1", 0), GatewayHandler)
         self._server.daemon_threads = True
         self._server.gateway = self  # type: ignore[attr-defined]
         self._threads = [
@@ -371,6 +377,13 @@ class Gateway:
     def models(self) -> dict[str, Any]:
         entry = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "grouprl"}
         return {"object": "list", "data": [entry]}
+
+
+class _Server(ThreadingHTTPServer):
+    """The gateway's listener, with room for every agent's connection at once: a step
+    starts all its episodes together, more than socketserver's default backlog of 5."""
+
+    request_queue_size = 1024
 
 
 def _check_n(body: dict[str, Any]) -> None:

@@ -76,13 +76,14 @@ def _agent(env: EnvConfig) -> str | None:
 
 
 def run_agent(
-    spec: str, base_url: str, task: dict[str, Any], kwargs: dict[str, Any]
+    spec: str, base_url: str, task: dict[str, Any], kwargs: dict[str, Any], *, network: bool = True
 ) -> float | None:
     """Runs ``solve`` for one episode in a pool worker (resolved there once per worker, so
     file paths work in the child); returns its reward or None. Raises TypeError for any
     other return value. Tells the gateway first that the episode starts
-    (``start_episode``): a run again after its worker died starts it over."""
-    start_episode(base_url)
+    (``start_episode``; ``network``: ``env.network``, for its message): a run again after
+    its worker died starts it over."""
+    start_episode(base_url, network=network)
     value = awaited_call(AGENTS.load(spec), base_url, task, **kwargs)
     if value is None:
         return None
@@ -96,10 +97,11 @@ def run_agent(
     return float(value)
 
 
-def start_episode(base_url: str) -> None:
+def start_episode(base_url: str, *, network: bool = True) -> None:
     """``POST {base_url}/start``: the gateway drops what an earlier run of this episode
-    recorded (``Gateway.start``). Raises ConnectionError, naming ``env.network``, when
-    this worker cannot reach the gateway."""
+    recorded (``Gateway.start``). Raises ConnectionError when this worker cannot reach the
+    gateway, naming ``env.network`` only where it is off (``network`` False: the worker's
+    own network namespace hides the gateway); with it on, the connection itself failed."""
     request = urllib.request.Request(
         f"{base_url.rstrip('/')}/start",
         data=b"{}",
@@ -112,10 +114,16 @@ def start_episode(base_url: str) -> None:
     except urllib.error.HTTPError:
         raise
     except OSError as err:
+        if not network:
+            raise ConnectionError(
+                f"the agent's worker cannot reach the gateway at {base_url} ({err}). With "
+                "env.network=false each agent worker has a network namespace of its own, "
+                "where 127.0.0.1 is not the gateway's: set env.network=true for agents"
+            ) from None
         raise ConnectionError(
-            f"the agent's worker cannot reach the gateway at {base_url} ({err}). With "
-            "env.network=false each agent worker has a network namespace of its own, where "
-            "127.0.0.1 is not the gateway's: set env.network=true for agents"
+            f"the agent's worker lost its connection to the gateway at {base_url} while "
+            f"starting the episode ({err}); env.network=true, so the worker shares the "
+            "trainer's loopback: the gateway's side failed; only this episode fails"
         ) from None
 
 
