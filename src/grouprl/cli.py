@@ -180,6 +180,7 @@ def plan(
     from grouprl.plan.check import checked_run
     from grouprl.plan.render import render_plan
     from grouprl.plan.report import plan_json
+    from grouprl.rewards.registry import reward_styles
     from grouprl.sandbox.program import program_sandbox_line
 
     with _user_errors():
@@ -192,7 +193,7 @@ def plan(
             raise typer.Exit(USER_ERROR_EXIT) from None
         notes: list[str] = []  # the rows' counts and prompt lengths (rollout/row_checks)
         checked = checked_run(cfg, inputs=input_problems(cfg, notes=notes))
-        styles = _reward_styles(cfg)
+        styles = reward_styles(cfg.reward.functions)
         if as_json:
             shown = plan_json(cfg, checked, here=here, reward_styles=styles)
             typer.echo(json.dumps({"recipe": recipe, **shown}))
@@ -206,17 +207,6 @@ def plan(
                 text = line if enclosed else f"WARNING: {line}"
                 Console().print(Text(text, style="" if enclosed else "yellow"), soft_wrap=True)
         raise_problems(checked.problems)
-
-
-def _reward_styles(cfg: RunConfig) -> list[str]:
-    """How each reward function is called (grouprl, verl, trl), for plan's reward row;
-    [] when one does not resolve (``input_problems`` has said why)."""
-    from grouprl.rewards.registry import RewardError, resolve_rewards
-
-    try:
-        return [reward.style for reward in resolve_rewards(cfg.reward.functions)]
-    except RewardError:
-        return []
 
 
 @app.command()

@@ -37,9 +37,9 @@ def input_problems(
     notebook's ``__main__``), have a signature no call style takes, args they do not take,
     or need more than ``reward.sandbox.timeout_s`` per call (``reward_problems``),
     and data sources that would not load (a local file missing, unreadable, or without the
-    prompt or answer column), as messages.
-    and rows that would not train (``rollout/row_checks.py``: tests code_tests cannot
-    read, fewer rows than a batch, every prompt too long), as messages.
+    prompt or answer column), and rows that would not train (``rollout/row_checks.py``:
+    tests code_tests cannot read, fewer rows than a batch, every prompt too long), as
+    messages.
     ``missing_ok``: files and modules absent on this machine are left to the machine that
     runs the job (``grouprl submit``; its ``grouprl train`` checks them at start).
     ``notes``: the rows' counts and prompt lengths are appended to it (``grouprl plan``)."""

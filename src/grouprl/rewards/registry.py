@@ -168,6 +168,15 @@ def resolve_rewards(functions: list[Any]) -> list[Reward]:
     return rewards
 
 
+def reward_styles(functions: list[Any]) -> list[str]:
+    """How each entry is called (grouprl, verl, trl), for ``grouprl plan``'s reward row;
+    [] when one does not resolve (``reward_problems`` says why)."""
+    try:
+        return [reward.style for reward in resolve_rewards(functions)]
+    except RewardError:
+        return []
+
+
 def part_names(functions: list[Any]) -> list[str]:
     """The name each entry's scores go under (``RewardScores.parts``, samples.jsonl's
     ``scores``, metrics): its ``name``; an entry whose name an earlier entry has (the same

@@ -67,7 +67,8 @@ def row_findings(cfg: RunConfig, *, missing_ok: bool = False) -> RowFindings:
                 answer_fields=answer_fields(cfg),
                 max_rows=SAMPLE_ROWS,
             )
-        except Exception:  # a source that does not read: source_problems says why
+        except Exception as err:  # source_problems passed it: said, and left to the load
+            found.notes.append(f"{key}: rows not checked before loading: {err}")
             continue
         read = _read_text(report)
         problems, warnings = _rows_problems(cfg, rows, config_key=key, read=read)
