@@ -24,6 +24,7 @@ LAYERS: dict[str, int] = {
     "algo": 0,
     "assets": 0,
     "lazy": 0,  # PEP 562 names for packages' __init__ (grouprl, rewards)
+    "host": 0,  # what talks to the kernel: namespaces, process sessions and trees
     # torch-free: the schema, loading, checks; above it the memory planner
     "config": 1,
     "plan": 2,

@@ -21,7 +21,7 @@ from grouprl.assets import resolve_model_path
 class SharedEngines:
     def __init__(self, start_engine: Callable[..., Any]) -> None:
         """``start_engine``: ``grouprl.rollout.setup.start_engine`` (a run's replica set;
-        ``rollout/side.py`` calls it, where the learning runs patch it)."""
+        ``rollout/builder.py`` calls it, where the learning runs patch it)."""
         self._start = start_engine
         self._sets: dict[str, Any] = {}
         self._initial: dict[str, dict[str, torch.Tensor]] = {}

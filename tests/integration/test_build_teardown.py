@@ -15,13 +15,13 @@ import pytest
 
 import grouprl
 import grouprl.driver.run as run
-import grouprl.rollout.side as side
+import grouprl.rollout.builder as side
 from grouprl.config.loader import load_config
 from grouprl.driver.stream import Stream
 from grouprl.engines.replicas import ReplicaSet
 from grouprl.envs.contained import ContainedEnv
 from grouprl.envs.single_turn import SingleTurnEnv
-from grouprl.rollout.runner import TimedScore
+from grouprl.rollout.episode_scores import TimedScore
 from grouprl.workers.group import LocalGroup
 
 

@@ -21,8 +21,8 @@ from grouprl.rewards.code import (
     judge,
     load_tests,
 )
-from grouprl.rewards.code.harness import CaseResult, HarnessRun, parse_report, run_tests
-from grouprl.rewards.code.in_sandbox import normalise, same_value
+from grouprl.rewards.code.harness import normalise, same_value
+from grouprl.rewards.code.run_harness import CaseResult, HarnessRun, parse_report, run_tests
 from grouprl.rewards.code.tests_format import ProblemTests
 from grouprl.rewards.registry import REWARD_FUNCTIONS
 from grouprl.sandbox.program import ProgramLimits, ProgramResult
@@ -225,7 +225,7 @@ ECHO = "import sys\nsys.stdout.buffer.write(sys.stdin.buffer.read())\n"
 @pytest.fixture(scope="module")
 def echoed() -> list[CaseResult]:
     """Every case of STDOUT_CASES judged by the real harness (``run_tests``: the sandboxed
-    ``in_sandbox.py`` compares the program's stdout with the expected text), in one run
+    ``harness.py`` compares the program's stdout with the expected text), in one run
     of the echo program: a case's input is the stdout it gets back."""
     cases = tuple({"stdin": got, "expected": expected} for got, expected, _ in STDOUT_CASES)
     run = run_tests(

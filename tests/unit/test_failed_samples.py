@@ -22,6 +22,7 @@ from grouprl.driver.loop import Components, RunState, rollout_step, train_step
 from grouprl.driver.stream import group_lag
 from grouprl.metrics.telemetry import Hardware, ModelShape
 from grouprl.rewards.scoring import RewardFailure, RewardScores
+from grouprl.rollout.episode_scores import score_trajectories
 from grouprl.rollout.gateway.agents import (
     AgentFailure,
     AgentOutcome,
@@ -31,7 +32,6 @@ from grouprl.rollout.gateway.agents import (
 from grouprl.rollout.gateway.record import EpisodeRecord
 from grouprl.rollout.gateway.worker import start_episode
 from grouprl.rollout.reward import SampleFailed, fail
-from grouprl.rollout.runner import score_trajectories
 from grouprl.rollout.setup import zero_failed_episodes
 from grouprl.types import Completion, Trajectory, Turn
 

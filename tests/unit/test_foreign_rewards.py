@@ -21,7 +21,7 @@ from grouprl.rewards.data_checks import verl_row_problems
 from grouprl.rewards.failures import RewardFailure
 from grouprl.rewards.scores import RewardScores, metrics
 from grouprl.rewards.scoring import NOT_APPLIED
-from grouprl.rollout.runner import score_trajectories
+from grouprl.rollout.episode_scores import score_trajectories
 from grouprl.sandbox import WorkerPool
 from grouprl.types import Completion, Trajectory, Turn, trajectory_to_dict
 

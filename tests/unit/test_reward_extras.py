@@ -19,7 +19,7 @@ from grouprl.rewards.declares import DeclaresCategories, WarmsUp
 from grouprl.rewards.extras import CATEGORY_LIMIT, OTHER, CategoryBound, tally
 from grouprl.rewards.reasoning_gym import reasoning_gym_score
 from grouprl.rewards.scoring import RewardScores, function_ref, metrics
-from grouprl.rollout.runner import score_trajectories
+from grouprl.rollout.episode_scores import score_trajectories
 from grouprl.sandbox import WorkerPool
 from grouprl.types import (
     Completion,

@@ -13,8 +13,8 @@ import pytest
 import grouprl
 from grouprl.metrics.samples import SamplesWriter
 from grouprl.rewards.scoring import RewardScores
+from grouprl.rollout.episode_scores import score_trajectories
 from grouprl.rollout.reward import FAILED_OUTCOME, fail, record_parts, sample_reward
-from grouprl.rollout.runner import score_trajectories
 from grouprl.types import Completion, RewardParts, Trajectory, Turn
 
 

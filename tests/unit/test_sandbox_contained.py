@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from grouprl.host.tree import _wait_stopped, kill_tree, running
 from grouprl.sandbox import CallFailed, WorkerPool, worker_state
 from grouprl.sandbox.isolation import host_socket_isolation, network_isolation, refusal
-from grouprl.sandbox.tree import _wait_stopped, kill_tree, running
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, prctl")
 
@@ -442,9 +442,9 @@ def test_a_refused_namespace_is_said_with_its_reason_and_fix():
 
 def test_the_run_start_line_says_what_is_contained(caplog):
     from grouprl.config.schema import RunConfig
-    from grouprl.rollout.side import log_containment
+    from grouprl.rollout.builder import log_containment
 
-    with caplog.at_level(logging.INFO, logger="grouprl.rollout.side"):
+    with caplog.at_level(logging.INFO, logger="grouprl.rollout.builder"):
         log_containment(RunConfig())  # reward.network=false by default
     [line, *warning] = [r.getMessage() for r in caplog.records]
     assert "reward workers: " in line and "rss limit 4096 MB" in line
@@ -461,10 +461,10 @@ def test_the_run_start_line_says_what_is_contained(caplog):
 
 def test_the_run_start_names_the_program_sandbox_where_code_tests_scores(caplog):
     from grouprl.config.schema import RunConfig
-    from grouprl.rollout.side import log_containment
+    from grouprl.rollout.builder import log_containment
 
     cfg = RunConfig(reward={"functions": [{"name": "code_tests"}], "correct_function": None})
-    with caplog.at_level(logging.INFO, logger="grouprl.rollout.side"):
+    with caplog.at_level(logging.INFO, logger="grouprl.rollout.builder"):
         log_containment(cfg)
     lines = [r.getMessage() for r in caplog.records]
     assert any(x.startswith("program sandbox (code_tests, docs/code.md): ") for x in lines), lines

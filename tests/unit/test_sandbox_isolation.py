@@ -198,10 +198,10 @@ def test_plan_fails_the_check_and_warns_of_programs_without_namespaces(monkeypat
 
 
 def test_the_run_start_warns_where_programs_run_without_namespaces(monkeypatch, caplog):
-    from grouprl.rollout.side import log_containment
+    from grouprl.rollout.builder import log_containment
 
     _refused(monkeypatch)
-    with caplog.at_level(logging.INFO, logger="grouprl.rollout.side"):
+    with caplog.at_level(logging.INFO, logger="grouprl.rollout.builder"):
         log_containment(RunConfig(reward=CODE))
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any(

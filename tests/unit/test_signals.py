@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from grouprl.host.sessions import close_sessions, kill_sessions, own_session
 from grouprl.sandbox import WorkerPool
-from grouprl.sandbox.signals import close_sessions, kill_sessions, own_session
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="process groups and sessions")
 

@@ -8,7 +8,7 @@ with 128 + the signal number, keeping whatever checkpoints were already complete
 SIGKILLs the sessions its engine processes run in.
 
 Ctrl-C in a terminal (or `timeout`) signals the whole process group: the processes the
-run starts ignore it or run in a session of their own (``grouprl.sandbox.signals``), so
+run starts ignore it or run in a session of their own (``grouprl.host.sessions``), so
 they keep working until the driver closes them after the save.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from grouprl.sandbox.signals import kill_sessions
+from grouprl.host.sessions import kill_sessions
 
 logger = logging.getLogger(__name__)
 

@@ -52,7 +52,7 @@ def evaluate_cli(target: str, cfg: RunConfig) -> dict[str, float]:
     import torch
 
     from grouprl.device import resolve_device
-    from grouprl.rollout.side import RolloutBuilder
+    from grouprl.rollout.builder import RolloutBuilder
     from grouprl.runtime import quiet_libraries
     from grouprl.workers.model import load_tokenizer
 

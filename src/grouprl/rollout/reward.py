@@ -1,6 +1,6 @@
 """The reward of a sample: computed here, and only here, from its named parts.
 
-    reward functions on the last turn (rollout/runner.py) ─► scores, functions ─┐
+    reward functions on the last turn (rollout/episode_scores.py) ─► scores, functions ─┐
     env.agent's own reward (rollout/gateway/agents.py) ─────► agent ────────────┤
     a failed environment, agent or reward (``fail``) ────────► failure, dropped ─┼─► RewardParts
     DAPO's overlong shaping (driver/loop.py) ────────────────► overlong ─────────┘       │

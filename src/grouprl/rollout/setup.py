@@ -19,9 +19,9 @@ from grouprl.envs.base import Environment, first_messages, template_kwargs_of
 from grouprl.envs.single_turn import SingleTurnEnv
 from grouprl.rewards.registry import resolve_rewards
 from grouprl.rewards.scoring import RewardScorer, RewardScores
+from grouprl.rollout.episode_scores import ScoreFn, score_trajectories
 from grouprl.rollout.episodes import run_episodes
 from grouprl.rollout.reward import fail
-from grouprl.rollout.runner import ScoreFn, score_trajectories
 from grouprl.types import Trajectory
 
 

@@ -34,7 +34,7 @@ import sys
 
 from grouprl.config.env_keys import BUILT_IN_ENVS
 from grouprl.config.schema import RunConfig
-from grouprl.plan.namespaces import (  # the probe sits below the sandbox: plan reads it too
+from grouprl.host.namespaces import (  # the probe sits below the sandbox: plan reads it too
     CLONE_NEWNET,
     CLONE_NEWUSER,
     NO_HOST_SOCKETS,

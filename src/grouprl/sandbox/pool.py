@@ -48,10 +48,10 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
 
+from grouprl.host.sessions import blocked_signals
+from grouprl.host.tree import kill_tree, usage
 from grouprl.sandbox.failures import CallFailed, FailureKind, death
 from grouprl.sandbox.main_guard import UNGUARDED_EXIT_CODE, WORKER_NAME_PREFIX, worker_start_error
-from grouprl.sandbox.signals import blocked_signals
-from grouprl.sandbox.tree import kill_tree, usage
 from grouprl.sandbox.worker import serve
 
 logger = logging.getLogger(__name__)

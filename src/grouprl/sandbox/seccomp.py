@@ -15,7 +15,7 @@ its own network namespace, and no process outside its tree (Linux, x86_64 and aa
         io_uring_setup/enter/register     ENOSYS (io_uring creates sockets past seccomp)
         pidfd_getfd                       EPERM (copying a socket out of another process)
         clone(CLONE_PARENT)               EPERM (a child of the pool, outside the worker's
-                                          tree: sandbox/tree.py)
+                                          tree: host/tree.py)
         clone3                            ENOSYS (its flags are in memory, which a filter
                                           cannot read; libc falls back to clone)
         32-bit (i386, arm) calls: socketcall, socket, socketpair  EPERM; the same clone,
@@ -46,7 +46,7 @@ import platform
 import struct
 import sys
 
-from grouprl.plan.namespaces import FILTER_ARCHES
+from grouprl.host.namespaces import FILTER_ARCHES
 
 __all__ = ["assemble", "filter_support", "load_worker_filter"]
 

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from grouprl.sandbox.tree import descendants, kill_tree
+from grouprl.host.tree import descendants, kill_tree
 
 Outcome = Literal["exited", "timeout", "memory", "output_limit", "signaled", "sandbox_error"]
 """How a program run ended (``sandbox/program.ProgramResult.outcome``)."""

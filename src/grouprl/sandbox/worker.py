@@ -11,14 +11,14 @@
                                                  loop thread (lives as long as the process)
 
 Before it says "ready" the process leads a session and process group of its own (the
-pool kills the group and every descendant together: ``sandbox/tree.py``), becomes a child
+pool kills the group and every descendant together: ``host/tree.py``), becomes a child
 subreaper (an orphaned descendant is reparented to it, not to init, so the pool still
 finds it), leaves the network when asked (``sandbox/isolation.py``; and the host's Unix
 sockets: ``sandbox/seccomp.py``), asks the kernel to
 kill it when the thread that started it ends (``PR_SET_PDEATHSIG``), and, for
 ``memory_limit="address_space"``, limits its address space (``RLIMIT_AS``; the default,
 ``"rss"``, is watched by the pool). It exits when the pipe closes. It ignores SIGINT and
-SIGTERM (started with them blocked: ``sandbox/signals.py``).
+SIGTERM (started with them blocked: ``host/sessions.py``).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from grouprl.host.sessions import ignore_group_signals
 from grouprl.sandbox.isolation import enter_own_network
 from grouprl.sandbox.seccomp import load_worker_filter
-from grouprl.sandbox.signals import ignore_group_signals
 
 MEMORY_EXIT_CODE = 86
 """Exit code of a worker that ran out of memory where it could not report it."""

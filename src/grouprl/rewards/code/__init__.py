@@ -1,7 +1,7 @@
 """The code-execution reward, ``code_tests``: a completion's program (``extract``) run
 against its problem's tests (``tests_format``: APPS/TACO, LiveCodeBench, open-r1,
-KodCode, MBPP, HumanEval) in one sandboxed run per sample (``harness``, with
-``in_sandbox.py`` inside the sandbox), judged honestly (``judge``). docs/code.md."""
+KodCode, MBPP, HumanEval) in one sandboxed run per sample (``run_harness``, with
+``harness.py`` inside the sandbox), judged honestly (``judge``). docs/code.md."""
 
 from grouprl.rewards.code.extract import extract_code
 from grouprl.rewards.code.judge import OUTCOMES, SandboxFailure, Verdict, judge

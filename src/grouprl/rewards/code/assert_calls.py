@@ -82,7 +82,7 @@ def plain(value: Any, depth: int = 0) -> bool:
     """Whether ``value`` holds only JSON's plain values: None, bool, int, finite float,
     str, list, dict with str keys (no tuple, set, bytes), so that it means the same
     after a JSON round trip and compares as Python would. The sandbox's child applies it
-    to a strict case's returned value (its copy in ``in_sandbox_child.py``)."""
+    to a strict case's returned value (its copy in ``harness_child.py``)."""
     if depth > 100:
         return False
     if value is None or isinstance(value, bool | int | str):

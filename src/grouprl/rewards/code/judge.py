@@ -24,7 +24,7 @@ import signal
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from grouprl.rewards.code.harness import HarnessRun
+from grouprl.rewards.code.run_harness import HarnessRun
 
 Outcome = Literal[
     "passed",
@@ -47,7 +47,7 @@ CASE_OUTCOMES: dict[str, Outcome] = {
     "output_limit": "output_limit",
     "tests_error": "sandbox_error",
 }
-"""A test's status (``in_sandbox.py``) as a sample's outcome."""
+"""A test's status (``harness.py``) as a sample's outcome."""
 
 KILLED: dict[str, Outcome] = {
     "timeout": "timeout",

@@ -28,8 +28,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from grouprl.rewards.code.extract import extract_code
-from grouprl.rewards.code.harness import CHILD_FILE, HARNESS_FILE, PYTEST_SHIM, run_tests, source
 from grouprl.rewards.code.judge import OUTCOMES, SandboxFailure, Verdict, judge
+from grouprl.rewards.code.run_harness import (
+    CHILD_FILE,
+    HARNESS_FILE,
+    PYTEST_SHIM,
+    run_tests,
+    source,
+)
 from grouprl.rewards.code.tests_format import load_tests
 
 REPORT_BYTES = 4 << 20

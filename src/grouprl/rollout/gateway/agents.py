@@ -36,11 +36,11 @@ from typing import Any
 from grouprl.config.schema import FAILED_SAMPLES, OnError, RunConfig
 from grouprl.engines.base import RolloutEngine, SamplingSettings
 from grouprl.rewards.scoring import RewardScores
+from grouprl.rollout.episode_scores import ScoreFn, score_trajectories
 from grouprl.rollout.gateway.record import EpisodeRecord
 from grouprl.rollout.gateway.server import Gateway
 from grouprl.rollout.gateway.worker import portable, run_agent
 from grouprl.rollout.reward import fail, record_parts
-from grouprl.rollout.runner import ScoreFn, score_trajectories
 from grouprl.sandbox import CallFailed, WorkerPool
 from grouprl.types import Trajectory
 

@@ -145,7 +145,7 @@ def _write_wrapper(scratch_dir: Path) -> str | None:
     path = scratch_dir / f"python-own-session-{os.getuid()}"  # /tmp is shared
     partial = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
     partial.write_text(
-        "#!/bin/sh\n# written by grouprl.sandbox.signals: a Python in a session of its own\n"
+        "#!/bin/sh\n# written by grouprl.host.sessions: a Python in a session of its own\n"
         f'exec {shlex.quote(python)} -I -S -c {shlex.quote(_LEAVE_THE_GROUP)} "$@"\n'
     )
     partial.chmod(0o755)

@@ -1,5 +1,5 @@
 """What the harness's children run inside the sandbox, copied there as ``child.py``
-(``in_sandbox.py`` is the parent). Standard library only, and as few imports as can be:
+(``harness.py`` is the parent). Standard library only, and as few imports as can be:
 each child pays for them (``asyncio`` and ``inspect`` take 0.2 s to load there).
 
     python -S child.py run        a stdio case: solution.py as ``__main__``

@@ -37,8 +37,8 @@ from grouprl.engines.replicas import ReplicaSet
 from grouprl.envs.base import Environment
 from grouprl.envs.factory import make_env
 from grouprl.rollout.episode_brake import with_episode_brake
+from grouprl.rollout.episode_scores import TimedScore
 from grouprl.rollout.row_checks import answer_fields, check_loaded_rows, too_few_rows
-from grouprl.rollout.runner import TimedScore
 from grouprl.rollout.setup import (
     PromptSet,
     RolloutFn,
