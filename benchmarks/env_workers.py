@@ -116,7 +116,7 @@ def one_round(env, tokenizer, engine, rows, n) -> float:
 
 def nap_seconds(args, tokenizer, engine, data, cache: Path) -> dict[int, float]:
     """Seconds of one round of the napping episodes at each ``env.concurrency`` (1, default)."""
-    from grouprl.config.schema import EnvConfig
+    from grouprl.config.env import EnvConfig
     from grouprl.envs.contained import contain
     from grouprl.envs.loader import EnvTarget
 
@@ -153,7 +153,8 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from grouprl.assets import resolve_model_path
-    from grouprl.config.schema import DataConfig, EnvConfig
+    from grouprl.config.env import EnvConfig
+    from grouprl.config.model_data import DataConfig
     from grouprl.envs.contained import contain
     from grouprl.envs.factory import make_env
     from grouprl.envs.loader import EnvTarget

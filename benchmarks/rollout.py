@@ -184,7 +184,7 @@ def run_config(s: Settings):
 def prompt_rounds(s: Settings) -> list:
     """``warmup + rounds`` PromptSets of ``prompts`` rows each: the arith train split in
     order, rendered with the model's chat template as the trainer renders it."""
-    from grouprl.config.schema import DataConfig, DataSource, ModelConfig
+    from grouprl.config.model_data import DataConfig, DataSource, ModelConfig
     from grouprl.rollout.setup import load_prompt_set
     from grouprl.workers.model import load_tokenizer
 
@@ -302,10 +302,10 @@ def grouprl_round(s: Settings, engine, side: SideResult):
     """``(round index, prompt set) -> Measured``: one rollout as the run makes it
     (``make_rollout`` over the single-turn environment, rewards zero), its ``generate``
     call measured; the rollout's own seconds go to ``side.collect_s``."""
-    from grouprl.driver.loop import sampling_seed
     from grouprl.engines.base import SamplingSettings
     from grouprl.envs.single_turn import SingleTurnEnv
     from grouprl.rollout.setup import make_rollout
+    from grouprl.seeds import step_seed
 
     timed = TimedEngine(engine)
     cfg = run_config(s)
@@ -318,7 +318,7 @@ def grouprl_round(s: Settings, engine, side: SideResult):
             group_size=s.group,
             temperature=1.0,
             max_tokens=s.completion_len,
-            seed=sampling_seed(seed, i + 1),
+            seed=step_seed(seed, i + 1),
             ignore_eos=True,
         )
         t0 = time.perf_counter()
@@ -376,6 +376,8 @@ def raw_llm(s: Settings, work: Path):
 def raw_sampling_params(s: Settings, *, seed: int, prompts: int):
     from vllm import SamplingParams
 
+    from grouprl.seeds import request_seed
+
     common = {
         "n": s.group,
         "temperature": 1.0,
@@ -387,7 +389,7 @@ def raw_sampling_params(s: Settings, *, seed: int, prompts: int):
         return SamplingParams(**common)
     # grouprl's: one per prompt, seeded as VLLMEngine seeds them, flat logprobs
     return [
-        SamplingParams(**common, seed=seed + i * s.group, flat_logprobs=True)
+        SamplingParams(**common, seed=request_seed(seed, i, s.group), flat_logprobs=True)
         for i in range(prompts)
     ]
 
@@ -396,13 +398,13 @@ def raw_round(s: Settings, llm):
     """``(round index, prompt set) -> Measured``: one ``llm.generate`` on the prompts."""
     from vllm.inputs import TokensPrompt
 
-    from grouprl.driver.loop import sampling_seed
+    from grouprl.seeds import step_seed
 
     seed = run_config(s).train.seed
 
     def one_round(i: int, prompt_set) -> Measured:
         t0, cpu0 = time.perf_counter(), process_tree_cpu_seconds()
-        params = raw_sampling_params(s, seed=sampling_seed(seed, i + 1), prompts=len(prompt_set))
+        params = raw_sampling_params(s, seed=step_seed(seed, i + 1), prompts=len(prompt_set))
         prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_set.prompts]
         outputs = llm.generate(prompts, params, use_tqdm=False)
         wall, cpu = time.perf_counter() - t0, process_tree_cpu_seconds() - cpu0

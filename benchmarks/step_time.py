@@ -300,7 +300,7 @@ def _installed(python: Path, wanted: dict[str, str]) -> bool:
 def prompt_rows(s: Settings) -> list[dict]:
     """The first rows of the arith train split with grouprl's rendered prompt ids: the TRL
     side checks that its own chat rendering gives the same ids."""
-    from grouprl.config.schema import DataConfig, DataSource, ModelConfig
+    from grouprl.config.model_data import DataConfig, DataSource, ModelConfig
     from grouprl.rollout.setup import load_prompt_set
     from grouprl.workers.model import load_tokenizer
 

@@ -125,7 +125,7 @@ def make_batch(args, *, vocab: int):
 
 
 def train_config(args):
-    from grouprl.config.schema import TrainConfig
+    from grouprl.config.train import TrainConfig
 
     return TrainConfig(
         lr=1e-6,
@@ -148,7 +148,7 @@ class Trainer:
 
     @classmethod
     def of(cls, model, args) -> Trainer:
-        from grouprl.config.schema import AlgoConfig
+        from grouprl.config.algo_section import AlgoConfig
         from grouprl.workers.logprobs import TokenScorer
         from grouprl.workers.optim import make_optimizer
 
@@ -247,7 +247,7 @@ def matmul_size(target_s: float) -> int:
         torch.mm(a, b)
         seconds = time.perf_counter() - started
     scaled = n * (target_s / seconds) ** (1 / 3)
-    return max(64, int(round(scaled / 64)) * 64)
+    return max(64, round(scaled / 64) * 64)
 
 
 def matmul_seconds(n: int, repeats: int) -> list[float]:

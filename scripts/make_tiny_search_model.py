@@ -58,7 +58,8 @@ from tiny_models import build_tokenizer, save_tiny_model, tiny_qwen2_config
 from transformers import Qwen2ForCausalLM
 
 from grouprl.assets.fictional import DIETS, GOODS, PROFESSIONS, SYLLABLES, passages, questions
-from grouprl.config.schema import DataConfig, EnvConfig
+from grouprl.config.env import EnvConfig
+from grouprl.config.model_data import DataConfig
 from grouprl.data.prompts import chat_prompt_ids
 from grouprl.envs.base import render_observation
 from grouprl.envs.factory import make_env
@@ -192,7 +193,7 @@ def transcript_ids(tok, env: ToolEnv, row: dict, turns: list[str]) -> Example:
     ids = chat_prompt_ids(tok, episode.start())
     mask = [0] * len(ids)
     for number, text in enumerate(turns):
-        turn = tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
+        turn = [*tok.encode(text, add_special_tokens=False), tok.eos_token_id]
         assert len(turn) <= MAX_TURN_TOKENS, (text, len(turn))
         ids, mask = ids + turn, mask + [1] * len(turn)
         step = episode.step(text)

@@ -2,7 +2,7 @@
 what it trained: every per-step metric that depends on the sampled tokens or the update
 (times, rates and memory left out) and a checksum of the final policy weights.
 
-    .venv/bin/python scripts/recipe_fingerprints.py [--steps 3] [--only tiny-arith] > a.json
+    .venv/bin/python scripts/recipe_fingerprints.py [--steps 3] [--only tiny-arith] --out a.json
     .venv/bin/python scripts/recipe_fingerprints.py --compare a.json b.json
 
 A refactor that claims "behaviour unchanged" runs it before and after (the older commit's
@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # Keys that vary with the machine's load, not with what was sampled or trained.
-UNTIMED = ("time", "per_s", "_s", "mem", "throughput", "wait", "lag", "gib", "bytes")
+UNTIMED = ("time", "per_s", "_s", "mem", "mfu", "throughput", "wait", "lag", "gib", "bytes")
 
 
 def _timed(key: str) -> bool:
@@ -85,7 +85,7 @@ def compare(a: dict, b: dict) -> int:
         diffs = [
             key
             for key in sorted(set(a[name]["metrics"]) | set(b[name]["metrics"]))
-            if a[name]["metrics"].get(key) != b[name]["metrics"].get(key)
+            if not _timed(key) and a[name]["metrics"].get(key) != b[name]["metrics"].get(key)
         ]
         same_weights = a[name]["weights_sha256"] == b[name]["weights_sha256"]
         n = len(a[name]["metrics"])
@@ -101,12 +101,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--only", nargs="*", help="recipe names (default: every CPU recipe)")
+    parser.add_argument("--out", help="where the JSON goes (the runs print to stdout)")
     parser.add_argument("--compare", nargs=2, metavar="JSON")
     args = parser.parse_args()
     if args.compare:
         a, b = (json.loads(Path(p).read_text()) for p in args.compare)
         sys.exit(1 if compare(a, b) else 0)
-    print(json.dumps(run(args.only or cpu_recipes(), args.steps), indent=1))
+    text = json.dumps(run(args.only or cpu_recipes(), args.steps), indent=1)
+    if args.out:
+        Path(args.out).write_text(text)
+    else:
+        print(text)
 
 
 if __name__ == "__main__":

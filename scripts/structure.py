@@ -1,11 +1,15 @@
 """The package's structure, read with ast (nothing is imported): import loops, imports
 that run up the layers (or up layer 3's floors), lines per package, the largest files
-and longest functions.
+and longest functions, and the size budget.
 
     python scripts/structure.py [--src src/grouprl] [--layers layers.json]
 
 ``tests/unit/test_structure.py`` holds the project to it: no import loop, no loop
-between packages, and at most one upward import, marked ``# upward import:`` with why.
+between packages, at most one upward import, marked ``# upward import:`` with why, and
+the size budget: no file over 500 lines, no function over 70, fewer than 150 parameters
+and variables annotated exactly ``Any``, fewer than 60 calls of the builtin ``getattr``,
+fewer than 12 floors (the layers, layer 3 counted as its floors). A feature that needs
+more room splits a file by concern first (../shared/STYLE.md, "The size budget").
 docs/architecture.md draws the layers and floors these tables encode.
 """
 
@@ -16,6 +20,7 @@ import ast
 import json
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 LAYERS: dict[str, int] = {
@@ -24,6 +29,7 @@ LAYERS: dict[str, int] = {
     "algo": 0,
     "assets": 0,
     "lazy": 0,  # PEP 562 names for packages' __init__ (grouprl, rewards)
+    "seeds": 0,  # every sampling seed of a run, derived in one place
     "host": 0,  # what talks to the kernel: namespaces, process sessions and trees
     # torch-free: the schema, loading, checks; above it the memory planner
     "config": 1,
@@ -65,7 +71,8 @@ FLOORS: list[tuple[str, list[str]]] = [
     ("task", ["data", "rewards", "tools", "agents"]),
     # environments made of those parts, without torch: they run in worker processes
     ("envs", ["envs"]),
-    # the generation backends (torch, vLLM, Ray actors): nothing below them loads one
+    # the generation backends (hf, vLLM, Ray actors): nothing below them loads one (torch
+    # loads below only in algo/, types and the services: docs/architecture.md)
     ("engines", ["engines"]),
     # episodes: an engine against environments, scored; the agent gateway
     ("rollout", ["rollout"]),
@@ -76,6 +83,12 @@ or below. Packages on one floor may import each other, one way only (no package 
 FLOOR_OF: dict[str, int] = {p: i for i, (_, packages) in enumerate(FLOORS) for p in packages}
 
 UPWARD_MARK = "# upward import:"
+
+MAX_FILE_LINES = 500
+MAX_FUNCTION_LINES = 70
+ANY_BELOW = 150  # `: Any` says nothing of what a thing is
+GETATTR_BELOW = 60  # sniffing attributes: a sign that a protocol is missing
+FLOORS_BELOW = 12
 
 
 @dataclass(frozen=True)
@@ -97,6 +110,17 @@ def modules(root: Path) -> dict[str, Path]:
     return {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
 
 
+def parse(path: Path) -> ast.Module:
+    """The file's ast, parsed once per version of it (each measure walks every file)."""
+    stat = path.stat()
+    return _parse(path, stat.st_mtime_ns, stat.st_size)
+
+
+@cache
+def _parse(path: Path, mtime_ns: int, size: int) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
 def imports(root: Path) -> list[Import]:
     """Every import of one of the package's own modules (also inside functions and under
     TYPE_CHECKING: each ties two modules together for a reader)."""
@@ -106,7 +130,7 @@ def imports(root: Path) -> list[Import]:
         text = path.read_text()
         lines = text.splitlines()
         base = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        for node in ast.walk(ast.parse(text, filename=str(path))):
+        for node in ast.walk(parse(path)):
             if isinstance(node, ast.Import):
                 wanted = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -224,7 +248,7 @@ def functions(root: Path) -> list[tuple[int, str]]:
     """(lines, module:qualname) of every function."""
     out = []
     for name, path in modules(root).items():
-        tree = ast.parse(path.read_text())
+        tree = parse(path)
 
         def walk(node: ast.AST, prefix: str, module: str) -> None:
             for child in ast.iter_child_nodes(node):
@@ -239,10 +263,87 @@ def functions(root: Path) -> list[tuple[int, str]]:
     return out
 
 
+def _trees(root: Path) -> dict[str, ast.Module]:
+    return {name: parse(path) for name, path in modules(root).items()}
+
+
+def any_annotations(root: Path) -> list[tuple[str, int]]:
+    """(module, line) of every parameter (``*args`` and ``**kwargs`` too) and annotated
+    variable whose annotation is exactly ``Any`` (or ``typing.Any``)."""
+
+    def is_any(node: ast.expr | None) -> bool:
+        return (isinstance(node, ast.Name) and node.id == "Any") or (
+            isinstance(node, ast.Attribute) and node.attr == "Any"
+        )
+
+    out = []
+    for name, tree in _trees(root).items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.arguments):
+                params = [*node.posonlyargs, *node.args, *node.kwonlyargs]
+                params += [a for a in (node.vararg, node.kwarg) if a is not None]
+                out += [(name, a.lineno) for a in params if is_any(a.annotation)]
+            elif isinstance(node, ast.AnnAssign) and is_any(node.annotation):
+                out.append((name, node.lineno))
+    return sorted(out)
+
+
+def getattr_calls(root: Path) -> list[tuple[str, int]]:
+    """(module, line) of every call of the builtin ``getattr``."""
+    return sorted(
+        (name, node.lineno)
+        for name, tree in _trees(root).items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "getattr"
+    )
+
+
+def floor_count(layers: dict[str, int]) -> int:
+    """The layers, with layer 3 counted as its floors."""
+    return len(set(layers.values()) - {3}) + len(FLOORS)
+
+
+def places(found: list[tuple[str, int]]) -> str:
+    """``module (n): line, line ...`` per module, most first."""
+    lines: dict[str, list[int]] = defaultdict(list)
+    for module, line in found:
+        lines[module].append(line)
+    ranked = sorted(lines.items(), key=lambda x: (-len(x[1]), x[0]))
+    return "; ".join(f"{m} ({len(ls)}): {', '.join(map(str, ls))}" for m, ls in ranked)
+
+
+def over(sized: list[tuple[str, int]], limit: int) -> str:
+    """``name n, ...`` of the sizes over the limit, largest first."""
+    return ", ".join(f"{q} {n}" for q, n in sorted(sized, key=lambda x: -x[1]) if n > limit)
+
+
+def budget_lines(root: Path, layers: dict[str, int], sizes: dict[str, int]) -> list[str]:
+    """The size budget, one line each: the measure, its budget, and what is over it."""
+    long_functions = [(q, n) for n, q in functions(root)]
+    n_any, n_getattr = len(any_annotations(root)), len(getattr_calls(root))
+    big = over(list(sizes.items()), MAX_FILE_LINES)
+    long = over(long_functions, MAX_FUNCTION_LINES)
+    return [
+        f"budget: files over {MAX_FILE_LINES} lines: {big or 'none'} (budget: none)",
+        f"budget: functions over {MAX_FUNCTION_LINES} lines: {long or 'none'} (budget: none)",
+        f"budget: parameters and variables annotated `Any`: {n_any} (budget < {ANY_BELOW})",
+        f"budget: `getattr(` calls: {n_getattr} (budget < {GETATTR_BELOW})",
+        f"budget: floors (layers, layer 3 as its floors): {floor_count(layers)} "
+        f"(budget < {FLOORS_BELOW})",
+    ]
+
+
+def file_sizes(root: Path) -> dict[str, int]:
+    """Lines of each module."""
+    return {name: len(path.read_text().splitlines()) for name, path in modules(root).items()}
+
+
 def report(root: Path, layers: dict[str, int]) -> str:
     found = imports(root)
     files = modules(root)
-    sizes = {name: len(path.read_text().splitlines()) for name, path in files.items()}
+    sizes = file_sizes(root)
     per_package: dict[str, int] = defaultdict(int)
     for name, n in sizes.items():
         per_package[top(name)] += n
@@ -263,6 +364,7 @@ def report(root: Path, layers: dict[str, int]) -> str:
         + ", ".join(f"{m} {n}" for m, n in sorted(sizes.items(), key=lambda x: -x[1])[:6]),
         "longest functions: "
         + ", ".join(f"{q} {n}" for n, q in sorted(functions(root), reverse=True)[:6]),
+        *budget_lines(root, layers, sizes),
     ]
     return "\n".join(lines)
 

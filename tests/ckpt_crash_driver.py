@@ -25,7 +25,7 @@ import torch
 from grouprl.ckpt.checkpointer import Checkpointer
 from grouprl.ckpt.resume import find_resume, load_training, training_state
 from grouprl.ckpt.state import TrainerState
-from grouprl.config.schema import CheckpointConfig
+from grouprl.config.ckpt import CheckpointConfig
 
 WIDTH, LAYERS = 512, 8  # ~2.1M parameters: 8 MB of weights, 25 MB with AdamW's moments
 

@@ -12,6 +12,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 TINY_MODEL = Path(__file__).resolve().parents[1] / "src/grouprl/assets/tiny-arith"
+UNIT = Path(__file__).resolve().parent / "unit"
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks every test under tests/unit ``unit``, so that `make test-rest` selects the
+    rest of the suite as ``procs or slow or not unit``: the tests `make test-fast`
+    (tests/unit without ``procs`` and ``slow``) leaves out, each once."""
+    for item in items:
+        if item.path.is_relative_to(UNIT):
+            item.add_marker(pytest.mark.unit)
 
 
 @pytest.fixture(autouse=True)

@@ -113,9 +113,8 @@ class LocalRayCluster:
                 env={**os.environ, **ray_env()},
                 timeout=60,
             )
-            if out.returncode == 0 and out.stdout.strip().isdigit():
-                if int(out.stdout.strip()) >= count:
-                    return
+            if out.returncode == 0 and out.stdout.strip().isdigit() and int(out.stdout) >= count:
+                return
             time.sleep(1)
         raise RuntimeError(f"{count} Ray nodes not up after {timeout_s} s; see {self.temp_dir}")
 
@@ -144,7 +143,7 @@ def actor_replicas(
     import ray
 
     from grouprl.config.loader import load_config
-    from grouprl.engines.replicas import start_replicas
+    from grouprl.engines.placement import start_replicas
 
     cfg = load_config(
         "tiny-arith",

@@ -15,7 +15,8 @@ from pathlib import Path
 from rich.console import Console
 
 from grouprl.config.errors import ConfigError
-from grouprl.config.schema import RunConfig, TrainConfig
+from grouprl.config.schema import RunConfig
+from grouprl.config.train import TrainConfig
 
 # Our lines carry paths, errors and library text with brackets: never read them as markup.
 console = Console(stderr=True, markup=False)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only: data/ (torch-free, grouprl plan) checks rows here
@@ -228,16 +228,13 @@ def trajectory_to_dict(t: Trajectory) -> dict[str, Any]:
         "weight_version": t.weight_version,
         "reward": _float(t.reward),
         "reward_parts": {
+            **asdict(parts),
             "scores": {name: _float(v) for name, v in parts.scores.items()},
             "functions": _float(parts.functions),
             "agent": _float(parts.agent),
             "overlong": _float(parts.overlong),
-            "failure": parts.failure,
-            "dropped": parts.dropped,
-            "error": parts.error,
             "turns": [_float(v) for v in parts.turns],
             "kl": _float(parts.kl),
-            "extras": {name: dict(found) for name, found in parts.extras.items()},
         },
         "correct": t.correct,
         "row": _json_value(t.row, where="row"),
@@ -285,14 +282,7 @@ def trajectory_from_dict(d: dict[str, Any]) -> Trajectory:
 def _turn_to_dict(turn: Turn, *, where: str) -> dict[str, Any]:
     c = turn.completion
     return {
-        "completion": {
-            "token_ids": list(c.token_ids),
-            "logprobs": [_float(v) for v in c.logprobs],
-            "finish_reason": c.finish_reason,
-            "text": c.text,
-            "replica": c.replica,
-            "versions": list(c.versions),
-        },
+        "completion": {**asdict(c), "logprobs": [_float(v) for v in c.logprobs]},
         "observation_ids": list(turn.observation_ids),
         "reward": _float(turn.reward),
         "info": _json_value(turn.info, where=f"{where}.info"),
@@ -326,7 +316,7 @@ def _float(value: float | None) -> float | dict[str, str] | None:
     return {_FLOAT_TAG: repr(float(value))}  # 'nan', 'inf' or '-inf'
 
 
-def _unfloat(value: Any) -> Any:
+def _unfloat(value: object) -> Any:
     if isinstance(value, dict):
         return float(value[_FLOAT_TAG])
     return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
@@ -341,11 +331,11 @@ class ValueRefused(ValueError):
 
 
 def json_value(
-    value: Any,
+    value: object,
     *,
     where: str,
-    floats: Callable[[float], Any] = float,
-    convert: Callable[[Any, str], Any] | None = None,
+    floats: Callable[[float], object] = float,
+    convert: Callable[[Any, str], object] | None = None,
 ) -> Any:
     """``value`` as strict JSON, or ValueRefused naming its place ``where``: None, bool, int,
     str kept, a float as ``floats`` gives it, lists and dicts (text keys) walked, any other
@@ -354,12 +344,12 @@ def json_value(
     kind = type(value)
     if value is None or kind in (bool, int, str):
         return value
-    if kind is float:
+    if type(value) is float:
         return floats(value)
     walk = functools.partial(json_value, floats=floats, convert=convert)
-    if kind is list:
+    if type(value) is list:
         return [walk(v, where=f"{where}[{k}]") for k, v in enumerate(value)]
-    if kind is dict:
+    if type(value) is dict:
         bad = [k for k in value if type(k) is not str]
         if bad or list(value) == [_FLOAT_TAG]:
             key = bad[0] if bad else _FLOAT_TAG
@@ -374,7 +364,7 @@ def json_value(
     raise ValueRefused(where, f"holds a {kind.__module__}.{kind.__qualname__} ({value!r:.60})")
 
 
-def _json_value(value: Any, *, where: str) -> Any:
+def _json_value(value: object, *, where: str) -> Any:
     """``value`` (a row's or a turn's info's content) as strict JSON, or RecordError."""
     try:
         return json_value(value, where=where, floats=_float)
@@ -388,7 +378,7 @@ def _json_value(value: Any, *, where: str) -> Any:
         ) from None
 
 
-def _json_unvalue(value: Any) -> Any:
+def _json_unvalue(value: object) -> Any:
     if isinstance(value, list):
         return [_json_unvalue(v) for v in value]
     if isinstance(value, dict):

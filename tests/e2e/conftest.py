@@ -8,12 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from grouprl.rollout import side
+from grouprl.rollout import builder
 from shared_engines import SharedEngines
 
 
 @pytest.fixture(scope="module", autouse=True)
 def engines_of_the_session(shared_engines: SharedEngines) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(side, "start_engine", shared_engines.start_engine)
+        patch.setattr(builder, "start_engine", shared_engines.start_engine)
         yield

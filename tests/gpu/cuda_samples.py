@@ -12,7 +12,8 @@ from contextlib import nullcontext
 import torch
 from torch import Tensor
 
-from grouprl.config.schema import AlgoConfig, TrainConfig
+from grouprl.config.algo_section import AlgoConfig
+from grouprl.config.train import TrainConfig
 from grouprl.driver.batch import build_batch
 from grouprl.engines import SamplingSettings
 from grouprl.engines.hf_engine import HFEngine

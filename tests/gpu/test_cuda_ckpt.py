@@ -13,7 +13,7 @@ from grouprl.ckpt.checkpointer import Checkpointer
 from grouprl.ckpt.resume import load_training, training_state
 from grouprl.ckpt.snapshot import stage
 from grouprl.ckpt.state import TrainerState, rng_state
-from grouprl.config.schema import CheckpointConfig
+from grouprl.config.ckpt import CheckpointConfig
 from grouprl.device import autocast_for
 
 

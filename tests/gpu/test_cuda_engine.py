@@ -60,7 +60,7 @@ def test_seeded_sampling_on_cuda_repeats_and_ignores_batching(tiny_model, tokeni
     bf16's rounding of the logits would let near-ties in the race go either way."""
     engine = HFEngine(tiny_model, tokenizer, device=cuda, dtype=torch.float32)
     settings = SamplingSettings(group_size=3, temperature=1.0, max_tokens=24, seed=11)
-    tokens = lambda groups: [[c.token_ids for c in g] for g in groups]  # noqa: E731
+    tokens = lambda groups: [[c.token_ids for c in g] for g in groups]
     first = tokens(engine.generate(prompts, settings))
     assert tokens(engine.generate(prompts, settings)) == first
     alone = tokens(engine.generate([prompts[2]], replace(settings, seed=11 + 2 * 3)))

@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from cuda_samples import CHUNK, relative_error, sampled_batch, update_delta
 
-from grouprl.config.schema import AlgoConfig, LoraConfig, TrainConfig
+from grouprl.config.algo_section import AlgoConfig
+from grouprl.config.train import LoraConfig, TrainConfig
 from grouprl.device import autocast_for, resolve_dtype
 from grouprl.engines import SamplingSettings
 from grouprl.engines.hf_engine import HFEngine
@@ -85,7 +86,7 @@ def test_packing_on_cuda_gives_the_padded_logprobs_and_gradients(
     weights = torch.randn(padded.shape, generator=torch.Generator().manual_seed(0)).to(cuda)
     (padded * weights).sum().backward()
     (packed * weights).sum().backward()
-    grad = lambda m: torch.cat([p.grad.flatten() for p in m.parameters()])  # noqa: E731
+    grad = lambda m: torch.cat([p.grad.flatten() for p in m.parameters()])
     gap = (packed - padded)[mask].abs()
     if dtype_name == "float32":
         assert gap.max() < 1e-4

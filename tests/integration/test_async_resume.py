@@ -43,8 +43,8 @@ from grouprl.config.loader import load_config
 from grouprl.data.sampler import PromptSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from async_resume_driver import BATCH, ROWS, overrides  # noqa: E402
-from long import short_or_long  # noqa: E402
+from async_resume_driver import BATCH, ROWS, overrides
+from long import short_or_long
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 DRIVER = Path(__file__).resolve().parents[1] / "async_resume_driver.py"
@@ -89,8 +89,14 @@ class _Driver:
 
     def __init__(self, run_dir: Path, tiny_model_dir: str) -> None:
         self.server = subprocess.Popen(
-            [sys.executable, str(DRIVER), str(run_dir), tiny_model_dir]
-            + [str(MAX_STALENESS), str(EPOCHS)],
+            [
+                sys.executable,
+                str(DRIVER),
+                str(run_dir),
+                tiny_model_dir,
+                str(MAX_STALENESS),
+                str(EPOCHS),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -223,7 +229,7 @@ def _kill_resume_and_check(run_dir: Path, tiny_model_dir: str) -> None:
     assert sorted(trained) == list(range(1, STEPS + 1)), f"steps logged: {sorted(trained)}"
     assert _metrics_lines(run_dir) == Counter(range(1, STEPS + 1)), "metrics.jsonl"
     # a resume restores the admission counters: no burst of stale rounds after it
-    assert 0 <= min(lags) and max(lags) <= MAX_STALENESS, Counter(lags)
+    assert min(lags) >= 0 and max(lags) <= MAX_STALENESS, Counter(lags)
     steps_per_epoch = ROWS // BATCH
     for epoch in range(STEPS // steps_per_epoch):
         ids = [

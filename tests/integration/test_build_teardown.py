@@ -15,7 +15,7 @@ import pytest
 
 import grouprl
 import grouprl.driver.run as run
-import grouprl.rollout.builder as side
+import grouprl.rollout.builder as builder
 from grouprl.config.loader import load_config
 from grouprl.driver.stream import Stream
 from grouprl.engines.replicas import ReplicaSet
@@ -49,13 +49,13 @@ CLOSEABLE = [
 # each part's start, in the order build starts them, and what is closed when it fails
 STARTS = [
     (run, "load_tokenizer", []),
-    (side, "make_env", []),
-    (side, "load_prompt_set", ["env"]),
+    (builder, "make_env", []),
+    (builder, "load_prompt_set", ["env"]),
     (run, "make_group", ["env"]),
     (LocalGroup, "add", ["ranks", "env"]),  # the policy on the ranks
-    (side, "start_engine", ["ranks", "env"]),
-    (side, "make_score_fn", ["engine", "ranks", "env"]),
-    (side, "make_rollout", ["scorer", "engine", "ranks", "env"]),
+    (builder, "start_engine", ["ranks", "env"]),
+    (builder, "RewardScorer", ["engine", "ranks", "env"]),
+    (builder, "make_rollout", ["scorer", "engine", "ranks", "env"]),
     (run, "Stream", ["scorer", "engine", "ranks", "env"]),
 ]
 EVERY_PART = ["stream", "scorer", "engine", "ranks", "env"]
@@ -126,7 +126,7 @@ def closed(monkeypatch) -> list[str]:
 
         monkeypatch.setattr(cls, "close", close)
     monkeypatch.setattr(
-        side, "make_env", lambda env, data, *, cache_dir: ClosingEnv.from_data(data)
+        builder, "make_env", lambda env, data, *, cache_dir: ClosingEnv.from_data(data)
     )
     return log
 
@@ -199,13 +199,13 @@ def test_a_contained_environments_workers_stop_when_a_later_part_fails(
         tmp_path, tiny_model_dir, f"env.name={tmp_path / 'echo.py'}:Echo", "env.sandbox.workers=1"
     )
     started: list[set[int]] = []
-    start_engine = side.start_engine
+    start_engine = builder.start_engine
 
     def engine_once_the_env_runs(*args, **kwargs):
         started.append(_workers() - before)
         return start_engine(*args, **kwargs)
 
-    monkeypatch.setattr(side, "start_engine", engine_once_the_env_runs)
+    monkeypatch.setattr(builder, "start_engine", engine_once_the_env_runs)
     boom = _fail(monkeypatch, run, "Stream")
     before = _workers()
     with pytest.raises(Boom) as raised, run.build(cfg):
@@ -219,7 +219,7 @@ def test_train_through_the_python_api_closes_what_started(
     closed, monkeypatch, tmp_path, tiny_model_dir
 ):
     cfg = _config(tmp_path, tiny_model_dir)
-    boom = _fail(monkeypatch, side, "start_engine")
+    boom = _fail(monkeypatch, builder, "start_engine")
     before, threads = _workers(), set(threading.enumerate())
     with pytest.raises(Boom) as raised:
         grouprl.train(cfg)
@@ -232,7 +232,7 @@ def test_evaluate_through_the_python_api_closes_what_started(
     closed, monkeypatch, tmp_path, tiny_model_dir
 ):
     cfg = _config(tmp_path, tiny_model_dir)
-    boom = _fail(monkeypatch, side, "make_rollout")
+    boom = _fail(monkeypatch, builder, "make_rollout")
     before, threads = _workers(), set(threading.enumerate())
     with pytest.raises(Boom) as raised:
         grouprl.evaluate(tiny_model_dir, cfg)

@@ -17,7 +17,7 @@ from grouprl.ckpt.checkpointer import Checkpointer
 from grouprl.ckpt.resume import training_state
 from grouprl.ckpt.state import TrainerState, rng_state
 from grouprl.cli import app
-from grouprl.config.schema import CheckpointConfig
+from grouprl.config.ckpt import CheckpointConfig
 
 STEPS = (1, 2, 3)
 NAMESPACE = "cli"
@@ -55,7 +55,7 @@ def _write_checkpoints(model_dir: str, run_dir: Path, **cfg) -> dict[int, dict]:
         optimizer.step()
         optimizer.zero_grad()
         trainer = TrainerState(step, step, {}, {}, rng_state(), {})
-        state = lambda: training_state(model=model, optimizer=optimizer)  # noqa: E731
+        state = lambda: training_state(model=model, optimizer=optimizer)
         assert ckpt.save(step, state=state, trainer=trainer, files=files, final=True)
         ckpt.wait()  # one at a time: an S3 save due during an upload replaces a queued one
         weights[step] = {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -26,8 +26,8 @@ from grouprl.ckpt.s3 import S3Store
 from grouprl.ckpt.state import TRAINER_FILE, TrainerState
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ckpt_crash_driver import make_checkpointer, make_model  # noqa: E402
-from long import short_or_long  # noqa: E402
+from ckpt_crash_driver import make_checkpointer, make_model
+from long import short_or_long
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow, pytest.mark.timeout(900)]
 DRIVER = Path(__file__).resolve().parents[1] / "ckpt_crash_driver.py"
@@ -46,8 +46,15 @@ def _leftovers(root: Path, store: S3Store) -> list[str]:
 def _crash_driver(root: Path, *, endpoint_url: str, bucket: str) -> Iterator[subprocess.Popen]:
     """The crash driver's server: it forks a saving loop per line it reads."""
     server = subprocess.Popen(
-        [sys.executable, str(DRIVER), str(root), "--endpoint-url", endpoint_url]
-        + ["--bucket", bucket],
+        [
+            sys.executable,
+            str(DRIVER),
+            str(root),
+            "--endpoint-url",
+            endpoint_url,
+            "--bucket",
+            bucket,
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -17,8 +17,8 @@ from grouprl.ckpt.export import find_checkpoint, part_state
 from grouprl.ckpt.manifest import verify
 from grouprl.ckpt.resume import find_resume, training_state
 from grouprl.ckpt.state import TrainerState
+from grouprl.config.ckpt import CheckpointConfig
 from grouprl.config.loader import load_config
-from grouprl.config.schema import CheckpointConfig
 from grouprl.driver.run import train
 
 pytestmark = [pytest.mark.s3, pytest.mark.timeout(600)]

@@ -405,7 +405,7 @@ def test_vllm_cpu_lean_reload_equals_vllms_own(vllm_engine, model, prompts):
 
 def test_partial_weight_push_is_refused(engine, model):
     some = list(model.named_parameters())[:-1]
-    with pytest.raises(ValueError, match="missing|misses"):
+    with pytest.raises(ValueError, match=r"missing|misses"):
         engine.update_weights(some, version=99)
     assert engine.weight_version != 99
 
@@ -415,7 +415,7 @@ def test_same_seed_same_completions_independent_of_batching(engine, prompts):
     first = engine.generate(prompts, settings)
     again = engine.generate(prompts, settings)
     alone = engine.generate([prompts[2]], replace(settings, seed=11 + 2 * 3))
-    tokens = lambda groups: [[c.token_ids for c in g] for g in groups]  # noqa: E731
+    tokens = lambda groups: [[c.token_ids for c in g] for g in groups]
     assert tokens(first) == tokens(again)
     assert tokens(alone)[0] == tokens(first)[2]
     other = engine.generate(prompts, replace(settings, seed=12))

@@ -11,7 +11,8 @@ import time
 import pytest
 from transformers import AutoTokenizer
 
-from grouprl.config.schema import DataConfig, EnvConfig
+from grouprl.config.env import EnvConfig
+from grouprl.config.model_data import DataConfig
 from grouprl.engines.base import SamplingSettings
 from grouprl.envs.factory import make_env
 from grouprl.rollout.episodes import episode_metrics, run_episodes

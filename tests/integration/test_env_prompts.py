@@ -4,7 +4,8 @@ holds (and filters by ``data.max_prompt_tokens``) exactly the ids the engine rec
 import pytest
 from transformers import AutoTokenizer
 
-from grouprl.config.schema import DataConfig, DataSource, EnvConfig
+from grouprl.config.env import EnvConfig
+from grouprl.config.model_data import DataConfig, DataSource
 from grouprl.data.prompts import chat_prompt_ids, render_prompt
 from grouprl.envs.factory import make_env
 from grouprl.envs.tool_env import SYSTEM_PROMPTS

@@ -1,6 +1,8 @@
 """Multi-turn episodes on the tiny model with the transformers engine: the tokens the
 trainer sees are the tokens the engine saw, turn by turn."""
 
+from typing import ClassVar
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -30,7 +32,7 @@ class ThreeTurns:
 
 
 class ThreeTurnEnv:
-    template_kwargs = {}
+    template_kwargs: ClassVar[dict] = {}
 
     def episode(self, row):
         return ThreeTurns(row)

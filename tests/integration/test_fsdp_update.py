@@ -14,7 +14,8 @@ import torch.multiprocessing as mp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from transformers import AutoModelForCausalLM
 
-from grouprl.config.schema import AlgoConfig, LoraConfig, TrainConfig
+from grouprl.config.algo_section import AlgoConfig
+from grouprl.config.train import LoraConfig, TrainConfig
 from grouprl.types import TrainingBatch
 from grouprl.workers.fsdp import shard
 from grouprl.workers.logprobs import TokenScorer

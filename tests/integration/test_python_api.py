@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 import grouprl
 from grouprl.ckpt.best import read_best
 from grouprl.ckpt.inspect import export, list_checkpoints
-from grouprl.config.schema import MlflowConfig
+from grouprl.config.observe import MlflowConfig
 from grouprl.metrics.mlflow_sink import MlflowSink
 from grouprl.rewards import registry
 

@@ -174,7 +174,7 @@ def test_a_killed_replica_restarts_the_run_and_a_killed_rank_then_fails_it(
     args = [*_overrides(run_dir, tiny_model_dir), *_on_cluster(ray_cluster)]
     args += ["rollout.replicas=2", "train.steps=200", "trainer.max_restarts=1"]
     proc = _train_on_cluster(run_dir, args, log=log)
-    saved = lambda step: (run_dir / f"checkpoints/step_{step:06d}/manifest.json").is_file  # noqa: E731
+    saved = lambda step: (run_dir / f"checkpoints/step_{step:06d}/manifest.json").is_file
     _kill(proc, pid_after=r"rollout replica 1 of 2 \([^)]*\)", ready=saved(1), log=log)
 
     def trained_on() -> bool:  # a step after the restart's resume point was saved

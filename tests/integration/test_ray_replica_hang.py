@@ -13,9 +13,11 @@ from contextlib import suppress
 
 import pytest
 
-from grouprl.cluster.connection import WorkerFailed
+from grouprl.cluster.connection import (
+    WorkerFailed,
+    actor_pid,  # importable in the actor
+)
 from grouprl.engines.base import SamplingSettings
-from grouprl.engines.replicas import _pid  # importable in the actor
 from ray_cluster import actor_replicas
 
 TIMEOUT_S = 3.0
@@ -37,7 +39,7 @@ def test_a_stopped_replica_fails_the_generation_within_its_bound_naming_it(
     ) as engines:
         assert [len(group) for group in engines.generate(prompts, settings)] == [2, 2]
         stopped = engines.engines[1]
-        pid = ray.get(stopped.actor.__ray_call__.remote(_pid))
+        pid = ray.get(stopped.actor.__ray_call__.remote(actor_pid))
         os.kill(pid, signal.SIGSTOP)
         try:
             t0 = time.monotonic()
@@ -52,7 +54,7 @@ def test_a_stopped_replica_fails_the_generation_within_its_bound_naming_it(
                 message,
             ), message
             with pytest.raises(ray.exceptions.RayActorError):  # killed, not left stopped
-                ray.get(stopped.actor.__ray_call__.remote(_pid), timeout=30)
+                ray.get(stopped.actor.__ray_call__.remote(actor_pid), timeout=30)
         finally:
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from grouprl.engines.base import SamplingSettings
-from grouprl.engines.replicas import stage
+from grouprl.engines.push import stage
 from ray_cluster import actor_replicas
 
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import grouprl
 from grouprl.cli import app
 from grouprl.config.errors import ConfigError
-from grouprl.config.schema import DataSource
+from grouprl.config.model_data import DataSource
 from grouprl.data.reasoning_gym import ROW_KEY
 from grouprl.data.sources import read_rows
 from grouprl.rewards.reasoning_gym import extract_answer, reasoning_gym_score

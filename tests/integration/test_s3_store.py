@@ -270,8 +270,17 @@ def test_parse_s3_uri(uri: str, expected: tuple[str, str]) -> None:
 
 @pytest.mark.parametrize(
     "uri",
-    ["bucket/prefix", "https://bucket/x", "S3://bucket", "s3://", "s3://ab", "s3://Bad_Bucket/x"]
-    + ["s3://bucket//x", "s3://bucket/a/../b", ""],
+    [
+        "bucket/prefix",
+        "https://bucket/x",
+        "S3://bucket",
+        "s3://",
+        "s3://ab",
+        "s3://Bad_Bucket/x",
+        "s3://bucket//x",
+        "s3://bucket/a/../b",
+        "",
+    ],
 )
 def test_bad_uri_names_the_key_and_the_fix(uri: str) -> None:
     with pytest.raises(S3Error) as info:
@@ -298,7 +307,7 @@ def test_check_reports_missing_bucket_credentials_and_endpoint(
     assert "NoSuchBucket" in str(info.value) and "aws s3 mb" in str(info.value)
 
     nobody = f"http://127.0.0.1:{free_port()}"
-    with pytest.raises(S3Error, match="checkpoint.s3.endpoint_url") as info:
+    with pytest.raises(S3Error, match=r"checkpoint.s3.endpoint_url") as info:
         S3Store(f"s3://{bucket}", endpoint_url=nobody).check()
     assert "EndpointConnectionError" in str(info.value)
 

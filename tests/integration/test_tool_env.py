@@ -55,7 +55,7 @@ class ScriptedEngine:
     def generate(self, prompts, settings):
         text = self.turns[self.calls]
         self.calls += 1
-        ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        ids = [*self.tokenizer.encode(text, add_special_tokens=False), self.tokenizer.eos_token_id]
         completion = Completion(ids, [0.0] * len(ids), "stop", text=text)
         return [[completion] * settings.group_size for _ in prompts]
 

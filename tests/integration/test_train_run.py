@@ -17,7 +17,7 @@ from grouprl.driver.evaluate import evaluate_cli
 from grouprl.driver.run import train
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from sync_loop_fingerprint import fingerprint  # noqa: E402
+from sync_loop_fingerprint import fingerprint
 
 
 def _cfg(tmp_path, name, tiny_model_dir, *extra):
@@ -398,7 +398,7 @@ def test_a_lora_policy_trains_with_its_base_as_the_kl_reference(tmp_path, tiny_m
     pushed = _metrics(run_dir, "rollout/push_bytes")  # step 1 ships the base, then adapters
     assert all(pushed[step] < pushed[1] / 4 for step in (2, 3, 4))
     assert sorted(_metrics(run_dir, "time/push_apply_s")) == [1, 2, 3, 4]
-    trained, ckpt = _weights(run_dir)
+    trained, _ckpt = _weights(run_dir)
     shipped = load_file(f"{tiny_model_dir}/model.safetensors")
     base = {k.replace(".base_layer.", "."): v for k, v in trained.items() if ".lora_" not in k}
     assert all(torch.equal(base[k], shipped[k]) for k in shipped)  # the base stayed frozen

@@ -11,7 +11,7 @@ from grouprl.algo.kl import KL_ESTIMATORS
 from grouprl.algo.losses import ppo_clip
 from grouprl.algo.objective import micro_batch_loss
 from grouprl.algo.registry import Registry
-from grouprl.config.schema import AlgoConfig
+from grouprl.config.algo_section import AlgoConfig
 
 
 def test_grpo_advantage_uses_population_std():

@@ -13,7 +13,7 @@ from grouprl.algo.advantages import ADVANTAGES, AdvantageInputs
 from grouprl.algo.aggregate import AGGREGATIONS, LossNorm
 from grouprl.algo.losses import POLICY_LOSSES
 from grouprl.algo.objective import micro_batch_loss
-from grouprl.config.schema import AlgoConfig
+from grouprl.config.algo_section import AlgoConfig
 
 EXACT = AlgoConfig(adv_eps=0.0)
 

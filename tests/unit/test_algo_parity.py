@@ -17,7 +17,7 @@ from grouprl.algo.kl import K3_MAX, k3
 from grouprl.algo.losses import LOG_RATIO_BOUND, SEQUENCE_LOG_RATIO_MAX, gspo, ppo_clip
 from grouprl.algo.objective import micro_batch_loss
 from grouprl.config import ConfigError, check_config, load_config
-from grouprl.config.schema import AlgoConfig
+from grouprl.config.algo_section import AlgoConfig
 
 # --- GAE over a multi-turn row ------------------------------------------------------
 # prompt | turn 1: a1 a2 | tool reply: 3 tokens | turn 2: b1 b2   (score at b2)

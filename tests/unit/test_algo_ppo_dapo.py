@@ -16,7 +16,7 @@ from grouprl.algo.kl import adaptive_kl_coef
 from grouprl.algo.objective import micro_batch_loss
 from grouprl.algo.shaping import overlong_penalty
 from grouprl.algo.value import clipped_value_loss
-from grouprl.config.schema import AlgoConfig
+from grouprl.config.algo_section import AlgoConfig
 from grouprl.driver.batch import build_batch
 from grouprl.types import Completion, Trajectory, Turn
 

@@ -12,7 +12,7 @@ import pytest
 
 import grouprl
 from grouprl.config.errors import ConfigError
-from grouprl.config.schema import MlflowConfig
+from grouprl.config.observe import MlflowConfig
 from grouprl.envs import registry as envs_registry
 from grouprl.envs.factory import make_env
 from grouprl.metrics.mlflow_sink import MlflowNotInstalledError, MlflowSink, flat_params
@@ -52,7 +52,7 @@ def test_load_config_errors_name_the_key_and_the_fix():
         grouprl.load_config({"rollout": {"n": 0}}, check=False)
     with pytest.raises(ConfigError, match=r"one string; pass a list.*\['rollout.n=4'\]"):
         grouprl.load_config("tiny-arith", "rollout.n=4")
-    with pytest.raises(ConfigError, match="rollout.n=3"):  # the batch arithmetic is checked
+    with pytest.raises(ConfigError, match=r"rollout.n=3"):  # the batch arithmetic is checked
         grouprl.load_config("tiny-arith", ["rollout.n=3"])
     grouprl.load_config("tiny-arith", ["rollout.n=3"], check=False)
     with pytest.raises(ConfigError, match="apply to a recipe, not to a RunConfig"):
@@ -166,6 +166,7 @@ def test_a_missing_mlflow_names_the_setting_and_the_install(monkeypatch, tmp_pat
         grouprl.load_config("tiny-arith", ["metrics.mlflow.enabled=true"])
 
 
+@pytest.mark.procs
 def test_import_grouprl_and_its_api_import_nothing_heavy():
     probe = (
         "import sys, grouprl\n"

@@ -18,7 +18,7 @@ from grouprl.ckpt.shards import SafeReader, load_shards, save_shards
 from grouprl.ckpt.snapshot import SHARDS, stage
 from grouprl.ckpt.state import CheckpointError, TrainerState, rng_state, set_rng_state
 from grouprl.ckpt.tiers import LocalTier
-from grouprl.config.schema import CheckpointConfig
+from grouprl.config.ckpt import CheckpointConfig
 
 
 def _model_and_optimizer(seed: int = 0):
@@ -111,7 +111,7 @@ def test_a_damaged_file_fails_verification(tmp_path):
     ckpt.wait()
     path = Path(ckpt.newest()[0].where)
     (path / "trainer.json").write_text("{}")
-    with pytest.raises(CheckpointError, match="trainer.json"):
+    with pytest.raises(CheckpointError, match=r"trainer.json"):
         verify(path)
     ckpt.close()
 
@@ -211,7 +211,7 @@ def test_dcp_metadata_that_would_run_code_is_refused(tmp_path):
             return (print, ("pwned",))
 
     (tmp_path / SHARDS / ".metadata").write_bytes(pickle.dumps(Evil()))
-    with pytest.raises(CheckpointError, match="builtins.print"):
+    with pytest.raises(CheckpointError, match=r"builtins.print"):
         SafeReader(tmp_path / SHARDS).read_metadata()
     with pytest.raises(CheckpointError):
         load_shards({"model": {"w": torch.zeros(2)}}, tmp_path / SHARDS)
@@ -242,7 +242,7 @@ def test_moved_trainer_keys_name_their_new_place():
     from grouprl.config.errors import ConfigError
     from grouprl.config.loader import load_config
 
-    with pytest.raises(ConfigError, match="trainer.save_every .* moved to checkpoint.disk.every"):
+    with pytest.raises(ConfigError, match=r"trainer.save_every .* moved to checkpoint.disk.every"):
         load_config("tiny-arith", ["trainer.save_every=5"])
 
 

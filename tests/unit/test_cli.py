@@ -8,6 +8,7 @@ import sys
 import types
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from cli_probe import HEAVY, run_cli
@@ -35,6 +36,7 @@ def test_recipes_lists_tiny_arith_with_description():
     assert "GRPO on built-in arithmetic word problems" in line
 
 
+@pytest.mark.procs
 def test_plan_tiny_arith_exits_0_and_shows_samples_per_step():
     result = runner.invoke(app, ["plan", "tiny-arith"])
     assert result.exit_code == 0, result.output
@@ -66,6 +68,7 @@ def test_any_exception_marked_user_error_is_reported_like_config_error(monkeypat
     assert "x.jsonl' does not exist" in result.output
 
 
+@pytest.mark.procs
 def test_bad_batch_arithmetic_fails_before_any_model_loads():
     # `grouprl train tiny-arith rollout.n=3` exits 2 with the keys and no traceback, and it
     # gets there without importing torch, transformers or vllm: nothing heavy loads first
@@ -80,6 +83,7 @@ def test_bad_batch_arithmetic_fails_before_any_model_loads():
     assert outcome.code == "2" and heavy == [], outcome
 
 
+@pytest.mark.procs
 def test_plan_and_help_import_no_heavy_modules():
     probe = (
         "import sys\n"
@@ -100,6 +104,7 @@ def test_plan_and_help_import_no_heavy_modules():
     assert "samples per step" in result.stdout
 
 
+@pytest.mark.procs
 def test_python_dash_m_runs_the_cli():
     result = subprocess.run(
         [sys.executable, "-m", "grouprl", "recipes"], capture_output=True, text=True, timeout=60
@@ -132,6 +137,7 @@ def test_a_restart_prints_a_failure_whose_text_looks_like_markup(monkeypatch, ca
     assert "pair.cc:537] reset" in err and "restart 1 of trainer.max_restarts=1" in err
 
 
+@pytest.mark.procs
 def test_bad_reward_name_data_file_or_column_fail_in_plan_and_train_before_any_model_loads(
     tmp_path,
 ):

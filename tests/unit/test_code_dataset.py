@@ -68,6 +68,7 @@ def _constant(problem: code.CodeProblem, template: code.Template) -> int:
     raise AssertionError(f"no constant rebuilds {problem.question!r}")
 
 
+@pytest.mark.procs
 def test_solutions_pass_and_near_misses_fail_in_the_sandbox(test_split):
     """Through ``code_tests`` itself: one problem per template and per kind of print habit
     (the first step alone, no print)."""

@@ -90,6 +90,7 @@ WRONG = {
 }
 
 
+@pytest.mark.procs
 def test_reference_solutions_pass_and_wrong_ones_fail_in_the_sandbox():
     rows = [row for split in recipe_rows().values() for row in split]
     chosen = [row for row in rows if SAMPLE is None or row["id"] in SAMPLE]

@@ -114,7 +114,7 @@ class Payload:
 def test_a_pickle_that_names_a_function_is_refused():
     text = base64.b64encode(zlib.compress(pickle.dumps(Payload()))).decode()
     row = {"public_test_cases": "[]", "private_test_cases": text}
-    with pytest.raises(TestsError, match="UnpicklingError: refused posix.getcwd"):
+    with pytest.raises(TestsError, match=r"UnpicklingError: refused posix.getcwd"):
         load_tests(None, row)
 
 
@@ -240,6 +240,7 @@ def echoed() -> list[CaseResult]:
 
 
 @pytest.mark.parametrize(("index", "same"), [(i, c[2]) for i, c in enumerate(STDOUT_CASES)])
+@pytest.mark.procs
 def test_stdout_is_compared_whole_after_normalising(index, same, echoed):
     """The harness's verdict, not a copy of its rule: a change to what it compares (or how
     it normalises either side) fails here."""

@@ -145,6 +145,7 @@ def _outside(token: str) -> list[Path]:
     return [Path(f"/tmp/{token}"), REPO / token, Path(f"/{token}"), Path(f"/usr/{token}")]
 
 
+@pytest.mark.procs
 def test_every_red_team_program_is_scored_as_it_deserves(graded):
     assert len(graded) >= 35, sorted(graded)
     wrong = {}
@@ -157,6 +158,7 @@ def test_every_red_team_program_is_scored_as_it_deserves(graded):
     assert not wrong, wrong
 
 
+@pytest.mark.procs
 def test_each_ends_in_time_leaves_nothing_running_and_writes_nothing_outside(graded):
     for name, each in graded.items():
         assert each.took_s < REWARD.wall_s + 2, (name, each.took_s, each.verdict)
@@ -165,6 +167,7 @@ def test_each_ends_in_time_leaves_nothing_running_and_writes_nothing_outside(gra
         assert written == [], (name, written)
 
 
+@pytest.mark.procs
 def test_only_a_real_answer_scores_and_no_program_earns_a_reward_failure(graded):
     for name, each in graded.items():
         assert each.verdict is not None and each.verdict.outcome != "sandbox_error", name
@@ -172,6 +175,7 @@ def test_only_a_real_answer_scores_and_no_program_earns_a_reward_failure(graded)
         assert score == (1.0 if each.outcome == "passed" else 0.0), (name, each.verdict)
 
 
+@pytest.mark.procs
 def test_a_test_needing_a_missing_module_or_a_fixture_is_still_a_reward_failure():
     """The harness confirms a child's "the tests could not load" before it believes it:
     a module missing for the harness too, or a fixture in the test's source."""

@@ -10,7 +10,9 @@ import time
 
 import pytest
 
-from grouprl.rewards import Reward, score_completions
+from grouprl.config.containment import SandboxConfig
+from grouprl.config.reward import RewardConfig
+from grouprl.rewards import Reward, RewardScorer
 from grouprl.rewards.code import CodeTests, SandboxFailure, code_tests
 from grouprl.sandbox import WorkerPool
 from grouprl.sandbox.program import ProgramResult
@@ -59,6 +61,7 @@ STDIO_PROGRAMS = {
 
 
 @pytest.mark.parametrize("name", list(STDIO_PROGRAMS))
+@pytest.mark.procs
 def test_stdin_stdout_programs_score_as_they_deserve(name):
     code, outcome = STDIO_PROGRAMS[name]
     verdict = REWARD.verdict(fenced(code), reference=None, row=STDIO)
@@ -68,6 +71,7 @@ def test_stdin_stdout_programs_score_as_they_deserve(name):
     assert (got["score"], got["outcome"]) == (score, outcome)
 
 
+@pytest.mark.procs
 def test_a_loop_times_out_within_its_deadline():
     reward = CodeTests(wall_s=2.0, case_s=1.0)
     start = time.monotonic()
@@ -76,6 +80,7 @@ def test_a_loop_times_out_within_its_deadline():
     assert time.monotonic() - start < reward.wall_s + 2.0
 
 
+@pytest.mark.procs
 def test_a_raise_against_an_empty_expected_output_fails():
     row = {"input_output": {"inputs": [""], "outputs": [""]}}
     assert (
@@ -122,6 +127,7 @@ CALL_PROGRAMS = {
 
 
 @pytest.mark.parametrize("name", list(CALL_PROGRAMS))
+@pytest.mark.procs
 def test_function_call_programs_score_as_they_deserve(name):
     code, outcome = CALL_PROGRAMS[name]
     assert REWARD.verdict(fenced(code), reference=None, row=LCB).outcome == outcome
@@ -137,6 +143,7 @@ KODCODE = {
 }
 
 
+@pytest.mark.procs
 def test_pytest_style_tests_and_partial_credit():
     assert REWARD.score(fenced("def double(x):\n    return 2 * x"), row=KODCODE) == 1.0
     half = fenced("def double(x):\n    return 2 * x if x else 1")
@@ -146,6 +153,7 @@ def test_pytest_style_tests_and_partial_credit():
     assert printed.outcome == "crashed" and "cannot import name 'double'" in printed.detail
 
 
+@pytest.mark.procs
 def test_test_classes_async_tests_and_fixtures():
     tests = (
         "import asyncio\nfrom solution import double\n\n"
@@ -163,6 +171,7 @@ def test_test_classes_async_tests_and_fixtures():
         REWARD(right, reference=fixture, row={})
 
 
+@pytest.mark.procs
 def test_all_or_nothing_stops_at_the_first_test_not_passed():
     second_only = fenced("a, b = map(int, input().split())\nprint(a + b)\nprint(20)")
     assert REWARD.verdict(second_only, reference=None, row=STDIO).passed == 0  # skipped
@@ -176,28 +185,29 @@ def test_a_sandbox_error_raises_never_scores(monkeypatch):
         return ProgramResult("sandbox_error", None, None, b"", b"", 0.0, 0.0, "no namespaces")
 
     monkeypatch.setattr("grouprl.sandbox.program.run_program", broken)
-    with pytest.raises(SandboxFailure, match="no namespaces.*reward failure"):
+    with pytest.raises(SandboxFailure, match=r"no namespaces.*reward failure"):
         REWARD(fenced(RIGHT), reference=None, row=STDIO)
 
 
+@pytest.mark.procs
 def test_through_the_contained_reward_workers():
     """Scored in a reward worker like any reward; a row without tests is a reward failure
     of its sample, not a 0."""
     rows = [{**STDIO, "_index": 0}, {**STDIO, "_index": 1}, {"question": "?", "_index": 2}]
-    with WorkerPool(size=1, memory_mb=2048, name="code-reward-test") as pool:
-        scores = score_completions(
-            functions=[Reward("code_tests", code_tests, 1.0)],
-            completions=[fenced(RIGHT), fenced("print('PASSED')"), fenced(RIGHT)],
-            rows=rows,
-            answer_key="answer",
-            on_error="drop",
-            timeout_s=15.0,
-            pool=pool,
+    box = SandboxConfig(workers=1, memory_mb=2048)
+    with WorkerPool(box, name="code-reward-test") as pool:
+        reward = RewardConfig(
+            step_timeout_s=None, failure_brake=None, sandbox=SandboxConfig(timeout_s=15.0)
         )
+        functions = [Reward("code_tests", code_tests, 1.0)]
+        scorer = RewardScorer(reward, answer_key="answer", functions=functions, pool=pool)
+        completions = [fenced(RIGHT), fenced("print('PASSED')"), fenced(RIGHT)]
+        scores = scorer(completions=completions, rows=rows)
     assert scores.parts["code_tests"][:2] == [1.0, 0.0]
     assert [(e.sample_index, e.error_type) for e in scores.errors] == [(2, "TestsError")]
 
 
+@pytest.mark.procs
 def test_pytest_helpers_work_without_pytest_in_the_sandbox():
     tests = (
         "import pytest\nfrom solution import div\n\n"
@@ -215,6 +225,7 @@ def test_pytest_helpers_work_without_pytest_in_the_sandbox():
     assert "DID NOT RAISE" in verdict.detail
 
 
+@pytest.mark.procs
 def test_mbpp_lines_judged_as_calls_cannot_be_forged_and_keep_the_meaning_of_eq():
     """MBPP's call-and-literal asserts run as function calls: a "passed" line written on
     every descriptor, or an object equal to everything, does not pass them; a tuple

@@ -16,12 +16,16 @@ from grouprl.config import (
     load_config,
     steps_for_epochs,
 )
-from grouprl.config.aliases import ALIASES, AR, RENAMED, VERL, markdown_table
+from grouprl.config.algo_section import AlgoConfig
+from grouprl.config.aliases import ALIASES, AR, VERL, markdown_table
 from grouprl.config.convert import RULES, convert_file, convert_verl
+from grouprl.config.env import EnvConfig
 from grouprl.config.key_hints import all_paths
 from grouprl.config.redact import REDACTED, is_secret_key, redacted_dict, save_resolved
+from grouprl.config.renamed import RENAMED
 from grouprl.config.replica_checks import replica_nodes, replicas_per_node
-from grouprl.config.schema import AlgoConfig, EnvConfig, RewardConfig, RunConfig
+from grouprl.config.reward import RewardConfig
+from grouprl.config.schema import RunConfig
 
 
 def write_recipe(tmp_path, text: str):
@@ -487,14 +491,22 @@ def test_mini_batch_not_splitting_over_the_ranks_shows_the_division():
             r"\{1, 2, 4, 8\}",
         ),
         (
-            [*GPU16, "train.micro_batch_size=4", "rollout.tensor_parallel_size=4"]
-            + ["rollout.replicas=5"],
+            [
+                *GPU16,
+                "train.micro_batch_size=4",
+                "rollout.tensor_parallel_size=4",
+                "rollout.replicas=5",
+            ],
             r"rollout\.replicas=5 x rollout\.tensor_parallel_size=4 = 20 GPUs.* there are 16 "
             r".* Set rollout\.replicas to 4 or fewer",
         ),
         (
-            [*GPU16, "train.micro_batch_size=4", "rollout.tensor_parallel_size=4"]
-            + ["rollout.replicas=3"],
+            [
+                *GPU16,
+                "train.micro_batch_size=4",
+                "rollout.tensor_parallel_size=4",
+                "rollout.replicas=3",
+            ],
             r"replica 1 the GPUs of training ranks 5-8 .* on two nodes .* rollout\.replicas "
             r"in \{1, 2, 4\}",
         ),
@@ -548,24 +560,24 @@ def test_staleness_takes_decoupled_ppo_unless_told_and_refuses_no_correction():
     tis = load_config("tiny-arith", ["rollout.max_staleness=1", "algo.tis_cap=2.0"])
     assert tis.algo.correction == "tis"
     cfg = load_config("tiny-arith", ["rollout.max_staleness=1", "algo.correction=none"])
-    with pytest.raises(ConfigError, match="algo.correction=none") as err:
+    with pytest.raises(ConfigError, match=r"algo.correction=none") as err:
         derive(cfg)
     assert "algo.old_logprobs=engine" in str(err.value)
     fixed = ["rollout.max_staleness=1", "algo.correction=none", "algo.old_logprobs=engine"]
     derive(load_config("tiny-arith", fixed))
-    with pytest.raises(ConfigError, match="rollout.max_staleness"):
+    with pytest.raises(ConfigError, match=r"rollout.max_staleness"):
         load_config("tiny-arith", ["rollout.max_staleness=65"])
 
 
 def test_stream_keys_without_staleness_are_refused_and_the_band_must_hold_one():
     cfg = load_config("tiny-arith", ["rollout.partial_rollout_tokens=8"])
-    with pytest.raises(ConfigError, match="rollout.partial_rollout_tokens=8 would be ignored"):
+    with pytest.raises(ConfigError, match=r"rollout.partial_rollout_tokens=8 would be ignored"):
         derive(cfg)
-    with pytest.raises(ConfigError, match="algo.is_band"):
+    with pytest.raises(ConfigError, match=r"algo.is_band"):
         derive(load_config("tiny-arith", ["algo.is_band=[1.5, 2.0]"]))
-    with pytest.raises(ConfigError, match="algo.is_band=.* would be ignored"):
+    with pytest.raises(ConfigError, match=r"algo.is_band=.* would be ignored"):
         derive(load_config("tiny-arith", ["algo.is_band=[0.2, 5.0]"]))  # correction none
-    with pytest.raises(ConfigError, match="algo.tis_cap=3.0 would be ignored"):
+    with pytest.raises(ConfigError, match=r"algo.tis_cap=3.0 would be ignored"):
         derive(load_config("tiny-arith", ["algo.tis_cap=3", "algo.correction=m2po"]))
     derive(load_config("tiny-arith", ["algo.is_band=[0.2, 5.0]", "algo.correction=token_mask"]))
 

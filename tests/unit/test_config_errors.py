@@ -11,7 +11,8 @@ from rich.console import Console
 
 import grouprl
 from grouprl.config import ConfigError, load_config
-from grouprl.config.schema import MlflowConfig, RunConfig
+from grouprl.config.observe import MlflowConfig
+from grouprl.config.schema import RunConfig
 from grouprl.driver.evaluate import validate
 from grouprl.metrics.console import ConsoleSink
 from grouprl.rewards.scoring import RewardScores

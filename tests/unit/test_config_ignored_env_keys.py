@@ -10,8 +10,8 @@ import grouprl
 from cli_probe import run_cli
 from grouprl.config import ConfigError, load_config
 from grouprl.config.checks import config_problems
+from grouprl.config.env import EnvConfig
 from grouprl.config.redact import save_resolved
-from grouprl.config.schema import EnvConfig
 from grouprl.envs.loader import env_config_problems
 
 CALCULATOR = "examples/envs/calculator.py:Calculator"
@@ -43,13 +43,13 @@ def _refused(overrides: list[str]) -> str:
             "env.sandbox.memory_limit",
             "'address_space'",
             "'rss'",
-        ),  # noqa: E501
+        ),
         (
             "env.step_timeout_s=5",
             "env.sandbox.timeout_s",
             "5.0 (old name env.step_timeout_s)",
             "30.0",
-        ),  # noqa: E501
+        ),
         ("env.network=false", "env.network", "false", "true"),
         ("env.concurrency=4", "env.concurrency", "4", "16"),
     ],
@@ -136,6 +136,7 @@ def test_agent_settings_without_an_agent_are_refused(override, key, old, agent):
     assert grouprl.load_config("tiny-arith", [agent, override]).env.agent is not None
 
 
+@pytest.mark.procs
 def test_plan_and_train_refuse_them_before_anything_loads():
     cases = [
         ("env.sandbox.workers=4", "env.sandbox.workers=4 (old name env.workers) would be ignored"),

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from grouprl.config.key_hints import all_paths, model_in
 from grouprl.config.reference import DOC_PATH, reference_markdown
-from grouprl.config.schema import RewardFunction, RunConfig
+from grouprl.config.reward import RewardFunction
+from grouprl.config.schema import RunConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,6 +17,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from grouprl.algo.aggregate import LossNorm, token_mean
+from grouprl.algo.correction_choice import CORRECTION_NAMES
 from grouprl.algo.corrections import (
     CORRECTIONS,
     CorrectionInputs,
@@ -25,8 +26,9 @@ from grouprl.algo.corrections import (
     mismatch_alarms,
 )
 from grouprl.algo.objective import micro_batch_loss
+from grouprl.config.algo_section import AlgoConfig
 from grouprl.config.loader import load_config
-from grouprl.config.schema import AlgoConfig, TrainConfig
+from grouprl.config.train import TrainConfig
 from grouprl.types import TrainingBatch
 from grouprl.workers.logprobs import TokenScorer
 from grouprl.workers.update import offpolicy_parts, offpolicy_stats, policy_update
@@ -76,6 +78,7 @@ def test_every_correction_has_a_hand_computed_case_and_a_config_choice():
     assert {case[0] for case in CASES} == set(CORRECTIONS)
     choices = set(get_args(AlgoConfig.model_fields["correction"].annotation))
     assert choices - {"auto"} == set(CORRECTIONS)
+    assert tuple(CORRECTIONS) == CORRECTION_NAMES  # the config's torch-free list, in order
 
 
 def _loss(cfg: AlgoConfig, *, old_BT=PROX_BT, engine_BT=BEHAV_BT, advantages_BT=None):

@@ -11,18 +11,11 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from grouprl.config.schema import DataConfig, DataSource  # noqa: E402
-from grouprl.data import (  # noqa: E402
-    DataError,
-    PromptSampler,
-    get_field,
-    load_rows,
-    read_rows,
-    render_prompt,
-    render_prompts,
-    render_questions,
-)
-from grouprl.data.peek import source_problems  # noqa: E402
+from grouprl.config.model_data import DataConfig, DataSource
+from grouprl.data.peek import source_problems
+from grouprl.data.prompts import render_prompt, render_prompts, render_questions
+from grouprl.data.sampler import PromptSampler
+from grouprl.data.sources import DataError, get_field, load_rows, read_rows
 
 ASSET_TOKENIZER = Path(__file__).parents[2] / "src" / "grouprl" / "assets" / "tiny-arith"
 CHAT_TEMPLATE = (
@@ -104,7 +97,7 @@ def test_limit_counts_valid_rows(tmp_path):
 
 def test_all_rows_broken_raises(tmp_path):
     path = write_jsonl(tmp_path / "rows.jsonl", ["{bad", json.dumps({"question": "", "answer": 1})])
-    with pytest.raises(DataError, match="every row .* is broken"):
+    with pytest.raises(DataError, match=r"every row .* is broken"):
         load_rows(DataSource(source=str(path)), prompt_key="question", answer_key="answer")
 
 
@@ -115,7 +108,7 @@ def test_missing_column_names_the_key_and_lists_columns(tmp_path):
     message = str(err.value)
     assert "data.prompt_key" in message
     assert "['problem', 'solution']" in message
-    with pytest.raises(DataError, match="data.answer_key"):
+    with pytest.raises(DataError, match=r"data.answer_key"):
         load_rows(DataSource(source=str(path)), prompt_key="problem", answer_key="answer")
 
 
@@ -191,7 +184,7 @@ def test_local_saved_dataset_with_gsm8k_columns(tmp_path):
 
 
 def test_unreachable_hub_dataset_is_a_data_error():
-    with pytest.raises(DataError, match="data.train.subset"):
+    with pytest.raises(DataError, match=r"data.train.subset"):
         load_rows(
             DataSource(source="grouprl-tests/no-such-dataset", subset="main"),
             prompt_key="question",
@@ -266,7 +259,7 @@ def test_render_prompt_without_chat_template_falls_back_to_plain_text():
 
 def test_prompt_template_without_placeholder_is_rejected():
     tok = byte_tokenizer(chat_template=CHAT_TEMPLATE)
-    with pytest.raises(DataError, match="data.prompt_template"):
+    with pytest.raises(DataError, match=r"data.prompt_template"):
         render_prompt(
             tok,
             {"question": "x"},

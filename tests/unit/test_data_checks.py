@@ -12,7 +12,7 @@ import pytest
 from grouprl.config import load_config
 from grouprl.config.batch_checks import batch_problems
 from grouprl.config.convert import convert_file
-from grouprl.config.schema import DataConfig, DataSource
+from grouprl.config.model_data import DataConfig, DataSource
 from grouprl.data.peek import source_problems
 from grouprl.data.prompt_lengths import prompt_lengths
 from grouprl.data.sources import read_rows
@@ -61,11 +61,11 @@ def test_a_code_set_without_tests_is_refused_before_loading_naming_rows_columns_
 
 def test_every_documented_code_format_in_one_file_is_kept(tmp_path):
     source = DataSource(source=_jsonl(tmp_path / "mixed.jsonl", MIXED))
-    kept, report = read_rows(source, prompt_key="question", answer_key="tests")
+    _kept, report = read_rows(source, prompt_key="question", answer_key="tests")
     assert (
         report.kept == 2
     )  # the issue's 2 of 9: without code_tests' fields, rows lacking the answer are broken
-    kept, report = read_rows(
+    _kept, report = read_rows(
         source, prompt_key="question", answer_key="tests", answer_fields=ROW_FIELDS
     )
     assert (report.kept, report.skipped) == (9, [])

@@ -13,10 +13,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from grouprl.config import ConfigError, load_config  # noqa: E402
-from grouprl.config.convert import convert_verl  # noqa: E402
-from grouprl.data import DataError, load_rows, read_rows  # noqa: E402
-from grouprl.data.peek import source_problems  # noqa: E402
+from grouprl.config import ConfigError, load_config
+from grouprl.config.convert import convert_verl
+from grouprl.data.peek import source_problems
+from grouprl.data.sources import DataError, load_rows, read_rows
 
 
 @pytest.fixture

@@ -145,6 +145,7 @@ def _mixed_precision_batch():
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.procs
 def test_sharded_bf16_gathers_bf16_layers_over_float32_shards(tmp_path: Path, tiny_model_dir):
     """model.dtype=bfloat16 on 2 FSDP2 ranks (gloo, CPU): FSDP2's mixed precision, no
     autocast. Each layer computes with bf16 weights on a bf16 residual stream; the shards,

@@ -9,8 +9,9 @@ import time
 import pytest
 
 from cli_probe import run_cli
+from grouprl.config.env import EnvConfig
 from grouprl.config.errors import ConfigError
-from grouprl.config.schema import DataConfig, EnvConfig
+from grouprl.config.model_data import DataConfig
 from grouprl.envs.factory import make_env
 from grouprl.envs.loader import env_config_problems, resolve_env
 
@@ -97,6 +98,7 @@ def test_built_ins_take_only_their_own_env_args_and_missing_modules_wait_for_the
     assert env_config_problems(absent, missing_ok=True) == []
 
 
+@pytest.mark.procs
 def test_bad_env_names_fail_in_plan_and_train_fast_before_anything_heavy_loads(envs_file):
     cases = [
         ("env.name=nope.mod:Foo", "env.name='nope.mod:Foo': cannot import module 'nope.mod'"),

@@ -18,8 +18,10 @@ from grouprl.algo.shaping import signal_groups
 from grouprl.config.loader import load_config
 from grouprl.config.schema import RunConfig
 from grouprl.driver.batch import build_batch, trained_samples, turn_tensors
-from grouprl.driver.loop import Components, RunState, rollout_step, train_step
-from grouprl.driver.stream import group_lag
+from grouprl.driver.components import Components, RunState
+from grouprl.driver.loop import train_step
+from grouprl.driver.rollouts import generate_round, take_batch
+from grouprl.driver.source import RolloutSource, group_lag
 from grouprl.metrics.telemetry import Hardware, ModelShape
 from grouprl.rewards.scoring import RewardFailure, RewardScores
 from grouprl.rollout.episode_scores import score_trajectories
@@ -246,6 +248,7 @@ def _components(*, n: int = 4) -> Components:
         state=RunState(sampler=None, kl=KLController(beta=0.0)),
         checkpoint_files={},
         hardware=Hardware(ModelShape(1, 1, 1, 1), peak_flops=1.0, peak_source="test"),
+        rollouts=RolloutSource(None, None, batch_size=2),
     )
 
 
@@ -297,17 +300,19 @@ def test_step_metrics_count_failures_by_kind_and_average_only_training_samples()
     def rollout(prompt_set, settings):
         return trajectories, RewardScores(total=[0.0] * 4, parts={})
 
+    sampler = SimpleNamespace(next_batch=lambda n: list(range(n)))
     c = Components(
         **{
             **vars(c),
             "rollout": rollout,
             "train_set": SimpleNamespace(take=lambda positions: None),
-            "state": RunState(sampler=SimpleNamespace(next_batch=lambda n: []), kl=c.state.kl),
+            "state": RunState(sampler=sampler, kl=c.state.kl),
             "score": SimpleNamespace(seconds=0.0),
             "engine": _Engine(),
+            "rollouts": RolloutSource(lambda *r: generate_round(c, *r), sampler, batch_size=2),
         }
     )
-    _, metrics = rollout_step(c, step=1)
+    _, metrics = take_batch(c)
     assert (metrics["failures/env"], metrics["failures/reward"], metrics["failures/agent"]) == (
         1.0,
         1.0,
@@ -382,7 +387,7 @@ def test_a_failed_sample_left_out_neither_counts_nor_trips_the_staleness_bound()
     assert metrics["train/dropped_samples"] == 1.0
     assert len(c.policy.batches) == 1  # the others trained
     trajectories[1].weight_version = 0  # trains: past the bound
-    with pytest.raises(RuntimeError, match="rollout.max_staleness=0"):
+    with pytest.raises(RuntimeError, match=r"rollout.max_staleness=0"):
         train_step(c, trajectories, step=2)
 
 

@@ -12,7 +12,7 @@ from grouprl.assets import model_path_problem, path_reason
 from grouprl.cluster.connection import ClusterError, check_local_ray
 from grouprl.config.loader import load_config
 from grouprl.config.redact import save_resolved
-from grouprl.config.schema import ClusterConfig
+from grouprl.config.train import ClusterConfig
 
 
 @pytest.fixture
@@ -58,6 +58,7 @@ def test_a_path_is_checked_as_a_model_directory(here):
     assert "grouprl run directory" in run and "grouprl export runs/myrun" in run
 
 
+@pytest.mark.procs
 def test_mistyped_paths_fail_before_anything_loads(here):
     (outcomes, heavy) = run_cli(
         [
@@ -81,6 +82,7 @@ def test_mistyped_paths_fail_before_anything_loads(here):
     assert heavy == []
 
 
+@pytest.mark.procs
 def test_eval_of_a_run_with_a_python_registered_reward_says_how_to_score_it(here):
     cfg = load_config("tiny-arith", ["reward.functions=[{name: short}]"])
     save_resolved(cfg, here / "runs" / "myrun" / "config.yaml")
@@ -94,6 +96,7 @@ def test_eval_of_a_run_with_a_python_registered_reward_says_how_to_score_it(here
     assert heavy == []
 
 
+@pytest.mark.procs
 def test_several_nodes_on_the_local_ray_fail_at_once_with_the_fix(here, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     with pytest.raises(ClusterError, match=r"cluster.nodes=1 cluster.workers_per_node=2"):

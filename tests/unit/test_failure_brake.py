@@ -12,9 +12,11 @@ import pytest
 
 from grouprl.algo.kl import KLController
 from grouprl.config.loader import load_config
+from grouprl.driver.components import Components, RunState
 from grouprl.driver.idle import idle_streak
-from grouprl.driver.loop import Components, RunState, train_step
+from grouprl.driver.loop import train_step
 from grouprl.driver.run import _stop_recorded
+from grouprl.driver.source import RolloutSource
 from grouprl.envs.single_turn import SingleTurnEnv
 from grouprl.metrics.telemetry import Hardware, ModelShape
 from grouprl.rewards.failures import CannotTrain, FailureBrake, RewardFailure
@@ -59,7 +61,7 @@ def test_mixed_error_types_and_kinds_trip_it_too():
     brake = FailureBrake(3)
     brake.record("judge", _failure("ConnectionError"))
     brake.record("judge", RewardFailure("judge", 1, 2, "TimeoutError", "killed", kind="timeout"))
-    with pytest.raises(CannotTrain, match="the last on sample 2 .*WorkerCrash"):
+    with pytest.raises(CannotTrain, match=r"the last on sample 2 .*WorkerCrash"):
         brake.record("judge", RewardFailure("judge", 2, 3, "WorkerCrash", "died", kind="crash"))
 
 
@@ -111,7 +113,7 @@ def test_an_environment_failing_its_last_n_episodes_stops_the_run_with_its_error
 def test_an_agent_is_named_as_the_agent_and_single_turn_prompting_is_never_counted():
     cfg = load_config("tiny-arith", ["env.agent=agent.py:solve", "env.failure_brake=2"])
     agent = with_episode_brake(cfg, _rollout([["TimeoutError: past 600 s"] * 2]), env=object())
-    with pytest.raises(CannotTrain, match="agent 'agent.py:solve' failed its last 2") as err:
+    with pytest.raises(CannotTrain, match=r"agent 'agent.py:solve' failed its last 2") as err:
         agent(None, None)
     assert err.value.kind == "agent_failures"
     single = _rollout([])
@@ -146,6 +148,7 @@ def _components(max_idle_steps: int | None) -> Components:
         state=RunState(sampler=None, kl=KLController(beta=0.0)),
         checkpoint_files={},
         hardware=Hardware(ModelShape(1, 1, 1, 1), peak_flops=1.0, peak_source="test"),
+        rollouts=RolloutSource(None, None, batch_size=2),
     )
 
 
@@ -211,9 +214,9 @@ def test_a_loop_ended_by_an_error_leaves_summary_json_saying_why(tmp_path):
 def test_the_command_line_prints_the_stop_without_a_traceback_and_exits_2(capsys):
     import typer
 
-    from grouprl.cli import _user_errors
+    from grouprl.cli.app import user_errors
 
-    with pytest.raises(typer.Exit) as exited, _user_errors():
+    with pytest.raises(typer.Exit) as exited, user_errors():
         raise CannotTrain("reward function 'judge' failed on its last 16 calls", kind="x")
     assert exited.value.exit_code == 2
     err = capsys.readouterr().err

@@ -59,6 +59,7 @@ def test_write_corpus_jsonl_round_trips(tmp_path):
     assert rows == fictional.passages()
 
 
+@pytest.mark.procs
 def test_import_needs_no_torch_or_search_backend():
     code = (
         "import sys, grouprl.assets.fictional; print(sorted({'torch', 'bm25s'} & set(sys.modules)))"

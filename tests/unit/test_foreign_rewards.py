@@ -15,13 +15,16 @@ import textwrap
 
 import pytest
 
-from grouprl.config.schema import DataConfig, DataSource, RewardFunction
-from grouprl.rewards import RewardError, resolve_rewards, score_completions
+from grouprl.config.containment import SandboxConfig
+from grouprl.config.model_data import DataConfig, DataSource
+from grouprl.config.reward import RewardConfig, RewardFunction
+from grouprl.rewards import RewardScorer, resolve_rewards
 from grouprl.rewards.data_checks import verl_row_problems
 from grouprl.rewards.failures import RewardFailure
 from grouprl.rewards.scores import RewardScores, metrics
 from grouprl.rewards.scoring import NOT_APPLIED
 from grouprl.rollout.episode_scores import score_trajectories
+from grouprl.rollout.reward import SampleFailed
 from grouprl.sandbox import WorkerPool
 from grouprl.types import Completion, Trajectory, Turn, trajectory_to_dict
 
@@ -61,21 +64,22 @@ def foreign(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pool():
-    with WorkerPool(size=1, memory_mb=1024, name="foreign-rewards-test") as shared:
+    with WorkerPool(
+        SandboxConfig(workers=1, memory_mb=1024), name="foreign-rewards-test"
+    ) as shared:
         yield shared
 
 
 def _score(pool, entries, completions, rows, *, on_error="drop", group_size=None):
-    return score_completions(
-        functions=resolve_rewards(entries),
-        completions=completions,
-        rows=rows,
-        answer_key="solution",
+    reward = RewardConfig(
         on_error=on_error,
-        timeout_s=10.0,
-        pool=pool,
-        group_size=group_size,
+        step_timeout_s=None,
+        failure_brake=None,
+        sandbox=SandboxConfig(timeout_s=10.0),
     )
+    functions = resolve_rewards(entries)
+    scorer = RewardScorer(reward, answer_key="solution", functions=functions, pool=pool)
+    return scorer(completions=completions, rows=rows, group_size=group_size)
 
 
 def _multi_task_rows():
@@ -96,6 +100,7 @@ def _trajectory(row) -> Trajectory:
     )
 
 
+@pytest.mark.procs
 def test_trl_multi_task_set_trains_every_sample_with_trls_rewards(pool, foreign):
     """The issue's case: TRL trains all 4 samples with rewards [1, 0, 1, 0]."""
     entries = [
@@ -131,6 +136,7 @@ def test_trl_multi_task_set_trains_every_sample_with_trls_rewards(pool, foreign)
     assert [t.correct for t in trajectories] == [True, False, False, False]
 
 
+@pytest.mark.procs
 def test_weights_apply_to_the_functions_that_applied_only(pool, foreign):
     entries = [
         RewardFunction(name=f"{foreign}:math_reward", weight=2.0),
@@ -140,6 +146,7 @@ def test_weights_apply_to_the_functions_that_applied_only(pool, foreign):
     assert scores.total == [2.0, 0.0, 0.5, 0.0]
 
 
+@pytest.mark.procs
 def test_a_sample_no_function_applied_to_fails_naming_it(pool, foreign):
     entries = [RewardFunction(name=f"{foreign}:math_reward")]
     rows = _multi_task_rows()
@@ -155,8 +162,14 @@ def test_a_sample_no_function_applied_to_fails_naming_it(pool, foreign):
     trajectories = [_trajectory(row) for row in rows]
     score_trajectories(trajectories, score=lambda **_: scores, correct_function=None)
     assert [t.trains for t in trajectories] == [True, True, False, False]  # dropped
-    with pytest.raises(RewardError, match="sample 2 .*NotApplicable"):
-        _score(pool, entries, ["4"] * 4, rows, on_error="raise", group_size=2)
+    raised = _score(pool, entries, ["4"] * 4, rows, on_error="raise", group_size=2)
+    with pytest.raises(SampleFailed, match=r"sample 2 .*NotApplicable"):
+        score_trajectories(
+            [_trajectory(row) for row in rows],
+            score=lambda **_: raised,
+            correct_function=None,
+            on_error="raise",
+        )
 
 
 def test_reward_fn_averages_the_samples_it_scored_and_counts_its_failures():
@@ -180,6 +193,7 @@ def test_reward_fn_averages_the_samples_it_scored_and_counts_its_failures():
     assert both["reward/judge"] == pytest.approx(2 / 3)
 
 
+@pytest.mark.procs
 def test_verl_compute_score_as_verls_reward_manager_calls_it(pool, foreign):
     entries = [RewardFunction(name=f"{foreign}:compute_score")]
     rows = [

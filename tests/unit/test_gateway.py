@@ -127,8 +127,8 @@ def test_a_two_turn_conversation_is_recorded_token_exactly(tokenizer):
     assert traj.turns[0].observation_ids == observation
     assert traj.turns[1].completion.logprobs == pytest.approx([-0.1, -0.2, -0.3])
     # the second call's context is exactly prompt + turn 0 + observation
-    assert record.calls[1].prompt_ids == prompt + [200, 201, engine.eos] + observation
-    assert traj.sequence_ids() == record.calls[1].prompt_ids + [202, 203, engine.eos]
+    assert record.calls[1].prompt_ids == [*prompt, 200, 201, engine.eos, *observation]
+    assert traj.sequence_ids() == [*record.calls[1].prompt_ids, 202, 203, engine.eos]
     assert (traj.prompt_index, traj.weight_version, traj.row["_index"]) == (5, 7, 5)
     assert traj.stop_reason == "answered" and record.rewrites == 0
     assert traj.turns[0].info == {"tool_calls": 1, "tool_errors": 0}
@@ -258,7 +258,8 @@ def test_a_rewritten_history_starts_a_new_segment_and_trains_the_last(tokenizer)
         client = OpenAI(base_url=gateway.base_url(key), api_key="x")
         first = [{"role": "user", "content": "a long question"}]
         client.chat.completions.create(model="m", messages=first)
-        edited = first + [
+        edited = [
+            *first,
             {"role": "assistant", "content": "not what you said"},
             {"role": "user", "content": "and?"},
         ]
@@ -363,6 +364,7 @@ class PromptSet:
         self.rows, self.prompts = rows, [[1, 2, 3]] * len(rows)
 
 
+@pytest.mark.slow  # its hanging agent's thread sleeps 30 s: a short session waits at exit
 def test_an_agent_rollout_scores_returned_reported_and_failed_episodes(tokenizer):
     """On threads (env.sandbox.workers=0), with env.on_error=zero: failed agents train as
     reward 0 (the pool's containment is the next test's)."""
@@ -443,6 +445,7 @@ def solve(base_url, task, **kwargs):
 """
 
 
+@pytest.mark.procs
 def test_an_agent_that_hangs_or_crashes_its_worker_fails_only_its_own_episode(
     tokenizer, tmp_path, caplog
 ):
@@ -514,11 +517,13 @@ def test_an_aborted_batch_logs_one_line_and_an_engine_failure_its_traceback(
             raise error
 
     gateway = serve(FailingEngine(), tokenizer)
-    with caplog.at_level(logging.INFO, logger="grouprl.rollout.gateway.server"):
-        with gateway.serving():
-            key = gateway.open(index=0, row={})
-            hello = {"messages": [{"role": "user", "content": "hi"}]}
-            got, answer = post(f"{gateway.base_url(key)}/chat/completions", hello)
+    with (
+        caplog.at_level(logging.INFO, logger="grouprl.rollout.gateway.server"),
+        gateway.serving(),
+    ):
+        key = gateway.open(index=0, row={})
+        hello = {"messages": [{"role": "user", "content": "hi"}]}
+        got, answer = post(f"{gateway.base_url(key)}/chat/completions", hello)
     assert (got, answer["error"]["code"]) == (500, "engine_error")
     assert gateway.engine_error is error
     [record] = [r for r in caplog.records if r.name == "grouprl.rollout.gateway.server"]

@@ -210,7 +210,7 @@ def test_parse_gpu_rejects_unknown_names_with_the_choices():
         assert f"cluster.gpu={bad!r}" in message
         assert all(name in message for name in GPU_MEMORY)
         assert "80GiB" in message and "null" in message
-    with pytest.raises(ConfigError, match="cluster.gpu='H1000'"):
+    with pytest.raises(ConfigError, match=r"cluster.gpu='H1000'"):
         check_run(load_config("tiny-arith", ["cluster.gpu=H1000"]))
 
 

@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
 
 import pytest
 from huggingface_hub import constants
@@ -22,6 +23,7 @@ from grouprl.driver.eval_inputs import check_target
 ALLOWED = "give a local directory"
 
 
+@pytest.mark.procs
 def test_a_run_name_in_the_wrong_directory_is_a_path_never_a_hub_lookup(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no runs/ here
     start = time.monotonic()
@@ -48,9 +50,9 @@ def test_offline_a_hub_name_not_in_the_cache_is_not_looked_up(tmp_path, monkeypa
 
 
 class _Hub(BaseHTTPRequestHandler):
-    calls: list[str] = []
+    calls: ClassVar[list[str]] = []
 
-    def do_HEAD(self):  # noqa: N802 (http.server's name)
+    def do_HEAD(self):
         _Hub.calls.append(self.path)
         self.send_response(503)
         self.send_header("Content-Length", "0")

@@ -19,11 +19,11 @@ from grouprl.ckpt.resume import training_state
 from grouprl.ckpt.state import TrainerState, rng_state
 from grouprl.cli import app
 from grouprl.config.checks import check_config
+from grouprl.config.ckpt import CheckpointConfig
 from grouprl.config.errors import ConfigError
 from grouprl.config.loader import load_config
-from grouprl.config.schema import CheckpointConfig
 from grouprl.data.sampler import PromptSampler
-from grouprl.driver.loop import RunState
+from grouprl.driver.components import RunState
 
 ACC = "eval/accuracy"
 

@@ -104,6 +104,7 @@ def test_kuberay_rayjob_runs_a_valid_recipe_on_as_many_nodes_as_it_asks():
     assert int(workers["rayStartParams"]["num-gpus"]) == cfg.cluster.gpus_per_node
 
 
+@pytest.mark.procs
 def test_slurm_script_dry_run_starts_ray_on_every_node_then_trains(tmp_path):
     script = LAUNCH / "slurm/grouprl.sbatch"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
@@ -120,6 +121,7 @@ def test_slurm_script_dry_run_starts_ray_on_every_node_then_trains(tmp_path):
     assert _override(overrides, "trainer.run_dir") == f"{SHARED}/runs/{{name}}"
 
 
+@pytest.mark.procs
 def test_slurm_script_puts_the_run_dir_on_the_shared_dir_every_node_sees():
     script = LAUNCH / "slurm/grouprl.sbatch"
     env = {
@@ -160,6 +162,7 @@ def test_dstack_task_heads_ray_on_node_zero_and_trains_there():
 
 
 @pytest.mark.parametrize("current", ["algo-1", "algo-2"])
+@pytest.mark.procs
 def test_sagemaker_entry_dry_run_on_two_hosts(tmp_path, current):
     hps = {"recipe": "qwen2.5-7b-gsm8k-2x8", "overrides": "train.lr=2e-6", "train.seed": 3}
     env = os.environ | {

@@ -7,7 +7,8 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from grouprl.config.schema import AlgoConfig, LoraConfig, TrainConfig
+from grouprl.config.algo_section import AlgoConfig
+from grouprl.config.train import LoraConfig, TrainConfig
 from grouprl.lora_weights import merged_weights
 from grouprl.types import TrainingBatch
 from grouprl.workers.logprobs import TokenScorer

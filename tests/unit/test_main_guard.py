@@ -12,6 +12,8 @@ import textwrap
 
 import pytest
 
+pytestmark = pytest.mark.procs  # starts processes: make test-rest
+
 REFUSED = "UnguardedMainError"
 FIX = 'put the training call under `if __name__ == "__main__":`'
 LET_THROUGH = "no-such-recipe"  # the ConfigError of a call the guard lets through
@@ -70,13 +72,14 @@ def test_spawn_does_not_rerun_a_packages_main_or_a_command(tmp_path):
 POOL_SCRIPT = textwrap.dedent(
     """
     import grouprl
+    from grouprl.config.containment import SandboxConfig
     from grouprl.sandbox import WorkerPool
 
     if __name__ != "__main__":  # a worker re-running this script
         grouprl.train("no-such-recipe")
 
     if __name__ == "__main__":
-        with WorkerPool(size=2, memory_mb=None, name="reward") as pool:
+        with WorkerPool(SandboxConfig(workers=2, memory_mb=None), name="reward") as pool:
             queued = [pool.submit(abs, -k) for k in range(4)]
             for future in queued:
                 error = future.exception(timeout=30)

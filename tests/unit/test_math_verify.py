@@ -11,8 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from grouprl.config.schema import RewardFunction
-from grouprl.rewards import REWARD_FUNCTIONS, RewardScorer, register_reward, resolve_rewards
+from grouprl.config.containment import SandboxConfig
+from grouprl.config.reward import RewardConfig, RewardFunction
+from grouprl.rewards import REWARD_FUNCTIONS, RewardScorer, register_reward
 from grouprl.rewards.math_verify import gold_text, math_verify_score
 
 math_verify = pytest.importorskip("math_verify", reason="the graders extra (make install)")
@@ -94,6 +95,7 @@ def test_a_reference_without_an_answer_fails_the_call_not_the_completion():
         math_verify_score("$5$", reference="see the text")
 
 
+@pytest.mark.procs
 def test_in_the_reward_workers_a_timeout_fails_its_sample_alone():
     """The reward in a contained worker (a 2 s budget: ``functools.partial``, as
     docs/rewards.md shows): verdicts as above, and a comparison past its budget a failed
@@ -105,14 +107,14 @@ def test_in_the_reward_workers_a_timeout_fails_its_sample_alone():
         {"answer": SLOW_REFERENCE, "_index": 2},
     ]
     try:
-        scorer = RewardScorer(
-            functions=resolve_rewards([RewardFunction(name="test_math_verify_2s")]),
-            answer_key="answer",
-            on_error="drop",
-            timeout_s=30.0,  # the worker's deadline, far past the reward's own budget
-            workers=1,
-            memory_mb=None,
+        reward = RewardConfig(
+            functions=[RewardFunction(name="test_math_verify_2s")],
+            step_timeout_s=None,
+            failure_brake=None,
+            # the worker's deadline, far past the reward's own budget
+            sandbox=SandboxConfig(workers=1, memory_mb=None, timeout_s=30.0),
         )
+        scorer = RewardScorer(reward, answer_key="answer")
         try:
             scores = scorer(completions=["\\boxed{0.5}", "7", "$0.3$"], rows=rows)
         finally:

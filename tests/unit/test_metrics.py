@@ -12,21 +12,15 @@ import pytest
 import torch
 from rich.console import Console
 
-from grouprl.config.schema import MetricsConfig, WandbConfig
-from grouprl.metrics import (
-    ConsoleSink,
-    JsonlSink,
-    MetricsFanout,
-    SamplesWriter,
-    TrainProgress,
-    WandbNotInstalledError,
-    make_sinks,
-    read_jsonl,
-    write_report,
-)
-from grouprl.metrics.console import hardware_fields
-from grouprl.metrics.sinks import NO_CHECKPOINT
+from grouprl.config.observe import MetricsConfig, WandbConfig
+from grouprl.metrics.console import ConsoleSink, hardware_fields
+from grouprl.metrics.jsonl import JsonlSink, read_jsonl
+from grouprl.metrics.progress import TrainProgress
+from grouprl.metrics.report import write_report
+from grouprl.metrics.samples import SamplesWriter
+from grouprl.metrics.sinks import NO_CHECKPOINT, MetricsFanout, make_sinks
 from grouprl.metrics.telemetry import ModelShape, datasheet_tflops, pass_flops, rank_memory_metrics
+from grouprl.metrics.wandb_sink import WandbNotInstalledError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -269,7 +263,7 @@ def test_report_without_eval_or_with_one_step(tmp_path: Path, steps: int) -> Non
 
 
 def test_report_needs_a_metrics_file(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
+    with pytest.raises(FileNotFoundError, match=r"metrics.jsonl"):
         write_report(tmp_path)
 
 

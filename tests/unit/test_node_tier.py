@@ -60,7 +60,7 @@ def test_a_peer_copy_is_checked_before_it_is_published(tmp_path, on_node):
     peer.store(0, 2, files)
     assert peer.check(0, 2) is None and [h["tag"] for h in peer.held()] == ["b"]
     damaged = dict(files) | {"trainer.json": b'{"x": 1}'}
-    with pytest.raises(CheckpointError, match="trainer.json"):
+    with pytest.raises(CheckpointError, match=r"trainer.json"):
         peer.store(0, 3, damaged)
     assert [h["step"] for h in peer.held()] == [2]  # the damaged copy is not listed
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from test_failed_samples import _components, _scored
 
-from grouprl.config.schema import TrainConfig
+from grouprl.config.train import TrainConfig
 from grouprl.driver.loop import train_step
 from grouprl.rollout.reward import fail
 from grouprl.workers.optim import make_scheduler
@@ -34,6 +34,7 @@ REWARDS = textwrap.dedent(
 )
 
 
+@pytest.mark.procs
 def test_plan_shows_each_reward_functions_style(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "styles.py").write_text(REWARDS)

@@ -5,7 +5,7 @@ sampled it; without segments a generation is exactly today's; the training batch
 multi-turn episodes carry the per-token versions.
 
 Pinned choices: segment 0 draws what an unsegmented generation draws (same seeds, lower
-max_tokens); continuation segment s is seeded seed + s * SEGMENT_SEED_STRIDE; a greedy group
+max_tokens); continuation segment s is seeded seed + (s << SEGMENT_SHIFT); a greedy group
 continues one sample and copies it; a segment the engine stops short (max_model_len)
 finishes its sample; a trajectory's weight_version is its first token's (oldest) version.
 """
@@ -17,6 +17,7 @@ import threading
 import time
 from contextlib import nullcontext
 from dataclasses import replace
+from typing import ClassVar
 
 import pytest
 import torch
@@ -24,10 +25,12 @@ import torch
 from fake_engines import FakeEngine, replica_set
 from grouprl.driver.batch import build_batch
 from grouprl.engines.base import SamplingSettings
-from grouprl.engines.replicas import ReplicaSet, in_driver
-from grouprl.engines.segments import SEGMENT_SEED_STRIDE, PushGate
+from grouprl.engines.placement import in_driver
+from grouprl.engines.replicas import ReplicaSet
+from grouprl.engines.segments import PushGate
 from grouprl.envs.base import Step
 from grouprl.rollout.episodes import run_episodes
+from grouprl.seeds import SEGMENT_SHIFT
 from grouprl.types import Completion, Trajectory, Turn
 
 LOGPROB_TOL = 5e-4
@@ -85,15 +88,20 @@ def test_a_push_waits_for_the_segment_in_flight_and_holds_new_segments_off():
 
 def test_a_push_inside_a_segment_or_a_segment_inside_a_push_raises_not_hangs():
     gate = PushGate()
-    with gate.segment(), pytest.raises(RuntimeError, match="push from inside a generation"):
-        with gate.pushing():
-            pass
+    with (
+        gate.segment(),
+        pytest.raises(RuntimeError, match="push from inside a generation"),
+        gate.pushing(),
+    ):
+        pass
     with gate.pushing():
         with gate.pushing():  # nested pushes of one thread: update_weights inside pushing()
             pass
-        with pytest.raises(RuntimeError, match="generation started inside a weight push"):
-            with gate.segment():
-                pass
+        with (
+            pytest.raises(RuntimeError, match="generation started inside a weight push"),
+            gate.segment(),
+        ):
+            pass
     with gate.segment():  # the gate is free again
         pass
 
@@ -145,11 +153,11 @@ def test_segments_continue_each_sample_with_its_own_seed_and_max_tokens():
     assert s0.max_tokens_each is None
     assert p1 == [PROMPTS[i] + groups[i][j].token_ids[:8] for i in (1, 3) for j in (0, 1)]
     assert p2 == [PROMPTS[i] + groups[i][j].token_ids[:16] for i in (1, 3) for j in (0, 1)]
-    assert (s1.seed, s1.group_size, s1.max_tokens) == (100 + SEGMENT_SEED_STRIDE, 1, 8)
-    assert s2.seed == 100 + 2 * SEGMENT_SEED_STRIDE and s2.max_tokens == 4  # 20 - 16 left
+    assert (s1.seed, s1.group_size, s1.max_tokens) == (100 + (1 << SEGMENT_SHIFT), 1, 8)
+    assert s2.seed == 100 + (2 << SEGMENT_SHIFT) and s2.max_tokens == 4  # 20 - 16 left
     # sample (1, 1) drew its first 8 tokens with seed 100 + 3, then 100 + stride + 1
     assert groups[1][1].token_ids[0] // 1000 == 103
-    assert groups[1][1].token_ids[8] // 1000 == 100 + SEGMENT_SEED_STRIDE + 1
+    assert groups[1][1].token_ids[8] // 1000 == 100 + (1 << SEGMENT_SHIFT) + 1
     assert all(c.versions == [0] * len(c.token_ids) for g in groups for c in g)
 
 
@@ -273,6 +281,7 @@ class PushAfterFirstSegment:
         pass
 
 
+@pytest.mark.slow  # the tiny model generating: left out of make test-fast
 def test_an_interrupted_generation_continues_from_its_prefix_with_the_new_weights(
     model, new_model, tokenizer, prompts
 ):
@@ -322,6 +331,7 @@ def today(model, tokenizer, prompts) -> list[list[Completion]]:
     return _engine(model, tokenizer).generate(prompts, SETTINGS)
 
 
+@pytest.mark.slow  # the tiny model generating: left out of make test-fast
 def test_without_segments_a_generation_is_todays_plus_its_versions(
     model, tokenizer, prompts, today
 ):
@@ -333,6 +343,7 @@ def test_without_segments_a_generation_is_todays_plus_its_versions(
     assert groups == today
 
 
+@pytest.mark.slow  # the tiny model generating: left out of make test-fast
 def test_segment_zero_draws_todays_first_tokens_and_greedy_and_ignore_eos_still_hold(
     model, tokenizer, prompts, today
 ):
@@ -372,7 +383,7 @@ class TwoTurns:
 
 
 class TwoTurnEnv:
-    template_kwargs: dict = {}
+    template_kwargs: ClassVar[dict] = {}
 
     def episode(self, row):
         return TwoTurns(row)
@@ -397,6 +408,7 @@ class PushBetweenTurns:
         return groups
 
 
+@pytest.mark.slow  # the tiny model generating: left out of make test-fast
 def test_an_episodes_turn_after_a_push_carries_the_new_version(model, new_model, tokenizer):
     weights = {n: p.detach().clone() for n, p in new_model.named_parameters()}
     engine = PushBetweenTurns(in_driver(_engine(model, tokenizer)), weights)

@@ -77,6 +77,7 @@ def test_plan_fits_the_width_and_breaks_no_key_name(recipe, width):
 
 
 @pytest.mark.parametrize("columns", ["80", None])
+@pytest.mark.procs
 def test_piped_plan_fits_80_columns(columns):
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     env |= {"COLUMNS": columns} if columns else {}
@@ -132,6 +133,7 @@ def test_json_of_a_config_that_does_not_load_is_still_one_object():
     assert plan["ok"] is False and "rollout.temperature" in plan["problems"][0]
 
 
+@pytest.mark.procs
 def test_plan_json_and_a_failing_plan_import_no_heavy_modules():
     outcomes, heavy = run_cli(
         [

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from grouprl.config.containment import SandboxConfig
 from grouprl.sandbox import WorkerPool
 from grouprl.sandbox import program as sandbox
 from grouprl.sandbox.program import PYTHON, ProgramLimits, ProgramResult, isolation, run_program
@@ -134,6 +135,7 @@ def ran(secrets) -> dict[str, Ran]:
         return {name: future.result() for name, future in futures.items()}
 
 
+@pytest.mark.procs
 def test_every_hostile_program_ends_within_its_deadline_and_leaves_nothing(ran, secrets):
     for name, each in ran.items():
         assert each.took_s < each.limits.wall_s + 2, (name, each.took_s, each.result)
@@ -143,12 +145,14 @@ def test_every_hostile_program_ends_within_its_deadline_and_leaves_nothing(ran, 
 
 
 @pytest.mark.parametrize("name", ["loop", "sleep"])
+@pytest.mark.procs
 def test_a_program_that_never_ends_times_out(ran, name):
     result = ran[name].result
     assert result.outcome == "timeout", result
     assert "wall_s=1.5" in result.detail
 
 
+@pytest.mark.procs
 def test_a_fork_bomb_is_held_to_its_processes_then_ended_by_time_or_cpu(ran):
     result = ran["fork_bomb"].result  # 32 spinning copies: on many cores their CPU
     if result.outcome == "signaled":  # seconds pass cpu_s=5 before the wall deadline
@@ -157,6 +161,7 @@ def test_a_fork_bomb_is_held_to_its_processes_then_ended_by_time_or_cpu(ran):
         assert result.outcome == "timeout", result
 
 
+@pytest.mark.procs
 def test_a_thousand_threads_fail_past_the_process_limit(ran):
     result = ran["threads"].result
     assert result.outcome == "exited" and result.exit_code == 1, result
@@ -164,12 +169,14 @@ def test_a_thousand_threads_fail_past_the_process_limit(ran):
 
 
 @pytest.mark.parametrize("name", ["alloc_64g", "alloc_resident", "memfd"])
+@pytest.mark.procs
 def test_memory_past_the_limit_is_the_memory_outcome(ran, name):
     result = ran[name].result
     assert result.outcome == "memory", result
     assert "memory_mb=256" in result.detail
 
 
+@pytest.mark.procs
 def test_a_gigabyte_of_output_is_cut_at_the_cap(ran):
     result = ran["print_1g"].result
     assert result.outcome == "output_limit", result
@@ -177,6 +184,7 @@ def test_a_gigabyte_of_output_is_cut_at_the_cap(ran):
     assert "stdout passed output_bytes=1048576" in result.detail
 
 
+@pytest.mark.procs
 def test_stdin_is_empty_unless_given(ran):
     assert ran["stdin_empty"].result.stdout == b"0 ''\n"
     given = _run("read_stdin", stdin=b"1 2\n3\n").result
@@ -185,6 +193,7 @@ def test_stdin_is_empty_unless_given(ran):
 
 @needs_namespaces
 @pytest.mark.parametrize("name", ["shadow", "repo", "run_dir", "home"])
+@pytest.mark.procs
 def test_files_outside_its_dir_cannot_be_read(ran, name):
     result = ran[name].result
     assert result.outcome == "exited" and result.exit_code == 0, result
@@ -192,6 +201,7 @@ def test_files_outside_its_dir_cannot_be_read(ran, name):
 
 
 @pytest.mark.parametrize("name", ["write_0", "write_1", "write_2", "write_up"])
+@pytest.mark.procs
 def test_nothing_is_written_outside_its_dir(ran, name):
     result = ran[name].result
     assert result.outcome == "exited", result
@@ -200,11 +210,13 @@ def test_nothing_is_written_outside_its_dir(ran, name):
 
 
 @needs_namespaces
+@pytest.mark.procs
 def test_no_socket_reaches_anything(ran):
     result = ran["socket"].result
     assert result.stdout == b"OSError 127.0.0.1\nOSError 1.1.1.1\n", result
 
 
+@pytest.mark.procs
 def test_killing_its_parent_or_everyone_spares_the_caller(ran):
     assert ran["kill_parent"].result.stdout.endswith(b"alive\n"), ran["kill_parent"].result
     if ENCLOSED:  # kill(-1) spares init and the caller: its pid namespace holds no other
@@ -213,12 +225,14 @@ def test_killing_its_parent_or_everyone_spares_the_caller(ran):
         assert b"ProcessLookupError" in everyone.stderr
 
 
+@pytest.mark.procs
 def test_a_daemon_left_behind_is_killed_when_the_program_exits(ran):
     each = ran["daemon"]
     assert each.result.outcome == "exited" and each.result.stdout == b"bye\n", each.result
     assert each.took_s < 10, each.took_s  # not held open by the daemon's pipes (60 s)
 
 
+@pytest.mark.procs
 def test_the_normal_cases(ran):
     ok, raised = ran["ok"].result, ran["raises"].result
     assert (ok.outcome, ok.exit_code, ok.stdout, ok.stderr) == ("exited", 0, b"45\n", b"")
@@ -227,12 +241,14 @@ def test_the_normal_cases(ran):
     assert 0 < ok.cpu_s < 5 and 0 < ok.wall_s < 5
 
 
+@pytest.mark.procs
 def test_cpu_seconds_past_the_limit_end_in_sigxcpu(ran):
     result = ran["cpu"].result
     assert result.outcome == "signaled" and result.signal == signal.SIGXCPU, result
     assert result.cpu_s >= 0.9
 
 
+@pytest.mark.procs
 def test_its_files_are_written_first_and_its_dir_is_removed_after():
     code = "import os\nprint(open('data/in.txt').read(), os.getcwd() == os.environ['HOME'])\n"
     files = {"main.py": code, "data/in.txt": b"given"}
@@ -258,6 +274,7 @@ def test_isolation_names_each_layer_and_says_it_in_a_line():
 
 
 @needs_namespaces
+@pytest.mark.procs
 def test_the_program_is_pid_2_uid_1000_without_capabilities_and_sees_little():
     code = (
         "import json, os\n"
@@ -279,6 +296,7 @@ def test_the_program_is_pid_2_uid_1000_without_capabilities_and_sees_little():
     assert seen.get("/root", []) in ([], [".pyenv"]), seen
 
 
+@pytest.mark.procs
 def test_without_namespaces_limits_and_the_tree_still_hold(monkeypatch):
     monkeypatch.setattr(sandbox, "_layers", lambda: {"why_not": "refused for the test"})
     python = PYTHON
@@ -313,10 +331,13 @@ _WHO = (
 )
 
 
+@pytest.mark.procs
 def test_a_program_runs_from_inside_a_reward_worker_as_nobody_without_network():
     # a root worker's user namespace maps root and nobody (sandbox/isolation.py): the
     # program drops to nobody there as from the trainer, never host uid 0
-    with WorkerPool(size=1, memory_mb=1024, name="program", network=False) as pool:
+    with WorkerPool(
+        SandboxConfig(workers=1, memory_mb=1024), name="program", network=False
+    ) as pool:
         future = pool.submit(_through_worker, _PROC_WRITE + _WHO, deadline_s=30)
         result, layers, worker_map = future.result()
     assert result.outcome == "exited", result
@@ -334,11 +355,13 @@ def test_a_program_runs_from_inside_a_reward_worker_as_nobody_without_network():
 
 
 @needs_namespaces
+@pytest.mark.procs
 def test_its_proc_is_read_only():
     result = run_program([PYTHON, "main.py"], files={"main.py": _PROC_WRITE})
     assert result.stdout == f"2 False {errno.EROFS}\n".encode(), result
 
 
+@pytest.mark.procs
 def test_a_caller_killed_mid_run_takes_the_program_with_it():
     token = f"hostile-{uuid.uuid4().hex}"
     caller = (
@@ -365,6 +388,7 @@ def test_a_caller_killed_mid_run_takes_the_program_with_it():
 
 @needs_namespaces
 @pytest.mark.skipif(not Path("/usr/bin/unshare").exists(), reason="util-linux unshare")
+@pytest.mark.procs
 def test_where_the_kernel_refuses_namespaces_isolation_says_why_and_programs_still_run():
     # user.max_user_namespaces is per user namespace: 0 in a throwaway one refuses ours
     script = (

@@ -15,7 +15,9 @@ from fake_engines import FakeEngine, replica_set
 from grouprl.cluster.connection import WorkerFailed
 from grouprl.config.schema import RunConfig
 from grouprl.engines.base import SamplingSettings
-from grouprl.engines.replicas import ReplicaSet, Slot, slots, split_by_work, stage
+from grouprl.engines.placement import slots
+from grouprl.engines.push import stage
+from grouprl.engines.replicas import ReplicaSet, Slot, split_by_work
 from grouprl.types import Completion
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from cli_probe import run_cli
@@ -39,6 +40,7 @@ def _finished_run(run_dir, *, steps: int) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
 
 
+@pytest.mark.procs
 def test_resuming_a_finished_run_says_so_and_touches_nothing(tmp_path):
     run_dir = tmp_path / "run"
     before = _finished_run(run_dir, steps=2)

@@ -10,8 +10,9 @@ import textwrap
 
 import pytest
 
-from grouprl.config.schema import RewardFunction
-from grouprl.rewards import RewardError, resolve_rewards, score_completions
+from grouprl.config.containment import SandboxConfig
+from grouprl.config.reward import RewardConfig, RewardFunction
+from grouprl.rewards import RewardError, RewardScorer, resolve_rewards
 from grouprl.rewards.args import WithArgs
 from grouprl.rewards.code import CodeTests
 from grouprl.rewards.registry import reward_problems
@@ -36,6 +37,7 @@ def scaled(tmp_path_factory):
     return path
 
 
+@pytest.mark.procs
 def test_args_reach_the_calls_of_a_function_named_by_path_and_of_code_tests(scaled):
     entries = [
         RewardFunction(name=f"{scaled}:scaled", args={"scale": 3.0}),
@@ -55,15 +57,11 @@ def test_args_reach_the_calls_of_a_function_named_by_path_and_of_code_tests(scal
     code = rewards[3].fn  # a new instance, the registered one untouched
     assert isinstance(code, CodeTests) and (code.partial_credit, code.wall_s) == (True, 4)
     assert isinstance(rewards[2].fn, functools.partial)
-    with WorkerPool(size=1, memory_mb=1024, name="reward-args-test") as pool:
-        scores = score_completions(
-            functions=rewards,
-            completions=["7"],
-            rows=[{"answer": "7", "_index": 0, "input_output": "{}"}],
-            answer_key="answer",
-            on_error="drop",
-            timeout_s=10,
-            pool=pool,
+    with WorkerPool(SandboxConfig(workers=1, memory_mb=1024), name="reward-args-test") as pool:
+        reward = RewardConfig(step_timeout_s=None, failure_brake=None)
+        scorer = RewardScorer(reward, answer_key="answer", functions=rewards, pool=pool)
+        scores = scorer(
+            completions=["7"], rows=[{"answer": "7", "_index": 0, "input_output": "{}"}]
         )
     assert scores.parts[f"{scaled}:scaled"] == [3.0]
     assert scores.parts[f"{scaled}:scaled_2"] == [1.0]
@@ -120,7 +118,7 @@ def test_bad_args_are_refused_before_anything_loads_naming_the_key(scaled, name,
     [problem] = reward_problems([RewardFunction(name=name, args=args)])
     assert expected in problem
     assert "Fix:" in problem
-    with pytest.raises(RewardError, match="reward.functions.0.args"):
+    with pytest.raises(RewardError, match=r"reward.functions.0.args"):
         resolve_rewards([RewardFunction(name=name, args=args)])
 
 

@@ -11,8 +11,9 @@ import time
 
 import pytest
 
-from grouprl.config.schema import RewardFunction
-from grouprl.rewards import resolve_rewards, score_completions
+from grouprl.config.containment import SandboxConfig
+from grouprl.config.reward import RewardConfig, RewardFunction
+from grouprl.rewards import RewardScorer, resolve_rewards
 from grouprl.rewards.calls import preload
 from grouprl.rewards.code import code_tests
 from grouprl.rewards.declares import DeclaresCategories, WarmsUp
@@ -84,26 +85,26 @@ WARMING = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def pool():
-    with WorkerPool(size=1, memory_mb=1024, name="reward-extras-test") as shared:
+    with WorkerPool(SandboxConfig(workers=1, memory_mb=1024), name="reward-extras-test") as shared:
         yield shared
 
 
+def _scorer(pool, functions, *, answer_key="answer", timeout_s=10.0) -> RewardScorer:
+    """A scorer on ``pool`` with no step deadline and no brake."""
+    box = SandboxConfig(timeout_s=timeout_s)
+    reward = RewardConfig(step_timeout_s=None, failure_brake=None, sandbox=box)
+    return RewardScorer(reward, answer_key=answer_key, functions=functions, pool=pool)
+
+
 def _score(pool, entries, completions, answers, *, categories=None):
-    return score_completions(
-        functions=resolve_rewards(entries),
-        completions=completions,
-        rows=[
-            {"answer": a, "data_source": "test", "_index": i // 2} for i, a in enumerate(answers)
-        ],
-        answer_key="answer",
-        on_error="drop",
-        timeout_s=10,
-        pool=pool,
-        group_size=2,
-        categories=categories,
-    )
+    scorer = _scorer(pool, resolve_rewards(entries))
+    if categories is not None:
+        scorer.categories = categories  # the run's bound, kept across passes
+    rows = [{"answer": a, "data_source": "test", "_index": i // 2} for i, a in enumerate(answers)]
+    return scorer(completions=completions, rows=rows, group_size=2)
 
 
+@pytest.mark.procs
 def test_extras_of_each_style_become_shares_and_means_and_failed_calls_have_none(
     pool, tmp_path, caplog
 ):
@@ -152,6 +153,7 @@ def _trajectory(**parts) -> Trajectory:
     )
 
 
+@pytest.mark.procs
 def test_code_tests_returns_its_outcome_and_every_outcome_is_logged(pool):
     """All outcomes but sandbox_error (a failed call, not an outcome) are listed every
     step, 0 where no sample had them, so plots have every line."""
@@ -159,14 +161,12 @@ def test_code_tests_returns_its_outcome_and_every_outcome_is_logged(pool):
     row_tests = '{"inputs": ["1\\n"], "outputs": ["2\\n"]}'
     no_code = code_tests("no program here, sorry.", reference=row_tests, row={})
     assert no_code == {"score": 0.0, "outcome": "no_code", "tests_passed": 0.0}
-    scores = score_completions(
-        functions=resolve_rewards([RewardFunction(name="code_tests")]),
+    scorer = _scorer(
+        pool, resolve_rewards([RewardFunction(name="code_tests")]), answer_key="input_output"
+    )
+    scores = scorer(
         completions=["I cannot write it.", "Nor can I."],
         rows=[{"input_output": row_tests, "_index": 0}] * 2,
-        answer_key="input_output",
-        on_error="drop",
-        timeout_s=10,
-        pool=pool,
     )
     outcomes = {k: v for k, v in metrics(scores).items() if k.startswith("reward/code_tests/")}
     assert outcomes == {
@@ -220,6 +220,7 @@ def test_extras_survive_a_trajectory_record():
     assert trajectory_from_dict(trajectory_to_dict(t)).reward_parts.extras == extras
 
 
+@pytest.mark.procs
 def test_warm_ups_run_once_per_worker_before_calls_and_a_broken_or_hung_one_is_bounded(
     tmp_path, capfd
 ):
@@ -232,16 +233,10 @@ def test_warm_ups_run_once_per_worker_before_calls_and_a_broken_or_hung_one_is_b
     refs = [function_ref(r) for r in rewards]
     started = time.monotonic()
     initializer = functools.partial(preload, refs, warm_up_s=1.0)
-    with WorkerPool(size=1, memory_mb=1024, name="warm-up-test", initializer=initializer) as p:
-        scores = score_completions(
-            functions=rewards,
-            completions=["a"],
-            rows=[{"answer": "a", "_index": 0}],
-            answer_key="answer",
-            on_error="drop",
-            timeout_s=5,
-            pool=p,
-        )
+    box = SandboxConfig(workers=1, memory_mb=1024)
+    with WorkerPool(box, name="warm-up-test", initializer=initializer) as p:
+        scorer = _scorer(p, rewards, timeout_s=5.0)
+        scores = scorer(completions=["a"], rows=[{"answer": "a", "_index": 0}])
     assert time.monotonic() - started < 15  # the hung warm-up cost its budget, not 60 s
     assert scores.errors == []
     assert scores.parts[f"{path}:marked"] == [1.0]  # warmed before its first call
@@ -251,7 +246,7 @@ def test_warm_ups_run_once_per_worker_before_calls_and_a_broken_or_hung_one_is_b
 
 
 def test_held_out_evaluation_logs_the_outcome_shares_under_eval():
-    from grouprl.config.schema import RolloutConfig
+    from grouprl.config.rollout import RolloutConfig
     from grouprl.driver.evaluate import validate
 
     declared = {"outcome": ("passed", "timeout")}

@@ -10,9 +10,10 @@ import types
 import pytest
 
 import grouprl
+from grouprl.config.containment import SandboxConfig
 from grouprl.config.errors import ConfigError
-from grouprl.config.schema import RewardFunction
-from grouprl.rewards import REWARD_FUNCTIONS, register_reward, resolve_rewards, score_completions
+from grouprl.config.reward import RewardConfig, RewardFunction
+from grouprl.rewards import REWARD_FUNCTIONS, RewardScorer, register_reward, resolve_rewards
 from grouprl.rewards.registry import reward_problems
 from grouprl.sandbox import WorkerPool
 
@@ -49,24 +50,20 @@ def foreign(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pool():
-    with WorkerPool(size=1, memory_mb=1024, name="reward-styles-test") as shared:
+    with WorkerPool(SandboxConfig(workers=1, memory_mb=1024), name="reward-styles-test") as shared:
         yield shared
 
 
 def score(pool, entries, completions, rows, *, answer_key="answer", group_size=None):
-    return score_completions(
-        functions=resolve_rewards(entries),
-        completions=completions,
-        rows=rows,
-        answer_key=answer_key,
-        prompt_key="prompt",
-        on_error="drop",
-        timeout_s=5.0,
-        pool=pool,
-        group_size=group_size,
+    box = SandboxConfig(timeout_s=5.0)
+    reward = RewardConfig(step_timeout_s=None, failure_brake=None, sandbox=box)
+    scorer = RewardScorer(
+        reward, answer_key=answer_key, functions=resolve_rewards(entries), pool=pool
     )
+    return scorer(completions=completions, rows=rows, group_size=group_size)
 
 
+@pytest.mark.procs
 def test_verl_compute_score_runs_unmodified_per_completion(pool, foreign):
     rows = [
         {
@@ -91,6 +88,7 @@ def test_verl_compute_score_runs_unmodified_per_completion(pool, foreign):
     assert scores.total == [2.0, 1.0]
 
 
+@pytest.mark.procs
 def test_trl_batched_functions_run_unmodified_once_per_prompt_group(pool, foreign):
     conversation = [{"role": "user", "content": "2+2?"}]  # TRL's conversational prompts
     rows = [{"prompt": conversation, "solution": "4", "_index": 0}] * 2 + [

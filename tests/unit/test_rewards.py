@@ -7,12 +7,14 @@ import functools
 import importlib
 import math
 import os
+import re
 import textwrap
 import time
 
 import pytest
 
-from grouprl.config.schema import RewardFunction
+from grouprl.config.containment import SandboxConfig
+from grouprl.config.reward import RewardConfig, RewardFunction
 from grouprl.rewards import (
     REWARD_FUNCTIONS,
     CannotTrain,
@@ -28,7 +30,6 @@ from grouprl.rewards import (
     register_reward,
     resolve_reward,
     resolve_rewards,
-    score_completions,
 )
 from grouprl.sandbox import WorkerPool
 
@@ -247,23 +248,47 @@ ROWS = [
 def pool():
     """Two reward workers for the module; they import this file before any deadline runs."""
     preload = functools.partial(importlib.import_module, __name__)
-    with WorkerPool(size=2, memory_mb=1024, name="reward-test", initializer=preload) as shared:
+    box = SandboxConfig(workers=2, memory_mb=1024)
+    with WorkerPool(box, name="reward-test", initializer=preload) as shared:
         yield shared
 
 
-def score(pool, functions, completions, rows, *, timeout_s=5.0, on_error="drop", **kwargs):
-    return score_completions(
-        functions=[Reward(*f) for f in functions],
-        completions=completions,
-        rows=rows,
-        answer_key="answer",
-        on_error=on_error,
-        timeout_s=timeout_s,
-        pool=pool,
-        **kwargs,
+def score(
+    pool, functions, completions, rows, *, timeout_s=5.0, brake=None, group_size=None, **settings
+):
+    """One pass of a scorer on ``pool``; ``settings``: ``RewardConfig``'s (no step deadline,
+    no brake unless given: ``brake`` is kept across passes by the caller)."""
+    reward = RewardConfig(
+        **{"step_timeout_s": None, "failure_brake": None, **settings},
+        sandbox=SandboxConfig(timeout_s=timeout_s),
     )
+    functions = [Reward(*f) for f in functions]
+    scorer = RewardScorer(reward, answer_key="answer", functions=functions, pool=pool)
+    if brake is not None:
+        scorer.brake = brake
+    return scorer(completions=completions, rows=rows, group_size=group_size)
 
 
+def stopped(scores, rows) -> Exception:
+    """What the rollout raises for ``scores`` with ``reward.on_error=raise`` (imported here:
+    the workers import this module before they are ready)."""
+    from grouprl.rollout.episode_scores import score_trajectories
+    from grouprl.rollout.reward import SampleFailed
+    from grouprl.types import Completion, Trajectory, Turn
+
+    completion = Completion(token_ids=[5], logprobs=[-0.1], finish_reason="stop")
+    trajectories = [
+        Trajectory(row["_index"], [1], [Turn(completion)], weight_version=0, row=row)
+        for row in rows
+    ]
+    with pytest.raises(SampleFailed) as raised:
+        score_trajectories(
+            trajectories, score=lambda **_: scores, correct_function=None, on_error="raise"
+        )
+    return raised.value
+
+
+@pytest.mark.procs
 def test_weighted_total_parts_and_metrics(pool):
     completions = ["5 + 4 = 9\n#### 9", "the answer is 5"]
     scores = score(
@@ -289,6 +314,7 @@ def index_and_reference(completion, *, reference, row):
     return row["_index"] * 10 + int(reference.split()[-1]) + (completion == "x")
 
 
+@pytest.mark.procs
 def test_reference_and_row_are_passed_by_keyword(pool):
     scores = score(pool, [("spy", index_and_reference, 2.0)], ["x", "y"], ROWS)
     assert scores.parts["spy"] == [80.0, 34.0]  # row 7, "#### 9", "x"; row 3, "#### 4"
@@ -301,6 +327,7 @@ def failing_on_b(completion, **_):
     return 1.0
 
 
+@pytest.mark.procs
 def test_raising_function_fails_its_sample_alone_and_is_recorded(pool, caplog):
     scores = score(
         pool,
@@ -324,6 +351,7 @@ def test_raising_function_fails_its_sample_alone_and_is_recorded(pool, caplog):
     assert "first on sample 1 (row 3): KeyError: 'no such thing'" in caplog.text
 
 
+@pytest.mark.procs
 def test_failures_log_one_warning_per_function_per_step(pool, caplog):
     functions = [("flaky", failing_on_b, 1.0), ("broken", always_fails, 1.0)]
     with caplog.at_level("WARNING", logger="grouprl.rewards"):
@@ -347,6 +375,7 @@ def scores_zero(completion, **_):
 
 
 @pytest.mark.parametrize("on_error", ["drop", "zero"])
+@pytest.mark.procs
 def test_drop_and_zero_return_every_failure_without_raising(pool, on_error):
     functions = [("format", format_reward, 1.0), ("broken", always_fails, 1.0)]
     scores = score(pool, functions, ["#### 1", "b", "c"], ROWS + ROWS[:1], on_error=on_error)
@@ -358,22 +387,23 @@ def test_drop_and_zero_return_every_failure_without_raising(pool, on_error):
     assert scores.parts == {"format": [1.0, 0.0, 0.0], "broken": [0.0, 0.0, 0.0]}
 
 
+@pytest.mark.procs
 def test_a_score_of_zero_on_every_sample_is_no_failure(pool):
     scores = score(pool, [("zero", scores_zero, 1.0)], ["a", "b"], ROWS)
     assert scores.total == [0.0, 0.0] and scores.errors == []
 
 
+@pytest.mark.procs
 def test_raise_stops_at_the_first_failure_with_sample_and_row_index(pool):
-    with pytest.raises(RewardError) as err:
-        score(
-            pool, [("flaky", failing_on_b, 1.0)], ["a", "b", "b"], ROWS + ROWS[1:], on_error="raise"
-        )
-    message = str(err.value)
+    rows = ROWS + ROWS[1:]
+    scores = score(pool, [("flaky", failing_on_b, 1.0)], ["a", "b", "b"], rows, on_error="raise")
+    message = str(stopped(scores, rows))
     assert "'flaky' failed on sample 1 (row 3)" in message
     assert "KeyError: 'no such thing'" in message
     assert "reward.on_error=drop" in message and "reward.on_error=zero" in message
 
 
+@pytest.mark.procs
 def test_the_brake_stops_the_run_when_a_functions_last_n_calls_failed_whenever_in_the_run(
     pool,
 ):
@@ -408,6 +438,7 @@ def returns_listed(completion, **_):
     ("value", "error_type"),
     [("nan", "ValueError"), ("inf", "ValueError"), ("str", "TypeError"), ("none", "TypeError")],
 )
+@pytest.mark.procs
 def test_non_numeric_or_nan_return_is_an_error(pool, value, error_type):
     scores = score(pool, [("bad", returns_listed, 1.0)], [value], ROWS[:1])
     assert scores.total == [0.0]
@@ -422,6 +453,7 @@ def hang_on_a(completion, **_):
     return 1.0
 
 
+@pytest.mark.procs
 def test_hanging_call_is_killed_at_its_deadline_and_the_others_score(pool):
     restarts = pool.stats()["restarts"]
     start = time.monotonic()
@@ -436,10 +468,15 @@ def test_hanging_call_is_killed_at_its_deadline_and_the_others_score(pool):
     )
     assert scores.worker_restarts == 1 == pool.stats()["restarts"] - restarts
     assert metrics(scores)["reward/timeouts"] == 1.0
-    with pytest.raises(RewardError, match=r"sample 0 \(row 7\): TimeoutError: killed after"):
-        score(pool, [("slow", hang_on_a, 1.0)], ["a"], ROWS[:1], timeout_s=0.5, on_error="raise")
+    raised = score(
+        pool, [("slow", hang_on_a, 1.0)], ["a"], ROWS[:1], timeout_s=0.5, on_error="raise"
+    )
+    assert re.search(
+        r"sample 0 \(row 7\): TimeoutError: killed after", str(stopped(raised, ROWS[:1]))
+    )
 
 
+@pytest.mark.procs
 def test_past_step_timeout_the_calls_not_done_fail_as_timeouts_at_once(pool):
     start = time.monotonic()
     scores = score(
@@ -467,6 +504,7 @@ async def async_length(completion, **_):
     return len(completion)
 
 
+@pytest.mark.procs
 def test_async_reward_is_awaited(pool):
     assert score(pool, [("len", async_length, 1.0)], ["abc", "de"], ROWS).total == [3.0, 2.0]
 
@@ -481,6 +519,7 @@ def one_score_too_few_for_row_7(completions, *, rows, **_):
     return [1.0] * (len(completions) - (rows[0]["_index"] == 7))
 
 
+@pytest.mark.procs
 def test_group_reward_scores_each_prompt_group_at_once(pool):
     rows = [ROWS[0]] * 3 + [ROWS[1]] * 3
     completions = ["ccc", "a", "bb", "z", "yyy", "xx"]
@@ -497,6 +536,7 @@ def test_group_reward_scores_each_prompt_group_at_once(pool):
     assert "failed on samples 0-2 (row 7)" in bad.errors[0].describe()
 
 
+@pytest.mark.procs
 def test_file_reward_is_resolved_in_the_worker_by_name(pool, tmp_path):
     path = tmp_path / "mine.py"
     path.write_text("import os\ndef worker_pid(completion, **_):\n    return os.getpid()\n")
@@ -512,29 +552,20 @@ def test_a_lambda_cannot_be_sent_to_the_workers():
     try:
         functions = resolve_rewards([RewardFunction(name="test_lambda_reward")])
         with pytest.raises(RewardError, match="cannot be sent to the reward worker processes"):
-            RewardScorer(
-                functions=functions,
-                answer_key="answer",
-                on_error="drop",
-                timeout_s=1.0,
-                workers=1,
-                memory_mb=None,
-            )
+            RewardScorer(RewardConfig(), answer_key="answer", functions=functions)
         [problem] = reward_problems([RewardFunction(name="test_lambda_reward")])
         assert problem.startswith("reward.functions.0.name='test_lambda_reward': the function")
     finally:
         REWARD_FUNCTIONS.pop("test_lambda_reward")
 
 
+@pytest.mark.procs
 def test_scorer_closes_its_workers():
-    scorer = RewardScorer(
-        functions=resolve_rewards([RewardFunction(name="format")]),
-        answer_key="answer",
-        on_error="drop",
-        timeout_s=5.0,
-        workers=1,
-        memory_mb=512,
+    reward = RewardConfig(
+        functions=[RewardFunction(name="format")],
+        sandbox=SandboxConfig(workers=1, memory_mb=512, timeout_s=5.0),
     )
+    scorer = RewardScorer(reward, answer_key="answer")
     assert scorer(completions=["#### 1"], rows=ROWS[:1]).total == [1.0]
     [pid] = scorer.pool.pids()
     scorer.close()

@@ -106,7 +106,7 @@ def test_answer_aliases_shapes():
     ],
 )
 def test_bad_reference_says_what_is_accepted(reference, message):
-    with pytest.raises(ValueError, match="accepted|expected") as err:
+    with pytest.raises(ValueError, match=r"accepted|expected") as err:
         answer_aliases(reference)
     assert message in str(err.value)
     with pytest.raises(ValueError):

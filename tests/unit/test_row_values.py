@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from grouprl.config.schema import DataSource
-from grouprl.data import DataError, load_rows
+from grouprl.config.model_data import DataSource
 from grouprl.data.row_values import RowValueError, json_row
+from grouprl.data.sources import DataError, load_rows
 from grouprl.types import Completion, Trajectory, Turn, trajectory_from_dict, trajectory_to_dict
 
 WHEN = datetime.datetime(2024, 5, 1, 12, 30)

@@ -12,7 +12,10 @@ import time
 
 import pytest
 
+from grouprl.config.containment import SandboxConfig
 from grouprl.sandbox import CallFailed, WorkerPool, worker_state
+
+pytestmark = pytest.mark.procs  # starts processes: make test-rest
 
 DEADLINE_S = 1.0
 MEMORY_MB = 512
@@ -75,7 +78,7 @@ def recall(key: str) -> int | None:
 
 @pytest.fixture(scope="module")
 def pool():
-    with WorkerPool(size=2, memory_mb=MEMORY_MB, name="test") as shared:
+    with WorkerPool(SandboxConfig(workers=2, memory_mb=MEMORY_MB), name="test") as shared:
         shared.submit(add, 0, 0).result()  # workers started once for the module
         yield shared
 
@@ -167,7 +170,9 @@ def test_stats_count_each_kind(pool):
 def test_the_address_space_limit_fails_an_unbounded_allocation_as_memory():
     """memory_limit="address_space": RLIMIT_AS, a MemoryError in the worker (the default,
     "rss", is tested in test_sandbox_contained.py)."""
-    with WorkerPool(size=1, memory_mb=MEMORY_MB, memory_limit="address_space") as pool:
+    with WorkerPool(
+        SandboxConfig(workers=1, memory_mb=MEMORY_MB, memory_limit="address_space")
+    ) as pool:
         old_pid = pool.submit(pid).result()
         # a deadline far off: touching 512 MB can take over a second on two busy cores
         failure, seconds = _fails(pool.submit(allocate_forever, deadline_s=30.0), kind="memory")
@@ -184,7 +189,7 @@ def test_unpicklable_call_fails_as_error(pool):
 
 
 def test_concurrency_runs_calls_of_one_worker_at_once():
-    with WorkerPool(size=1, memory_mb=None, concurrency=2, name="conc") as pool:
+    with WorkerPool(SandboxConfig(workers=1, memory_mb=None), concurrency=2, name="conc") as pool:
         pool.submit(add, 0, 0).result()
         t0 = time.monotonic()
         futures = [pool.submit(sleep_then_pid, 0.3) for _ in range(2)]
@@ -193,7 +198,7 @@ def test_concurrency_runs_calls_of_one_worker_at_once():
 
 
 def test_close_kills_workers_and_fails_pending_calls():
-    pool = WorkerPool(size=2, memory_mb=MEMORY_MB, name="closing")
+    pool = WorkerPool(SandboxConfig(workers=2, memory_mb=MEMORY_MB), name="closing")
     pool.submit(add, 0, 0).result()
     pids = pool.pids()
     assert len(pids) == 2 and all(_alive(p) for p in pids)
@@ -210,7 +215,7 @@ def test_close_kills_workers_and_fails_pending_calls():
 def test_a_fault_of_the_manager_fails_every_call_instead_of_hanging(monkeypatch):
     """A bug or a /proc race in the manager thread fails the pending call and every later
     one at once (the run stops with the reason), never leaves a future nobody resolves."""
-    pool = WorkerPool(size=1, memory_mb=MEMORY_MB, name="faulty")
+    pool = WorkerPool(SandboxConfig(workers=1, memory_mb=MEMORY_MB), name="faulty")
     pool.submit(add, 0, 0).result()
     pids = pool.pids()
     pending = pool.submit(sleep_then_pid, 0.3)
@@ -220,7 +225,7 @@ def test_a_fault_of_the_manager_fails_every_call_instead_of_hanging(monkeypatch)
 
     monkeypatch.setattr(pool, "_watch", race)
     pool._wake()
-    with pytest.raises(RuntimeError, match="manager thread failed .FileNotFoundError"):
+    with pytest.raises(RuntimeError, match=r"manager thread failed .FileNotFoundError"):
         pending.result(timeout=10)
     with pytest.raises(RuntimeError, match="takes no more calls"):
         pool.submit(add, 1, 2).result(timeout=1)
@@ -239,7 +244,7 @@ def _alive(process_id: int) -> bool:
 def test_a_spare_worker_replaces_the_next_one_to_go():
     """After the first replacement the pool keeps one worker started ahead: the next
     replacement is that process, not a cold start."""
-    with WorkerPool(size=1, memory_mb=MEMORY_MB, name="spare") as pool:
+    with WorkerPool(SandboxConfig(workers=1, memory_mb=MEMORY_MB), name="spare") as pool:
         _fails(pool.submit(exit_3), kind="crash")
         worker = pool.submit(pid).result()
         [spare] = [p for p in pool.pids() if p != worker]

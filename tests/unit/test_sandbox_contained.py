@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from grouprl.config.containment import SandboxConfig
 from grouprl.host.tree import _wait_stopped, kill_tree, running
 from grouprl.sandbox import CallFailed, WorkerPool, worker_state
 from grouprl.sandbox.isolation import host_socket_isolation, network_isolation, refusal
@@ -176,7 +177,9 @@ async def locked_get(url: str) -> tuple[int, int]:
 @pytest.fixture(scope="module")
 def pool():
     """One worker, three calls at once, the default (rss) limit of MEMORY_MB."""
-    with WorkerPool(size=1, memory_mb=MEMORY_MB, concurrency=3, name="contained") as shared:
+    with WorkerPool(
+        SandboxConfig(workers=1, memory_mb=MEMORY_MB), concurrency=3, name="contained"
+    ) as shared:
         shared.submit(pid).result(timeout=30)
         yield shared
 
@@ -188,9 +191,10 @@ def _gone(pids: list[int], *, within_s: float = 2.0) -> bool:
     return not any(running(p) for p in pids)
 
 
+@pytest.mark.procs
 def test_a_call_past_its_deadline_leaves_nothing_of_its_process_tree(tmp_path):
     path = tmp_path / "pids"
-    with WorkerPool(size=1, memory_mb=None, name="tree") as tree:
+    with WorkerPool(SandboxConfig(workers=1, memory_mb=None), name="tree") as tree:
         tree.submit(pid).result(timeout=30)  # this module imported: not in the deadline
         future = tree.submit(start_children_then_hang, str(path), deadline_s=0.5)
         with pytest.raises(CallFailed) as caught:
@@ -201,6 +205,7 @@ def test_a_call_past_its_deadline_leaves_nothing_of_its_process_tree(tmp_path):
         assert _gone(pids), [p for p in pids if running(p)]
 
 
+@pytest.mark.procs
 def test_children_made_with_clone_parent_die_with_the_worker(pool, tmp_path):
     path = tmp_path / "pids"
     future = pool.submit(clone_parent_children_then_hang, str(path), deadline_s=1.0)
@@ -218,6 +223,7 @@ def _stat_of(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
 
 
+@pytest.mark.procs
 def test_kill_waits_for_what_it_froze_to_stop_and_leaves_no_fork_of_a_racing_tree(tmp_path):
     token = f"racer-{os.getpid()}-{time.monotonic_ns()}"
     racer = (  # every process forks as fast as it can, up to 60 in all (a file each)
@@ -244,6 +250,7 @@ def test_kill_waits_for_what_it_froze_to_stop_and_leaves_no_fork_of_a_racing_tre
     assert left == [], left
 
 
+@pytest.mark.procs
 def test_wait_stopped_returns_once_every_thread_of_a_spinning_process_stopped():
     spin = "import threading\nthreading.Thread(target=lambda: [0 for _ in iter(int, 1)]).start()"
     proc = subprocess.Popen([sys.executable, "-c", spin + "\nwhile True: pass"])
@@ -273,10 +280,11 @@ def _pids_with(token: str) -> list[int]:
     return found
 
 
+@pytest.mark.procs
 def test_a_tree_past_the_process_bound_is_killed_whole_before_its_deadline(tmp_path, monkeypatch):
-    monkeypatch.setattr("grouprl.sandbox.pool.MAX_PROCESSES", 6)  # read by the manager
+    monkeypatch.setattr("grouprl.sandbox.manager.MAX_PROCESSES", 6)  # read by the manager
     path = tmp_path / "pids"
-    with WorkerPool(size=1, memory_mb=None, name="forks") as forks:
+    with WorkerPool(SandboxConfig(workers=1, memory_mb=None), name="forks") as forks:
         forks.submit(pid).result(timeout=30)
         started = time.monotonic()
         future = forks.submit(fork_then_hang, str(path), 12, deadline_s=30)
@@ -288,18 +296,21 @@ def test_a_tree_past_the_process_bound_is_killed_whole_before_its_deadline(tmp_p
         assert forks.submit(pid).result(timeout=30) > 0  # a fresh worker took its place
 
 
+@pytest.mark.procs
 def test_close_leaves_nothing_of_the_workers_process_trees(pool):
-    with WorkerPool(size=1, memory_mb=None, name="closing") as closing:
+    with WorkerPool(SandboxConfig(workers=1, memory_mb=None), name="closing") as closing:
         pids = closing.submit(start_children).result(timeout=30)
         assert all(running(p) for p in pids)
     assert _gone(pids), [p for p in pids if running(p)]
 
 
+@pytest.mark.procs
 def test_450_threads_start_under_the_default_memory_limit(pool):
     """RLIMIT_AS at 256 MB would refuse them (8 MB of stack reserved each)."""
     assert pool.submit(start_threads, 450, deadline_s=30).result() == 450
 
 
+@pytest.mark.procs
 def test_an_allocation_past_the_limit_is_killed_as_memory_and_the_pool_goes_on(pool):
     before = pool.stats()
     worker = pool.submit(pid).result()
@@ -314,6 +325,7 @@ def test_an_allocation_past_the_limit_is_killed_as_memory_and_the_pool_goes_on(p
     assert not running(worker)
 
 
+@pytest.mark.procs
 def test_without_network_a_worker_cannot_connect_and_with_it_can(pool):
     allowed, why = network_isolation()
     if not allowed:
@@ -321,7 +333,9 @@ def test_without_network_a_worker_cannot_connect_and_with_it_can(pool):
     with socket.create_server(("127.0.0.1", 0)) as server:
         port = server.getsockname()[1]
         assert pool.submit(connect, port).result() == os.getuid()
-        with WorkerPool(size=1, memory_mb=None, name="offline", network=False) as offline:
+        with WorkerPool(
+            SandboxConfig(workers=1, memory_mb=None), name="offline", network=False
+        ) as offline:
             with pytest.raises(CallFailed) as caught:
                 offline.submit(connect, port).result(timeout=30)
             assert caught.value.kind == "error", caught.value.message
@@ -330,6 +344,7 @@ def test_without_network_a_worker_cannot_connect_and_with_it_can(pool):
             assert offline.network_refused is None
 
 
+@pytest.mark.procs
 def test_an_alone_call_runs_with_no_other_call_beside_it(pool):
     shared = [pool.submit(count_alone, 0.3) for _ in range(2)]
     alone = pool.submit(count_alone, 0.1, alone=True)
@@ -339,6 +354,7 @@ def test_an_alone_call_runs_with_no_other_call_beside_it(pool):
     assert after.result(timeout=10) == 1  # it waited behind the alone call
 
 
+@pytest.mark.procs
 def test_calls_lost_beside_a_crash_are_not_blamed_and_run_again_when_asked(pool):
     before = pool.stats()
     crash = pool.submit(exit_after, 0.1)
@@ -354,6 +370,7 @@ def test_calls_lost_beside_a_crash_are_not_blamed_and_run_again_when_asked(pool)
     assert stats["crashes"] - before["crashes"] == 2
 
 
+@pytest.mark.procs
 def test_a_retried_call_that_fails_again_is_its_own_failure_and_not_retried_twice(pool):
     before = pool.stats()
     first = pool.submit(exit_after, 0.1, retry_lost=True)
@@ -365,6 +382,7 @@ def test_a_retried_call_that_fails_again_is_its_own_failure_and_not_retried_twic
     assert pool.stats()["retried"] - before["retried"] == 2
 
 
+@pytest.mark.procs
 def test_a_pinned_call_is_never_retried(pool):
     crash = pool.submit(exit_after, 0.1, worker=0)
     pinned = pool.submit(count_alone, 0.25, worker=0, retry_lost=True)
@@ -374,6 +392,7 @@ def test_a_pinned_call_is_never_retried(pool):
         assert (caught.value.kind, caught.value.own) == ("crash", False)
 
 
+@pytest.mark.procs
 def test_abandon_fails_running_and_queued_calls_and_kills_their_workers(pool):
     before = pool.stats()
     worker = pool.submit(pid).result(timeout=30)
@@ -391,6 +410,7 @@ def test_abandon_fails_running_and_queued_calls_and_kills_their_workers(pool):
     assert pool.stats()["timeouts"] - before["timeouts"] == 2
 
 
+@pytest.mark.procs
 def test_async_code_keeps_one_event_loop_for_the_process(pool):
     """A contended module-level asyncio.Lock and a module-level httpx.AsyncClient work
     from call to call (a loop per call would break both from the second call on)."""

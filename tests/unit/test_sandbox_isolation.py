@@ -16,9 +16,11 @@ import uuid
 
 import pytest
 
+from grouprl.config.containment import SandboxConfig
+from grouprl.config.reward import RewardConfig
 from grouprl.config.schema import RunConfig
-from grouprl.plan import namespaces
-from grouprl.rewards import Reward, score_completions
+from grouprl.host import namespaces
+from grouprl.rewards import Reward, RewardScorer
 from grouprl.sandbox import WorkerPool, isolation, program
 from grouprl.sandbox.seccomp import _program, assemble
 
@@ -78,23 +80,25 @@ def pools():
     allowed, why = namespaces.host_socket_isolation()
     if not allowed:
         pytest.skip(why)
-    with WorkerPool(size=1, memory_mb=None, name="reward", network=True) as online:
-        with WorkerPool(size=1, memory_mb=None, name="reward", network=False) as offline:
-            yield online, offline
+    with (
+        WorkerPool(SandboxConfig(workers=1, memory_mb=None), name="reward", network=True) as online,
+        WorkerPool(
+            SandboxConfig(workers=1, memory_mb=None), name="reward", network=False
+        ) as offline,
+    ):
+        yield online, offline
 
 
 def _score(addresses: list[str], *, pool: WorkerPool):
-    return score_completions(
-        functions=[Reward("unix", unix_reward, 1.0)],
-        completions=addresses,
-        rows=[{"answer": "", "_index": i} for i in range(len(addresses))],
-        answer_key="answer",
-        on_error="drop",
-        timeout_s=20.0,
-        pool=pool,
-    )
+    box = SandboxConfig(timeout_s=20.0)
+    reward = RewardConfig(step_timeout_s=None, failure_brake=None, sandbox=box)
+    functions = [Reward("unix", unix_reward, 1.0)]
+    scorer = RewardScorer(reward, answer_key="answer", functions=functions, pool=pool)
+    rows = [{"answer": "", "_index": i} for i in range(len(addresses))]
+    return scorer(completions=addresses, rows=rows)
 
 
+@pytest.mark.procs
 def test_a_reward_without_network_reaches_no_host_unix_socket_and_with_it_does(pools, host_sockets):
     online, offline = pools
     addresses = list(host_sockets)  # a path-named socket, then an abstract one
@@ -108,6 +112,7 @@ def test_a_reward_without_network_reaches_no_host_unix_socket_and_with_it_does(p
     ], scores.errors
 
 
+@pytest.mark.procs
 def test_without_network_clone_parent_is_refused_and_with_it_is_not(pools):
     online, offline = pools
     assert offline.submit(clone_parent).result(timeout=30) == -errno.EPERM

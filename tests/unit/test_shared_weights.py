@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
@@ -41,7 +42,7 @@ def test_layout_is_aligned_and_disjoint():
         (offset, offset + 4 * torch.Size(shape).numel()) for _, _, shape, offset in layout
     )
     assert all(offset % shared_weights.ALIGN == 0 for offset, _ in spans)
-    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:], strict=False))
+    assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
     assert spans[-1][1] <= size
 
 
@@ -150,7 +151,7 @@ def test_fused_parts_lie_back_to_back_in_vllms_row_order():
 def test_a_tied_head_shares_the_embeddings_bytes():
     shared = SharedWeights(dict(EXPECTED), dtype=torch.float32, tied=True, engine="test")
     shared.unlink()
-    untied, size = plan_layout(EXPECTED, torch.float32)
+    _untied, size = plan_layout(EXPECTED, torch.float32)
     assert shared.size < size  # the head's 10 x 4 floats are not stored twice
     head, embeddings = shared.views["lm_head.weight"], shared.views["model.embed_tokens.weight"]
     assert head.data_ptr() == embeddings.data_ptr()

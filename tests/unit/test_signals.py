@@ -11,10 +11,14 @@ import time
 
 import pytest
 
+from grouprl.config.containment import SandboxConfig
 from grouprl.host.sessions import close_sessions, kill_sessions, own_session
 from grouprl.sandbox import WorkerPool
 
-pytestmark = pytest.mark.skipif(os.name != "posix", reason="process groups and sessions")
+pytestmark = [
+    pytest.mark.skipif(os.name != "posix", reason="process groups and sessions"),
+    pytest.mark.procs,
+]
 
 
 def pid() -> int:
@@ -36,7 +40,7 @@ def report(queue) -> None:
 
 
 def test_a_pool_worker_rides_out_sigint_and_sigterm_quietly(capfd):
-    with WorkerPool(size=1, memory_mb=None, name="signals") as pool:
+    with WorkerPool(SandboxConfig(workers=1, memory_mb=None), name="signals") as pool:
         first = pool.submit(pid).result(timeout=30)
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGINT):
             os.kill(first, sig)

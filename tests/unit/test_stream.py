@@ -11,7 +11,8 @@ import time
 import pytest
 
 from grouprl.data.sampler import PromptSampler
-from grouprl.driver.stream import Generated, Stream, StreamClosed, oldest_version
+from grouprl.driver.source import Generated, oldest_version
+from grouprl.driver.stream import Stream, StreamClosed
 from grouprl.types import Completion, Trajectory, Turn
 
 N = 2  # samples per prompt

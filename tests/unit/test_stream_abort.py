@@ -19,8 +19,9 @@ import pytest
 
 from grouprl.config.replica_timeouts import Bound
 from grouprl.data.sampler import PromptSampler
+from grouprl.driver.source import Generated
 from grouprl.driver.stopping import Stopping
-from grouprl.driver.stream import Generated, Stream, StreamClosed
+from grouprl.driver.stream import Stream, StreamClosed
 from grouprl.engines.base import SamplingSettings
 from grouprl.engines.replicas import ReplicaSet, Slot
 from grouprl.engines.segments import GenerationAborted, PushGate
@@ -130,9 +131,12 @@ def test_inside_aborting_no_segment_starts_and_one_waiting_behind_a_push_stops_w
         with gate.aborting():
             waiter.join(5)
         assert isinstance(raised[0], GenerationAborted)  # did not wait for the push
-    with gate.aborting(), pytest.raises(GenerationAborted, match="segment boundary"):
-        with gate.segment():
-            pass
+    with (
+        gate.aborting(),
+        pytest.raises(GenerationAborted, match="segment boundary"),
+        gate.segment(),
+    ):
+        pass
     with gate.segment():  # after the block the engine generates again
         pass
 

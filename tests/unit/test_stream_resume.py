@@ -13,7 +13,8 @@ from types import SimpleNamespace
 
 from grouprl.data.sampler import PromptSampler
 from grouprl.driver.checkpointing import _resume_stream
-from grouprl.driver.stream import Generated, Stream, oldest_version
+from grouprl.driver.source import Generated, RolloutSource, oldest_version
+from grouprl.driver.stream import Stream
 from grouprl.types import Completion, Trajectory, Turn
 
 B = 2  # groups per step
@@ -73,7 +74,7 @@ def test_a_resume_with_a_smaller_bound_drops_the_groups_past_it_and_trains_each_
     resumed = _stream(engine, staleness=1)
     with caplog.at_level(logging.INFO, logger="grouprl.driver"):
         _resume_stream(
-            SimpleNamespace(stream=resumed), SimpleNamespace(stream=saved, weight_version=1)
+            SimpleNamespace(rollouts=resumed), SimpleNamespace(stream=saved, weight_version=1)
         )
     trained, lags = [], []
     try:
@@ -102,7 +103,7 @@ def test_a_resume_within_the_bound_restores_every_buffered_group(caplog):
     resumed = _stream(Engine(gated=False), staleness=3)
     with caplog.at_level(logging.INFO, logger="grouprl.driver"):
         _resume_stream(
-            SimpleNamespace(stream=resumed), SimpleNamespace(stream=saved, weight_version=1)
+            SimpleNamespace(rollouts=resumed), SimpleNamespace(stream=saved, weight_version=1)
         )
     try:
         assert [g["row"] for g in resumed.state_dict()["buffer"]] == [2, 3, 4, 5, 6, 7]
@@ -110,3 +111,18 @@ def test_a_resume_within_the_bound_restores_every_buffered_group(caplog):
         resumed.close()
     assert "resumes with 6 buffered groups to train first (0 dropped" in caplog.text
     assert "would lag" not in caplog.text
+
+
+def test_a_synchronous_resume_of_a_streamed_checkpoint_says_its_groups_are_not_trained(caplog):
+    """rollout.max_staleness=0 takes its rounds inline (``RolloutSource``): a saved stream
+    cannot be put back; the warning says what is left untrained and how to train it."""
+    saved = _saved_with_staleness_3()
+    inline = RolloutSource(Engine(gated=False).generate, PromptSampler(40, seed=0), batch_size=B)
+    with caplog.at_level(logging.WARNING, logger="grouprl.driver"):
+        _resume_stream(
+            SimpleNamespace(rollouts=inline), SimpleNamespace(stream=saved, weight_version=1)
+        )
+    assert inline.state_dict() is None
+    said = caplog.text
+    assert "holds a rollout stream (rollout.max_staleness >= 1) with 6 finished" in said, said
+    assert "Resume with the original rollout.max_staleness to train them." in said, said

@@ -1,5 +1,6 @@
 """The package's structure: layers (and layer 3's floors) that only look down, no import
-loops, typed worker calls, and every source file linted."""
+loops, the size budget (each test names what is over it), typed worker calls, and every
+source file linted."""
 
 from __future__ import annotations
 
@@ -60,6 +61,63 @@ def test_layer_3_floors_run_from_services_up_to_rollout():
     assert floor["engines"] < floor["rollout"]
 
 
+def test_no_file_over_the_budget():
+    big = structure.over(list(structure.file_sizes(SRC).items()), structure.MAX_FILE_LINES)
+    assert not big, f"files over {structure.MAX_FILE_LINES} lines (split by concern): {big}"
+
+
+def test_no_function_over_the_budget():
+    lengths = [(qualname, n) for n, qualname in structure.functions(SRC)]
+    long = structure.over(lengths, structure.MAX_FUNCTION_LINES)
+    assert not long, f"functions over {structure.MAX_FUNCTION_LINES} lines: {long}"
+
+
+def test_any_annotations_within_the_budget():
+    found = structure.any_annotations(SRC)
+    assert len(found) < structure.ANY_BELOW, (
+        f"{len(found)} parameters and variables annotated `Any` (budget < "
+        f"{structure.ANY_BELOW}): name the type; by module: {structure.places(found)}"
+    )
+
+
+def test_getattr_calls_within_the_budget():
+    found = structure.getattr_calls(SRC)
+    assert len(found) < structure.GETATTR_BELOW, (
+        f"{len(found)} `getattr(` calls (budget < {structure.GETATTR_BELOW}): a protocol "
+        f"says what a thing has; by module: {structure.places(found)}"
+    )
+
+
+def test_floors_within_the_budget():
+    floors = structure.floors_line(structure.FLOORS)
+    assert structure.floor_count(structure.LAYERS) < structure.FLOORS_BELOW, (
+        f"{structure.floor_count(structure.LAYERS)} floors (budget < "
+        f"{structure.FLOORS_BELOW}): layers {sorted(set(structure.LAYERS.values()))}, "
+        f"layer 3: {floors}"
+    )
+
+
+def test_the_budget_counts_any_and_getattr_as_written(tmp_path: Path):
+    """`Any` exactly (a parameter, *args, **kwargs, a variable; not `list[Any]`, not a
+    return), and calls of the builtin getattr (not a method named getattr)."""
+    pkg = tmp_path / "grouprl"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "m.py").write_text(
+        "import typing\n"
+        "from typing import Any\n"
+        "def f(a: Any, b: list[Any], *args: Any, c: typing.Any = 1, **kw: Any) -> Any:\n"
+        "    x: Any = getattr(a, 'x')\n"
+        "    y: dict[str, Any] = {}\n"
+        "    return a.getattr('y')\n"
+    )
+    assert structure.any_annotations(pkg) == [("grouprl.m", 3)] * 4 + [("grouprl.m", 4)]
+    assert structure.getattr_calls(pkg) == [("grouprl.m", 4)]
+    assert structure.places([("grouprl.m", 4), ("grouprl.n", 1), ("grouprl.m", 3)]) == (
+        "grouprl.m (2): 4, 3; grouprl.n (1): 1"
+    )
+
+
 def test_the_structure_script_finds_a_loop_and_an_upward_import(tmp_path: Path):
     pkg = tmp_path / "grouprl"
     (pkg / "driver").mkdir(parents=True)
@@ -113,6 +171,7 @@ def test_no_worker_call_names_its_method_in_a_string():
     assert offenders == []
 
 
+@pytest.mark.procs
 def test_ruff_sees_every_python_file_under_src():
     """ruff skips folders named like build output (``dist/``, ``build/``): every file
     under src must be among those `make lint` checks."""

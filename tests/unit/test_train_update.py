@@ -7,7 +7,8 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from grouprl.config.schema import AlgoConfig, CriticConfig, TrainConfig
+from grouprl.config.algo_section import AlgoConfig
+from grouprl.config.train import CriticConfig, TrainConfig
 from grouprl.device import autocast_for
 from grouprl.driver.batch import build_batch
 from grouprl.types import Completion, Trajectory, Turn

@@ -130,5 +130,5 @@ def test_a_row_value_json_cannot_hold_is_refused_by_name(row: dict, named: str) 
 def test_a_damaged_record_names_what_is_missing() -> None:
     record = trajectory_to_dict(_trajectory())
     del record["turns"][0]["completion"]["logprobs"]
-    with pytest.raises(RecordError, match="prompt_index=17.*logprobs"):
+    with pytest.raises(RecordError, match=r"prompt_index=17.*logprobs"):
         trajectory_from_dict(record)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from grouprl.engines.base import SamplingSettings
-from grouprl.rollout.turns import SEED_STRIDE, TurnEngine, TurnLimits, call_seed
+from grouprl.rollout.turns import TurnEngine, TurnLimits
+from grouprl.seeds import CALL_STRIDE, call_seed
 from grouprl.types import Completion
 
 
@@ -43,9 +44,9 @@ def test_one_engine_call_whatever_the_max_tokens_each_with_the_next_seed():
     assert (settings.max_tokens, settings.max_tokens_each, settings.seed) == (32, (8, 32, 8, 4), 5)
     assert settings.prompt_max_tokens(4) == [8, 32, 8, 4]
     turns.generate([[9]])  # the run's max_tokens; the second call of the rollout
-    assert engine.calls[-1][1] == SamplingSettings(max_tokens=32, seed=5 + SEED_STRIDE)
+    assert engine.calls[-1][1] == SamplingSettings(max_tokens=32, seed=5 + CALL_STRIDE)
     turns.generate([[9], [8]], max_tokens=[6, 6])  # agreeing values: as for one max_tokens
-    assert engine.calls[-1][1] == SamplingSettings(max_tokens=6, seed=5 + 2 * SEED_STRIDE)
+    assert engine.calls[-1][1] == SamplingSettings(max_tokens=6, seed=5 + 2 * CALL_STRIDE)
     assert engine.calls[-1][1].prompt_max_tokens(2) == [6, 6]
     assert turns.calls == 3
 
@@ -72,7 +73,7 @@ def test_a_failed_call_raises_and_does_not_take_a_seed():
     assert turns.calls == 1  # the call that answered counts; the next call reuses seed 1
     engine.fail_on = None
     turns.generate([[3]])
-    assert engine.calls[-1][1].seed == SEED_STRIDE
+    assert engine.calls[-1][1].seed == CALL_STRIDE
 
 
 def test_turn_limit_ends_the_episode_at_max_turns():

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from grouprl.config.schema import CriticConfig, LoraConfig, TrainConfig
+from grouprl.config.train import CriticConfig, LoraConfig, TrainConfig
 from grouprl.workers.lora import add_lora
 from grouprl.workers.optim import decay_param_groups, make_optimizer
 from grouprl.workers.value_model import make_critic_optimizer

@@ -14,10 +14,12 @@ import torch
 from grouprl.config.loader import load_config
 from grouprl.engines.base import SamplingSettings
 from grouprl.engines.hf_engine import HFEngine
-from grouprl.engines.replicas import ReplicaSet, Slot, stage
+from grouprl.engines.push import stage
+from grouprl.engines.replicas import ReplicaSet, Slot
 from grouprl.types import Completion
 from grouprl.workers.policy import PolicyWorker
 from grouprl.workers.rank import Rank
+from grouprl.workers.weight_export import weight_buckets
 
 
 @pytest.fixture(scope="module")
@@ -83,13 +85,17 @@ def test_buckets_hold_at_most_their_bound_and_a_larger_tensor_goes_alone(policy)
     assert whole is not None
     sizes = {n: t.numel() * t.element_size() for n, t in whole.items()}
     bound = sorted(sizes.values())[len(sizes) // 2]  # half the tensors are larger
-    buckets = list(policy.weight_buckets(on=frozenset({0}), dtype=None, bucket_bytes=bound))
+    buckets = list(
+        weight_buckets(policy.model, policy.rank, on=frozenset({0}), dtype=None, bucket_bytes=bound)
+    )
     assert [n for b in buckets for n in b] == list(whole)  # every weight once, in order
     for bucket in buckets:
         nbytes = sum(sizes[n] for n in bucket)
         assert nbytes <= bound or len(bucket) == 1
     assert any(len(b) == 1 and sizes[next(iter(b))] > bound for b in buckets)
-    tiny = list(policy.weight_buckets(on=frozenset({0}), dtype=None, bucket_bytes=1))
+    tiny = list(
+        weight_buckets(policy.model, policy.rank, on=frozenset({0}), dtype=None, bucket_bytes=1)
+    )
     assert [len(b) for b in tiny] == [1] * len(whole)  # a bound below any tensor: one each
 
 
@@ -132,7 +138,7 @@ class Slow:
         if last:  # the push's whole (its buckets came before)
             self.events.append("stage")
 
-    def apply_weights(self, version):
+    def apply_weights(self, version, *, nbytes=0):
         self.events.append("apply")
         self.version = version
 

@@ -35,7 +35,7 @@ from grouprl.ckpt.s3 import S3Store
 from grouprl.ckpt.snapshot import Shards, Snapshot, StagedShards, write_checkpoint
 from grouprl.ckpt.state import CheckpointError, TrainerState
 from grouprl.ckpt.tiers import Found, LocalTier, S3Tier, Tier, due, step_name
-from grouprl.config.schema import CheckpointConfig
+from grouprl.config.ckpt import CheckpointConfig
 
 logger = logging.getLogger(__name__)
 

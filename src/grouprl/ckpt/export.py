@@ -34,7 +34,7 @@ def find_checkpoint(run: Path, *, step: int | None = None) -> Path:
     found = LocalTier("disk", root, every=None, keep=1).complete() if root.is_dir() else []
     picked = [f for f in found if step is None or f.step == step]
     if not picked:
-        have = [Path(f.where).name for f in found]
+        have = [f.name for f in found]
         raise CheckpointError(
             f"{run}: no complete checkpoint"
             + (f" for step {step} ({step_name(step)})" if step is not None else "")

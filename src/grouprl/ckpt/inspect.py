@@ -102,7 +102,7 @@ def list_checkpoints(target: str, *, endpoint_url: str | None = None) -> list[Ro
         mark = best if best is not None and best.step == found.step else None
         try:
             if source.store is not None:
-                text = source.store.read_bytes(f"{_name(found)}/{MANIFEST}")
+                text = source.store.read_bytes(f"{found.name}/{MANIFEST}")
                 manifest = parse_manifest(text, where=found.where)
             else:
                 manifest = read_manifest(Path(found.where))
@@ -151,7 +151,7 @@ def prune(target: str, *, keep: int, endpoint_url: str | None = None) -> list[Fo
     removed = [f for f in source.found[:-keep] if best is None or f.step != best.step]
     for found in removed:
         if source.store is not None:
-            source.store.delete_dir(_name(found), first=MANIFEST)
+            source.store.delete_dir(found.name, first=MANIFEST)
         else:
             remove_local(Path(found.where))
     return removed
@@ -290,10 +290,6 @@ def _best_step(source: Source) -> int:
     return best.step
 
 
-def _name(found: Found) -> str:
-    return found.where.rstrip("/").rpartition("/")[2]
-
-
 @contextmanager
 def _local_copy(source: Source, found: Found) -> Iterator[Path]:
     """``found`` as a local directory: itself, or an S3 checkpoint downloaded to a
@@ -302,8 +298,8 @@ def _local_copy(source: Source, found: Found) -> Iterator[Path]:
         yield Path(found.where)
         return
     with tempfile.TemporaryDirectory(prefix="grouprl-ckpt-") as tmp:
-        local = Path(tmp) / _name(found)
-        source.store.download_dir(_name(found), local)
+        local = Path(tmp) / found.name
+        source.store.download_dir(found.name, local)
         try:
             yield local
         except CheckpointError as err:

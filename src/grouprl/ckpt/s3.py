@@ -40,7 +40,7 @@ _ENDPOINT = re.compile(r"https?://([\w.-]+|\[[0-9a-fA-F:.]+\])(:\d{1,5})?(/\S*)?
 # NoSuchBucket: a restarted S3-compatible server, which its operator may recreate.
 # NoSuchUpload: a multipart upload the server forgot; the retry starts a new one.
 _RETRY_CODES = frozenset(
-    "NoSuchBucket NoSuchUpload RequestTimeout RequestTimeoutException SlowDown Throttling "
+    "NoSuchBucket NoSuchUpload RequestTimeout RequestTimeoutException SlowDown Throttling "  # noqa: SIM905
     "ThrottlingException TooManyRequestsException RequestLimitExceeded BandwidthLimitExceeded "
     "ServiceUnavailable InternalError".split()
 )
@@ -50,7 +50,7 @@ _CREDENTIALS = (
     "Fix: export valid credentials or set AWS_PROFILE, then rerun."
 )
 _FIXES = dict.fromkeys(
-    "NoCredentialsError PartialCredentialsError InvalidAccessKeyId SignatureDoesNotMatch "
+    "NoCredentialsError PartialCredentialsError InvalidAccessKeyId SignatureDoesNotMatch "  # noqa: SIM905
     "ExpiredToken InvalidToken".split(),
     _CREDENTIALS,
 ) | {

@@ -63,11 +63,11 @@ def parse_metadata(data: bytes, *, where: str) -> Metadata:
 class SafeReader(FileSystemReader):
     """DCP's file reader, with the metadata pickle restricted to DCP's own records."""
 
-    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        path = self._get_metadata_path(kwargs.get("rank"))
+    def read_metadata(self, *args: object, rank: int | None = None, **kwargs: object) -> Metadata:
+        path = self._get_metadata_path(rank)
         with open(path, "rb") as f:
             metadata = parse_metadata(f.read(), where=str(self.path))
-        if getattr(metadata, "storage_meta", None) is None:
+        if metadata.storage_meta is None:  # the class default, for a pickle without one
             metadata.storage_meta = StorageMeta()
         assert metadata.storage_meta is not None
         metadata.storage_meta.load_id = self.load_id

@@ -41,7 +41,7 @@ class StagedShards:
     """Host copies of a state (nested state dicts), reused from save to save."""
 
     def __init__(self, *, process_group=None) -> None:
-        self.tensors: Any = None
+        self.tensors: dict[str, Any] = {}  # empty: no buffers to reuse yet
         self.process_group = process_group
 
     def stage(self, state: dict[str, Any]) -> int:
@@ -63,17 +63,18 @@ class Snapshot:
     nbytes: int = 0
 
 
-def stage(state: Any, buffers: Any = None) -> tuple[Any, int]:
+def stage(state: object, buffers: object = None) -> tuple[Any, int]:
     """A host copy of ``state`` (nested dicts/lists of tensors and plain values), written
     into ``buffers`` (a previous copy) where shapes and dtypes match; and its bytes."""
     if isinstance(state, torch.Tensor):
         local = state.to_local() if isinstance(state, DTensor) else state
-        reuse = (
-            isinstance(buffers, torch.Tensor)
+        out = (
+            buffers
+            if isinstance(buffers, torch.Tensor)
             and buffers.shape == local.shape
             and buffers.dtype == local.dtype
+            else _host_buffer(local)
         )
-        out = buffers if reuse else _host_buffer(local)
         out.copy_(local.detach(), non_blocking=False)
         if isinstance(state, DTensor):  # a shard: keep its placement for DCP
             out = DTensor.from_local(

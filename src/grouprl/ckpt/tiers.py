@@ -17,7 +17,7 @@ import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from grouprl.ckpt.manifest import MANIFEST, Manifest, is_complete, verify
 from grouprl.ckpt.s3 import S3Store
@@ -49,6 +49,11 @@ class Found:
     step: int
     where: str
 
+    @property
+    def name(self) -> str:
+        """The checkpoint's own name (``step_N``): the last part of ``where``."""
+        return self.where.rstrip("/").rpartition("/")[2]
+
 
 @dataclass
 class Restored:
@@ -59,7 +64,7 @@ class Restored:
     tier: str
     manifest: Manifest
     source: str = ""  # for the log line: which tier, where
-    load_from: Any = None
+    load_from: object = None  # a Path, or ckpt.node_tier.NodeDir
 
     def __post_init__(self) -> None:
         if self.load_from is None:

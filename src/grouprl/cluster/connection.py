@@ -1,5 +1,5 @@
-"""Joining a Ray cluster, and saying in one line why a Ray call failed: shared by the
-training ranks' worker group and the rollout engine's actor.
+"""Joining a Ray cluster, starting actors on it, and saying in one line why a Ray call
+failed: shared by the training ranks' worker group and the rollout engine's replicas.
 """
 
 from __future__ import annotations
@@ -7,11 +7,14 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from grouprl.config.schema import ClusterConfig
+from grouprl.config.train import ClusterConfig
 
 PLACEMENT_TIMEOUT_S = 120.0  # the cluster should have the resources by then
+logger = logging.getLogger(__name__)
 
 
 class ClusterError(RuntimeError):
@@ -33,7 +36,7 @@ def reason(err: Exception) -> str:
     if isinstance(err, rex.ActorDiedError | rex.ActorUnavailableError):
         return "its process died (killed, out of memory, or its node was lost)"
     if isinstance(err, rex.RayTaskError):
-        cause = err.cause if getattr(err, "cause", None) is not None else err
+        cause = err.cause if err.cause is not None else err
         return f"{type(cause).__name__}: {cause}"
     return f"{type(err).__name__}: {err}"
 
@@ -77,3 +80,40 @@ def check_local_ray(c: ClusterConfig, *, world_size: int) -> None:
         "machine, `ray start --address=HEAD:6379` on the others) and set "
         "cluster.address=HEAD:6379 (or RAY_ADDRESS), or run it there with `grouprl submit`."
     )
+
+
+def start_actors(
+    cls: type,
+    each: Sequence[tuple[dict[str, Any], dict[str, Any], dict[str, str]]],
+    *,
+    concurrency_groups: dict[str, int] | None = None,
+) -> list[Any]:
+    """One Ray actor of ``cls`` per ``(options, kwargs, env)`` of ``each``, started at once,
+    not waited for (a first call's result says it is up): ``.options(**options)``
+    (resources, placement), ``env`` its extra environment variables, ``cls(**kwargs)``.
+    ``concurrency_groups``: ``cls``'s (Ray takes them at ``ray.remote``)."""
+    import ray
+
+    remote = (
+        ray.remote(cls)
+        if concurrency_groups is None
+        # Ray's overloads leave out this keyword of ray.remote (not one of .options())
+        else ray.remote(concurrency_groups=concurrency_groups)(cls)  # pyright: ignore[reportCallIssue]
+    )
+    actors = []
+    for options, kwargs, env in each:
+        runtime = {"runtime_env": {"env_vars": env}} if env else {}
+        actors.append(remote.options(**options, **runtime).remote(**kwargs))
+    return actors
+
+
+def actor_pid(_: object) -> int:
+    """The process id of the actor it runs in: ``actor.__ray_call__.remote(actor_pid)``."""
+    return os.getpid()
+
+
+def log_started(summary: str, names: Sequence[str], pids: Sequence[int]) -> None:
+    """One line naming each started actor with its process id (what a test or an operator
+    kills it by)."""
+    started = "; ".join(f"{name} pid {pid}" for name, pid in zip(names, pids, strict=True))
+    logger.info("%s: %s", summary, started)

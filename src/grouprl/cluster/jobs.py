@@ -20,7 +20,6 @@ from pathlib import Path
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 EXCLUDES = [".venv", ".git", "runs", "**/__pycache__", "*.egg-info", ".pytest_cache", "*.log"]
 """Never uploaded with the working dir: environments, run outputs, caches."""
-FINISHED = {"SUCCEEDED", "FAILED", "STOPPED"}
 
 
 class JobError(RuntimeError):

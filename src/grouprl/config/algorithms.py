@@ -19,7 +19,7 @@ class Algorithm:
 
 
 def _keys(
-    advantage: str, *, policy_loss: str = "ppo_clip", loss_agg: str = "token_mean", **more: Any
+    advantage: str, *, policy_loss: str = "ppo_clip", loss_agg: str = "token_mean", **more: object
 ) -> dict[str, Any]:
     """A preset's keys: its estimator, its policy loss and aggregation (PPO's clipped ratio
     over all tokens unless it says otherwise), and any others its paper sets."""

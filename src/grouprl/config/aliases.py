@@ -11,40 +11,14 @@ by spelling, so it names the grouprl key and any change of unit. ``grouprl conve
 grouprl key, the others go through convert's rules. docs/migration.md's tables are this
 table (``scripts/migration_tables.py`` writes them; a test checks that they agree).
 ``grouprl`` is empty where grouprl has no equivalent; the note then says what to do
-instead.
-
-``RENAMED`` holds grouprl's own keys that moved: unlike a verl or TRL key, an old key
-still works (the loader and the sections move it to its new place, ``move_renamed``) and
-a hint names the new key.
+instead. (grouprl's own renamed keys: ``config/renamed.py``.)
 """
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass
-from typing import Any
-
-logger = logging.getLogger(__name__)
+from grouprl.config.renamed import RENAMED, Alias
 
 AR = "actor_rollout_ref"
-
-
-@dataclass(frozen=True)
-class Alias:
-    key: str
-    """The key as its framework writes it."""
-    framework: str
-    """`verl` or `TRL`."""
-    grouprl: tuple[str, ...]
-    """The grouprl keys (dotted paths) that set the same thing; empty: no equivalent."""
-    note: str = ""
-    """Unit changes, value translations, or (with no equivalent) what to do instead."""
-    same: bool = False
-    """verl: the value means the same at the grouprl key; ``grouprl convert`` copies it."""
-
-    @property
-    def leaf(self) -> str:
-        return self.key.rpartition(".")[2]
 
 
 def _v(key: str, grouprl: str | tuple[str, ...] = (), note: str = "", *, same=False) -> Alias:
@@ -404,95 +378,6 @@ TRL: tuple[Alias, ...] = (
 
 
 ALIASES: tuple[Alias, ...] = VERL + TRL
-
-
-def _g(old: str, new: str, note: str = "") -> Alias:
-    return Alias(key=old, framework="grouprl", grouprl=(new,), note=note)
-
-
-SEARCH = "search_qa's own setting, passed like a class's env.args"
-
-RENAMED: tuple[Alias, ...] = (
-    # the containment of user code: one `sandbox` block, for rewards and environments
-    _g("reward.workers", "reward.sandbox.workers"),
-    _g("reward.memory_mb", "reward.sandbox.memory_mb"),
-    _g("reward.timeout_s", "reward.sandbox.timeout_s"),
-    _g("env.workers", "env.sandbox.workers"),
-    _g("env.memory_mb", "env.sandbox.memory_mb"),
-    _g("env.step_timeout_s", "env.sandbox.timeout_s", "each start or step call's deadline"),
-    # your own agent: one `agent` block (env.agent=FILE.py:solve still names it alone)
-    _g("env.agent_timeout_s", "env.agent.timeout_s", "each episode's deadline"),
-    _g("env.agent_concurrency", "env.agent.concurrency"),
-    # the built-in search environment's settings
-    _g("env.corpus", "env.args.corpus", SEARCH),
-    _g("env.search_k", "env.args.k", SEARCH),
-    _g("env.turn_reward", "env.args.turn_reward", SEARCH),
-    _g("env.tool_timeout_s", "env.args.timeout_s", SEARCH),
-    _g("env.tool_max_chars", "env.args.max_chars", SEARCH),
-)
-"""grouprl keys that moved, each with its new key: the old one still works, with a hint."""
-
-
-def move_renamed(data: dict[str, Any], *, prefix: str = "") -> tuple[list[Alias], list[Alias]]:
-    """Move every old key (``RENAMED``) found in ``data``, the nested mapping of the section
-    at ``prefix`` (``""``: the whole run, ``"env."``: the env section), to its new key, in
-    place. Returns the entries moved, and those whose new key was set as well (the old one
-    is then dropped: the new key wins)."""
-    moved, clashes = [], []
-    for alias in RENAMED:
-        if not alias.key.startswith(prefix):
-            continue
-        *old_parents, old_leaf = alias.key.removeprefix(prefix).split(".")
-        parent = _section_at(data, old_parents, create=False)
-        if parent is None or old_leaf not in parent:
-            continue
-        value = parent.pop(old_leaf)
-        *new_parents, new_leaf = alias.grouprl[0].removeprefix(prefix).split(".")
-        target = _section_at(data, new_parents, create=True)
-        if target is None or new_leaf in target:
-            clashes.append(alias)
-            continue
-        target[new_leaf] = value
-        moved.append(alias)
-    return moved, clashes
-
-
-def renamed_to_new(data: dict[str, Any], *, origin: str, prefix: str = "") -> list[str]:
-    """``move_renamed``, with a warning (``rename_hint``) for each key moved; returns a
-    problem for each key set under both its old and new name (in ``origin``)."""
-    moved, clashes = move_renamed(data, prefix=prefix)
-    for alias in moved:
-        logger.warning(rename_hint(alias, origin=origin))
-    return [
-        f"{alias.key} and {alias.grouprl[0]} (in {origin}) are the same key under its old "
-        f"and new name; remove {alias.key}"
-        for alias in clashes
-    ]
-
-
-def _section_at(data: dict[str, Any], parts: list[str], *, create: bool) -> dict | None:
-    """The mapping at ``parts`` inside ``data`` (a section given as a model is dumped to
-    one); with ``create``, missing or null sections are made. None: not a mapping."""
-    node: Any = data
-    for part in parts:
-        child = node.get(part)
-        if child is None and create:
-            child = node[part] = {}
-        elif child is not None and hasattr(child, "model_dump"):  # a section given from Python
-            child = node[part] = child.model_dump(exclude_unset=True)
-        if not isinstance(child, dict):
-            return None
-        node = child
-    return node
-
-
-def rename_hint(alias: Alias, *, origin: str) -> str:
-    """The hint for an old key that still works: where it went."""
-    note = f" ({alias.note})" if alias.note else ""
-    return (
-        f"{alias.key} (in {origin}) is now {alias.grouprl[0]}{note}; the old key still works "
-        f"for now: rename it. docs/migration.md lists the renamed keys."
-    )
 
 
 def markdown_table(framework: str) -> str:

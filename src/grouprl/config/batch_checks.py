@@ -2,6 +2,7 @@
 
     data.batch_size prompts x rollout.n samples = samples_per_step
     samples_per_step / train.mini_batch_size    = mini-batches per step (whole ones)
+    x algo.num_iterations passes                = optimizer steps per training step
     train.mini_batch_size / world size          = a rank's share of each mini-batch
                                                   (``workers/rank.py``: equal contiguous
                                                   blocks, so it must divide evenly)

@@ -1,22 +1,10 @@
 """Cross-field checks and the quantities derived from a config.
 
-One training step, in samples::
-
-    data.batch_size prompts x rollout.n samples = samples_per_step
-    samples_per_step / train.mini_batch_size    = optimizer updates per pass
-    x algo.num_iterations passes                = optimizer steps per training step
-    train.mini_batch_size / world size          = a rank's share of each mini-batch (its
-                                                  contiguous block: workers/rank.py)
-    share / train.micro_batch_size              = gradient accumulation on each rank
-
-``train.micro_batch_size`` counts samples per forward/backward on one rank, so it is
-checked against a rank's share, never against the whole mini-batch.
-
-``check_config`` fails fast, before any model loads, with the arithmetic and
-valid choices: the batch arithmetic's (``batch_checks``), the rollout replicas'
-(``replica_checks``), settings the run would not read (``ignored_keys``, ``env_keys``),
-then the rest here. ``derive`` returns the numbers that ``grouprl plan`` prints and the
-trainer uses, so the two never disagree. No torch here.
+``check_config`` fails fast, before any model loads, with the arithmetic and valid
+choices: the batch arithmetic's (``batch_checks`` pictures one step), the rollout
+replicas' (``replica_checks``), settings the run would not read (``ignored_keys``,
+``env_keys``), then the rest here. ``derive`` returns the numbers that ``grouprl plan``
+prints and the trainer uses, so the two never disagree. No torch here.
 """
 
 from __future__ import annotations
@@ -27,16 +15,16 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from grouprl.algo.traits import ESTIMATORS, EstimatorTraits
-from grouprl.algo.traits import per_token_advantages as estimator_per_token
 from grouprl.assets.datasets import BUILTIN_DATASETS, split_sizes
+from grouprl.config.algo_checks import algo_problems
 from grouprl.config.batch_checks import batch_problems
 from grouprl.config.env_keys import env_key_problems
 from grouprl.config.errors import ConfigError, show
 from grouprl.config.ignored_keys import ignored_key_problems
+from grouprl.config.model_data import DataSource
 from grouprl.config.replica_checks import replica_problems
 from grouprl.config.run_checks import run_problems
-from grouprl.config.schema import AlgoConfig, DataSource, RunConfig
+from grouprl.config.schema import RunConfig
 
 
 @dataclass(frozen=True)
@@ -80,7 +68,7 @@ def config_problems(cfg: RunConfig) -> list[str]:
         *batch_problems(cfg),
         *_check_length(cfg),
         *_check_sampling(cfg),
-        *_check_algo(cfg),
+        *algo_problems(cfg),
         *ignored_key_problems(cfg),
         *env_key_problems(cfg),
         *_check_data(cfg),
@@ -231,147 +219,6 @@ def _check_sampling(cfg: RunConfig) -> list[str]:
         f"(the model as it is) or another value of at least {GREEDY_BELOW:g}, such as 0.7. "
         "Greedy held-out scores come from rollout.eval_temperature=0 (the default)."
     ]
-
-
-def _check_algo(cfg: RunConfig) -> list[str]:
-    """The ``algo`` section against the rest of the run: what the estimator needs (a
-    critic, per-sequence advantages, turns), the loss's keys, the off-policy correction
-    and the rollout's staleness, and the critic's warmup."""
-    traits = ESTIMATORS[cfg.algo.advantage]
-    return [
-        *_value_model_problems(cfg, traits),
-        *_estimator_problems(cfg, traits),
-        *_loss_problems(cfg),
-        *_correction_problems(cfg),
-        *_critic_warmup_problems(cfg),
-    ]
-
-
-def _value_model_problems(cfg: RunConfig, traits: EstimatorTraits) -> list[str]:
-    """A critic exactly when the estimator uses values."""
-    algo, critic = cfg.algo, cfg.critic
-    problems = []
-    if traits.needs_values and critic is None:
-        problems.append(
-            f"algo.advantage=gae{' (algo.name=ppo)' if algo.name == 'ppo' else ''} needs a "
-            "value model, and the config has no critic: section. Set critic.path to a causal "
-            "LM of the policy's family (e.g. critic.path=builtin:tiny-arith, or the policy's "
-            "model.path) or choose a critic-free algorithm (algo.name=grpo)."
-        )
-    if critic is not None and not traits.needs_values:
-        problems.append(
-            f"critic.path={show(critic.path)} loads a value model, but algo.advantage="
-            f"{algo.advantage} does not use values; set critic=null, or algo.name=ppo "
-            "(algo.advantage=gae) to train with the critic."
-        )
-    return problems
-
-
-def _estimator_problems(cfg: RunConfig, traits: EstimatorTraits) -> list[str]:
-    """GSPO needs one advantage per sequence; a turn-level estimator needs turns."""
-    algo = cfg.algo
-    problems = []
-    if algo.policy_loss == "gspo" and per_token_advantages(cfg):
-        if traits.needs_values:
-            why = f"{algo.advantage} gives each token its own advantage"
-        elif traits.token_returns:
-            why = f"algo.kl_in=reward makes {algo.advantage}'s returns differ per token"
-        else:
-            why = f"{algo.advantage} gives the tokens of different turns different advantages"
-        problems.append(
-            f"algo.policy_loss=gspo uses one advantage per sequence (the mean of its tokens'), "
-            f"but {why}, so GSPO would average them away. Use algo.policy_loss=gspo_token "
-            "(GSPO's per-token form) or a per-sequence estimator (algo.advantage=grpo)."
-        )
-    if traits.needs_turns and cfg.env.name == "single_turn":
-        problems.append(
-            f"algo.advantage={algo.advantage} credits the turns of multi-turn episodes, but "
-            "env.name=single_turn has one turn and no turn rewards; set env.name=search_qa "
-            "(a tool-using agent) or algo.advantage=grpo."
-        )
-    return problems
-
-
-def _loss_problems(cfg: RunConfig) -> list[str]:
-    """Loss keys that cannot work with the rest: dual clip, dynamic sampling, the adaptive
-    KL and the overlong buffer."""
-    algo = cfg.algo
-    problems = []
-    if algo.dual_clip_c is not None and algo.policy_loss != "ppo_clip":
-        problems.append(
-            f"algo.dual_clip_c={show(algo.dual_clip_c)} applies to token ratios "
-            f"(algo.policy_loss=ppo_clip), not to algo.policy_loss={algo.policy_loss}; set "
-            "algo.dual_clip_c=null."
-        )
-    if algo.dynamic_sampling and cfg.rollout.n < 2:
-        problems.append(
-            f"algo.dynamic_sampling=true with rollout.n={cfg.rollout.n}: it drops groups whose "
-            "rewards are all equal, and a group of one always is, so no batch could be "
-            "filled. Set rollout.n to 2 or more, or algo.dynamic_sampling=false."
-        )
-    if algo.kl_target is not None and algo.beta == 0:
-        problems.append(
-            f"algo.kl_target={show(algo.kl_target)} adapts the KL coefficient from its "
-            "starting value algo.beta, which is 0 (no reference model, no KL). Set "
-            "algo.beta to a starting coefficient (e.g. 0.01) or algo.kl_target=null."
-        )
-    buffer = algo.overlong_buffer
-    if buffer is not None and buffer >= cfg.rollout.max_tokens:
-        problems.append(
-            f"algo.overlong_buffer={buffer} must be smaller than rollout.max_tokens="
-            f"{cfg.rollout.max_tokens}: the penalty starts at max_tokens - buffer tokens. "
-            f"DAPO uses a fifth of max_tokens: algo.overlong_buffer={cfg.rollout.max_tokens // 5}."
-        )
-    return problems
-
-
-def _correction_problems(cfg: RunConfig) -> list[str]:
-    """Stale samples need a correction; the staleness keys need staleness; a correction's
-    keys need that correction; IcePop's band must hold 1."""
-    algo = cfg.algo
-    problems = []
-    stale = cfg.rollout.max_staleness
-    if stale and algo.correction == "none" and algo.old_logprobs == "trainer":
-        problems.append(
-            f"rollout.max_staleness={stale} trains on samples drawn with older weights, and "
-            "algo.correction=none corrects nothing: leave algo.correction at auto (decoupled "
-            "PPO), choose another correction, set algo.old_logprobs=engine (the PPO ratio "
-            "against the sampling policy itself), or rollout.max_staleness=0."
-        )
-    for key, value, default in (
-        ("staleness_policy", cfg.rollout.staleness_policy, "wait"),
-        ("partial_rollout_tokens", cfg.rollout.partial_rollout_tokens, None),
-    ):
-        if not stale and value != default:
-            problems.append(
-                f"rollout.{key}={value} would be ignored: rollout.max_staleness=0 generates "
-                "each batch after the last update, with nothing in flight. Set "
-                f"rollout.max_staleness >= 1 or remove rollout.{key}."
-            )
-    problems += _ignored_correction_keys(algo)
-    low, high = algo.is_band
-    if not 0 <= low < 1 < high:
-        problems.append(
-            f"algo.is_band={[low, high]} must hold the ratio 1 inside it, 0 <= low < 1 < high "
-            "(IcePop uses [0.5, 2.0])."
-        )
-    return problems
-
-
-def _critic_warmup_problems(cfg: RunConfig) -> list[str]:
-    critic, steps = cfg.critic, cfg.train.steps
-    if critic is not None and steps is not None and critic.warmup_steps >= steps:
-        return [
-            f"critic.warmup_steps={critic.warmup_steps} leaves no step of train.steps={steps} "
-            "for the policy to learn in; lower critic.warmup_steps or raise train.steps."
-        ]
-    return []
-
-
-def per_token_advantages(cfg: RunConfig) -> bool:
-    """Whether the advantage estimator can give the tokens of one sample different values."""
-    algo = cfg.algo
-    return estimator_per_token(algo.advantage, kl_rewards=algo.kl_in == "reward" and algo.beta > 0)
 
 
 def _check_data(cfg: RunConfig) -> list[str]:
@@ -531,27 +378,4 @@ def _check_trainer(cfg: RunConfig) -> list[str]:
             f"trainer.run_dir={show(cfg.trainer.run_dir)} has a placeholder other than "
             "{name} (the run name), the only one filled in; fix the braces."
         )
-    return problems
-
-
-CORRECTION_KEYS = {
-    "tis_cap": ("decoupled", "tis", "seq_tis"),
-    "is_band": ("token_mask", "seq_mask"),
-    "m2po_threshold": ("m2po",),
-}
-"""The ``algo`` keys each correction reads; set with another correction they are ignored."""
-
-
-def _ignored_correction_keys(algo: AlgoConfig) -> list[str]:
-    """A correction setting given with a correction that does not read it is refused."""
-    defaults = AlgoConfig.model_fields
-    problems = []
-    for key, users in CORRECTION_KEYS.items():
-        value = getattr(algo, key)
-        if algo.correction not in users and value != defaults[key].default:
-            problems.append(
-                f"algo.{key}={value} would be ignored: algo.correction={algo.correction} "
-                f"does not read it (only {', '.join(users)} do). Remove algo.{key} or "
-                f"choose one of those corrections."
-            )
     return problems

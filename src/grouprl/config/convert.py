@@ -20,15 +20,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
 from grouprl.config.aliases import AR, VERL
 from grouprl.config.errors import ConfigError, show
-from grouprl.config.schema import DATA_FILE_SUFFIXES, RunConfig
+from grouprl.config.model_data import DATA_FILE_SUFFIXES
+from grouprl.config.schema import RunConfig
 
-Rule = Callable[[Any, dict[str, Any], tuple[str, ...]], dict[str, Any] | None]
+Rule = Callable[[object, dict[str, Any], tuple[str, ...]], dict[str, Any] | None]
 """(value, every verl key, the key's grouprl keys from the alias table) -> grouprl keys to
 set ({}: nothing, handled elsewhere) or None (not converted)."""
 
@@ -132,21 +133,20 @@ def render(converted: Converted, *, source: str) -> str:
 # --- rules for keys whose unit or values change ------------------------------------------
 
 
-def _mini_batch(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:
+def _mini_batch(value: object, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:
     n = flat.get(f"{AR}.rollout.n", 1)  # verl counts prompts: x the group size
-    whole = isinstance(value, int) and isinstance(n, int)
-    return {to[0]: value * n} if whole else None
+    return {to[0]: value * n} if isinstance(value, int) and isinstance(n, int) else None
 
 
-def _number(value: Any) -> bool:
+def _number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _copied(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
+def _copied(value: object, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
     return {to[0]: value}
 
 
-def _read_elsewhere(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
+def _read_elsewhere(value: object, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
     return {}  # another key's rule reads it
 
 
@@ -154,7 +154,7 @@ def _mapped(table: dict[str, str]) -> Rule:
     return lambda value, flat, to: {to[0]: table[str(value)]} if str(value) in table else None
 
 
-def _positive(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:
+def _positive(value: object, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:
     """verl's -1 or 0 means off (or unlimited): grouprl's null default."""
     return None if not _number(value) else {to[0]: value} if value > 0 else {}
 
@@ -165,16 +165,16 @@ def _when(switch: str, rule: Rule) -> Rule:
     return lambda value, flat, to: rule(value, flat, to) if flat.get(switch) else {}
 
 
-def _estimator(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:
+def _estimator(value: object, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:
     name, advantage = to  # algo.name (a preset), algo.advantage (the estimator alone)
-    if value in ESTIMATOR_PRESETS:
+    if isinstance(value, str) and value in ESTIMATOR_PRESETS:
         return {name: ESTIMATOR_PRESETS[value]}
     if value == "reinforce_plus_plus_baseline":
         return {advantage: "reinforce_pp_baseline"}
     return None
 
 
-def _source(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:
+def _source(value: object, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:
     files = [str(f) for f in value] if isinstance(value, list) else [str(value)]
     if not files or (len(files) > 1 and not all(f.endswith(DATA_FILE_SUFFIXES) for f in files)):
         return None
@@ -184,23 +184,22 @@ def _source(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, 
     return found
 
 
-def _micro_batch(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:
+def _micro_batch(value: object, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:
     gpus = int(flat.get("trainer.nnodes") or 1) * int(flat.get("trainer.n_gpus_per_node") or 1)
-    whole = isinstance(value, int) and value % gpus == 0
-    return {to[0]: value // gpus} if whole else None
+    return {to[0]: value // gpus} if isinstance(value, int) and value % gpus == 0 else None
 
 
-def _dynamic_batch(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
+def _dynamic_batch(value: object, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
     budget = flat.get(f"{AR}.actor.ppo_max_token_len_per_gpu") or 16384
     return {to[0]: budget} if value else {}
 
 
-def _clip_ratio(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
+def _clip_ratio(value: object, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
     own = dict(zip(to, ("clip_ratio_low", "clip_ratio_high"), strict=True))  # eps low, high
     return {key: value for key, verl in own.items() if f"{AR}.actor.{verl}" not in flat}
 
 
-def _reward_function(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
+def _reward_function(value: object, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
     """The custom function as the one reward, and as ``reward.correct_function``: the
     recipe's default (``math_answer``) would name a function the run does not have, which
     ``grouprl plan`` refuses. A verl ``compute_score`` scores a right answer 1.0 (its
@@ -209,27 +208,27 @@ def _reward_function(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> d
     return {to[0]: [{"name": name, "weight": 1.0}], "reward.correct_function": name}
 
 
-def _overlong(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:
+def _overlong(value: object, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:
     length = flat.get("reward_model.overlong_buffer.len") or 0
     if not value:
         return {}
     return {to[0]: length} if _number(length) and length > 0 else None
 
 
-def _epochs(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
+def _epochs(value: object, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
     steps_set = flat.get("trainer.total_training_steps") is not None
     return {} if steps_set else {to[0]: value}  # verl: steps win over epochs
 
 
-def _resume(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:
+def _resume(value: object, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any] | None:
     if value == "resume_path":
         path = flat.get("trainer.resume_from_path")
         return {to[0]: str(path)} if path else None
     modes = {"auto": "auto", "disable": "never"}
-    return {to[0]: modes[value]} if value in modes else None
+    return {to[0]: modes[value]} if isinstance(value, str) and value in modes else None
 
 
-def _loggers(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
+def _loggers(value: object, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
     _, wandb_project, mlflow_enabled = to  # console and tensorboard: always on
     loggers = value if isinstance(value, list) else [value]
     found: dict[str, Any] = {}
@@ -241,7 +240,7 @@ def _loggers(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str,
     return found
 
 
-def _text(value: Any, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
+def _text(value: object, flat: dict[str, Any], to: tuple[str, ...]) -> dict[str, Any]:
     return {to[0]: str(value)}
 
 

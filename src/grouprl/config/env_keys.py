@@ -24,9 +24,10 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-from grouprl.config.aliases import RENAMED
+from grouprl.config.env import ENV_SANDBOX, EnvConfig
 from grouprl.config.errors import show
-from grouprl.config.schema import ENV_SANDBOX, EnvConfig, RunConfig
+from grouprl.config.renamed import OLD_NAMES
+from grouprl.config.schema import RunConfig
 
 BUILT_IN_ENVS = ("single_turn", "search_qa")
 """The environments grouprl ships (made in ``envs/factory.py``; they run in-process)."""
@@ -46,9 +47,6 @@ STOP_REASONS: tuple[str, ...] = get_args(StopReason)
 
 SANDBOX_KEYS = ("workers", "memory_mb", "memory_limit", "timeout_s")
 
-OLD_NAMES = {alias.grouprl[0]: alias.key for alias in RENAMED}
-"""A key's old name (``env.sandbox.workers`` -> ``env.workers``), to name both."""
-
 
 def env_key_problems(cfg: RunConfig) -> list[str]:
     """One message per ``env`` key set away from its default that the run would not read."""
@@ -64,13 +62,13 @@ def _changed(env: EnvConfig, key: str) -> tuple[Any, Any] | None:
     """``(value, default)`` of ``env.KEY`` or ``env.sandbox.KEY`` when they differ."""
     if key.startswith("sandbox."):
         leaf = key.removeprefix("sandbox.")
-        value, default = getattr(env.sandbox, leaf), getattr(ENV_SANDBOX, leaf)
+        value, default = dict(env.sandbox)[leaf], dict(ENV_SANDBOX)[leaf]
     else:
-        value, default = getattr(env, key), EnvConfig.model_fields[key].default
+        value, default = dict(env)[key], EnvConfig.model_fields[key].default
     return None if value == default else (value, default)
 
 
-def _named(key: str, value: Any) -> str:
+def _named(key: str, value: object) -> str:
     """``env.sandbox.workers=4 (old name env.workers)``."""
     old = OLD_NAMES.get(f"env.{key}")
     return f"env.{key}={show(value)}" + (f" (old name {old})" if old else "")

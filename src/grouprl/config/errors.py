@@ -7,8 +7,6 @@ any other exception class that sets ``user_error = True`` is treated the same.
 
 from __future__ import annotations
 
-from typing import Any
-
 
 class ConfigError(ValueError):
     """A configuration problem the user can fix by editing the recipe or an override."""
@@ -16,7 +14,7 @@ class ConfigError(ValueError):
     user_error = True
 
 
-def show(value: Any) -> str:
+def show(value: object) -> str:
     """A value as the user would write it in YAML (short, one line)."""
     if value is None:
         return "null"

@@ -18,7 +18,6 @@ from typing import Any, Literal
 import annotated_types
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
-from pydantic_core import PydanticUndefined
 
 from grouprl.config.errors import show
 
@@ -31,7 +30,7 @@ _BOUNDS = (
 )
 
 
-def type_text(annotation: Any) -> str:
+def type_text(annotation: object) -> str:
     """``annotation`` in words: ``integer``, ``one of a, b``, ``list of text``, ``section``."""
     if annotation in _NAMES:
         return _NAMES[annotation]
@@ -71,17 +70,7 @@ def allowed_text(field: FieldInfo) -> str:
     return f"{head} {bounds}" + (", or null" if null else "")
 
 
-def default_text(field: FieldInfo) -> str:
-    """The default as YAML would write it; ``required`` when there is none."""
-    value = field.get_default(call_default_factory=True)
-    if value is PydanticUndefined:
-        return "required"
-    if isinstance(value, BaseModel):
-        return "(section)"
-    return yaml_text(value)
-
-
-def yaml_text(value: Any) -> str:
+def yaml_text(value: object) -> str:
     """One value as a recipe writes it: ``null``, ``true``, ``8``, ``builtin:arith``, ``[a, b]``."""
     if value is None:
         return "null"

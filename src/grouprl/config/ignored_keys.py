@@ -11,8 +11,9 @@ Imports no torch.
 from __future__ import annotations
 
 from grouprl.algo.traits import ESTIMATOR_KEYS, ESTIMATORS, keys_read
+from grouprl.config.algo_section import AlgoConfig
 from grouprl.config.errors import show
-from grouprl.config.schema import AlgoConfig, RunConfig
+from grouprl.config.schema import RunConfig
 
 
 def ignored_key_problems(cfg: RunConfig) -> list[str]:
@@ -26,9 +27,9 @@ def _default(key: str):
 
 def _estimator_problems(algo: AlgoConfig) -> list[str]:
     reads = keys_read(algo.advantage, scale_by_std=algo.scale_by_std)
-    problems = []
+    problems, values = [], algo.model_dump()
     for key in ESTIMATOR_KEYS:
-        value, default = getattr(algo, key), _default(key)
+        value, default = values[key], _default(key)
         if key in reads or value == default:
             continue
         chosen = f"algo.advantage={algo.advantage}"
@@ -84,9 +85,9 @@ def _switches(algo: AlgoConfig) -> list[tuple[str, bool, str, str]]:
 
 
 def _switch_problems(algo: AlgoConfig) -> list[str]:
-    problems = []
+    problems, values = [], algo.model_dump()
     for key, read, when, turn_on in _switches(algo):
-        value, default = getattr(algo, key), _default(key)
+        value, default = values[key], _default(key)
         if read or value == default:
             continue
         problems.append(

@@ -12,11 +12,11 @@ from __future__ import annotations
 import difflib
 import functools
 import typing
-from typing import Any
 
 from pydantic import BaseModel
 
-from grouprl.config.aliases import ALIASES, Alias
+from grouprl.config.aliases import ALIASES
+from grouprl.config.renamed import Alias
 from grouprl.config.schema import RunConfig
 
 MIGRATION_DOC = "docs/migration.md"
@@ -28,7 +28,7 @@ MOVED = {
 """Keys that moved: the error names the new place."""
 
 
-def model_in(annotation: Any) -> type[BaseModel] | None:
+def model_in(annotation: object) -> type[BaseModel] | None:
     """The section class inside an annotation such as ``X``, ``X | None`` or ``list[X]``."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
@@ -39,7 +39,7 @@ def model_in(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def is_list(annotation: Any) -> bool:
+def is_list(annotation: object) -> bool:
     if typing.get_origin(annotation) is list:
         return True
     return any(is_list(arg) for arg in typing.get_args(annotation))
@@ -153,7 +153,9 @@ def unknown_override(*, given: str, path: str, model: type[BaseModel], origin: s
     return alias_hint(given, origin=origin) or spelling_hint(path=path, model=model, origin=origin)
 
 
-def unknown_in_recipe(*, path: str, value: Any, model: type[BaseModel], origin: str) -> list[str]:
+def unknown_in_recipe(
+    *, path: str, value: object, model: type[BaseModel], origin: str
+) -> list[str]:
     """A recipe's key ``path``, which ``model`` lacks, holding ``value``: a message for each
     verl or TRL key inside it, and one for the rest."""
     leaves = _leaf_paths(path, value)
@@ -170,7 +172,7 @@ def unknown_in_recipe(*, path: str, value: Any, model: type[BaseModel], origin: 
     return messages
 
 
-def _leaf_paths(path: str, value: Any) -> list[str]:
+def _leaf_paths(path: str, value: object) -> list[str]:
     if not isinstance(value, dict) or not value:
         return [path]
     return [leaf for key, sub in value.items() for leaf in _leaf_paths(f"{path}.{key}", sub)]

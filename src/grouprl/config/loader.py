@@ -3,16 +3,12 @@
     recipe (packaged name or path) ──► dict ──► key check ──► overrides ──► RunConfig
                                                 (suggests)   (key.sub=YAML)   (pydantic)
 
-Every failure is a ``ConfigError`` that names the key path, the value and the
-fix. Bad keys are gathered: every unknown key of the recipe (and the recipes it
-extends) and of the overrides comes in one error, each with its hint
-(``config/key_hints.py``: a verl or TRL key names its grouprl key). A key grouprl
-renamed (``config/aliases.py``'s ``RENAMED``) still works: it is moved to its new key,
-with a hint naming it. Overrides follow Hydra's ``key.sub=value`` form; values are parsed
-as YAML (``algo.beta=0.04``, ``data.eval=null``, ``reward.functions=[{name: format}]``);
-a list entry is addressed by its index (``reward.functions.0.weight=0.5``) and a key of
-a free mapping by its name (``env.args.k=3``).
-Cross-field checks (batch arithmetic) are ``config.checks.check_config``.
+Every unknown key of the recipe (and the recipes it extends) and of the overrides comes
+in one ``ConfigError``, each with its hint (``config/key_hints.py``); a key grouprl renamed
+(``config/renamed.py``) still works. Overrides follow Hydra's ``key.sub=value`` form; values
+are parsed as YAML (``algo.beta=0.04``, ``reward.functions=[{name: format}]``); a list entry
+is addressed by its index (``reward.functions.0.weight=0.5``) and a key of a free mapping
+by its name (``env.args.k=3``). Cross-field checks are ``config.checks.check_config``.
 """
 
 from __future__ import annotations
@@ -30,7 +26,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from grouprl.config.aliases import RENAMED, rename_hint, renamed_to_new
+from grouprl.config.env import agent_shorthand
 from grouprl.config.errors import ConfigError, show
 from grouprl.config.field_text import reason_text, yaml_text
 from grouprl.config.key_hints import (
@@ -39,7 +35,9 @@ from grouprl.config.key_hints import (
     unknown_in_recipe,
     unknown_override,
 )
-from grouprl.config.schema import RunConfig, agent_shorthand, source_shorthand
+from grouprl.config.model_data import source_shorthand
+from grouprl.config.renamed import RENAMED, rename_hint, renamed_to_new
+from grouprl.config.schema import RunConfig
 
 logger = logging.getLogger(__name__)
 
@@ -281,17 +279,17 @@ def _field_at(parts: list[str]) -> FieldInfo | None:
     return field
 
 
-def _is_mapping(annotation: Any) -> bool:
+def _is_mapping(annotation: object) -> bool:
     return typing.get_origin(annotation) is dict
 
 
-def _allows_null(annotation: Any) -> bool:
+def _allows_null(annotation: object) -> bool:
     return type(None) in typing.get_args(annotation)
 
 
-def _set_path(data: dict, *, parts: list[str], value: Any, override: str) -> None:
+def _set_path(data: dict, *, parts: list[str], value: object, override: str) -> None:
     """Put ``value`` at ``parts`` in the nested recipe dict, creating sections as needed."""
-    node: Any = data
+    node: dict | list = data
     for depth, part in enumerate(parts):
         last = depth == len(parts) - 1
         where = ".".join(parts[:depth])

@@ -2,7 +2,7 @@
 type, default and docstring, section by section. Imports no torch.
 
     RunConfig ──► a table per section ──► docs/config.md
-    (schema.py:    key | type | default | description;
+    (config/:      key | type | default | description;
      field docstrings)   nested sections (data.train, train.lora) get their own
 
 ``python scripts/config_reference.py`` writes the file; ``tests/unit/test_config_reference.py``
@@ -12,7 +12,6 @@ regenerates it in memory and fails when the file differs.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -27,9 +26,10 @@ SCRIPT = "scripts/config_reference.py"
 HEAD = f"""# Configuration reference
 
 Every key of a run's configuration, section by section, with its type, its default and
-what it does. This file is generated from the schema (`src/grouprl/config/schema.py`,
-whose field docstrings are the text below) by `python {SCRIPT}`; edit the
-schema, not this file (`tests/unit/test_config_reference.py` fails when the two differ).
+what it does. This file is generated from the schema (`RunConfig` in
+`src/grouprl/config/schema.py` and its sections' modules beside it, whose field docstrings
+are the text below) by `python {SCRIPT}`; edit the schema, not this file
+(`tests/unit/test_config_reference.py` fails when the two differ).
 
 A recipe sets keys in YAML (`rollout: {{n: 8}}`); an override sets one on the command line
 or in `grouprl.load_config` as `key.sub=value`, the value parsed as YAML (`rollout.n=8`,
@@ -59,7 +59,7 @@ def reference_markdown() -> str:
     return "\n".join(parts)
 
 
-def _section(field: FieldInfo, *, path: str, level: int, default: Any) -> list[str]:
+def _section(field: FieldInfo, *, path: str, level: int, default: object) -> list[str]:
     """The heading, text and table of the section at ``path``, then its own sections."""
     model = model_in(field.annotation)
     assert model is not None
@@ -80,12 +80,12 @@ def _section(field: FieldInfo, *, path: str, level: int, default: Any) -> list[s
     for name in names:
         sub = model.model_fields[name]
         if model_in(sub.annotation) is not None:
-            inner = getattr(default, name, None) if isinstance(default, BaseModel) else None
+            inner = dict(default).get(name) if isinstance(default, BaseModel) else None
             out += _section(sub, path=f"{path}.{name}", level=level + 1, default=inner)
     return out
 
 
-def _table(model: type[BaseModel], names: list[str], *, prefix: str, default: Any = None) -> str:
+def _table(model: type[BaseModel], names: list[str], *, prefix: str, default: object = None) -> str:
     rows = ["| key | type | default | description |", "| --- | --- | --- | --- |"]
     for name in names:
         field = model.model_fields[name]
@@ -96,7 +96,7 @@ def _table(model: type[BaseModel], names: list[str], *, prefix: str, default: An
     return "\n".join(rows) + "\n"
 
 
-def _default(field: FieldInfo, *, name: str, instance: Any) -> str:
+def _default(field: FieldInfo, *, name: str, instance: object) -> str:
     """The default as a table cell: from the enclosing section's default when it has one
     (``data.eval``'s split is `test`), else the field's; a section's reads "see below"."""
     if model_in(field.annotation) is not None and not is_list(field.annotation):
@@ -105,7 +105,7 @@ def _default(field: FieldInfo, *, name: str, instance: Any) -> str:
     if field.is_required():
         return "required"
     if isinstance(instance, BaseModel):
-        value = getattr(instance, name)
+        value = dict(instance)[name]
     else:
         value = field.get_default(call_default_factory=True)
     text = yaml_text(value)

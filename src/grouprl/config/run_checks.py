@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import importlib.util
 
+from grouprl.config.ckpt import CheckpointConfig
 from grouprl.config.env_keys import STOP_REASONS
 from grouprl.config.errors import show
-from grouprl.config.schema import CheckpointConfig, RunConfig
+from grouprl.config.schema import RunConfig
 
 EPISODE_METRICS = ("turns", "tool_calls", "tool_error_rate", "env_errors")
 """``episode/...`` per episode (``rollout/episodes.episode_metrics``), then one

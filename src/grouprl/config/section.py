@@ -13,8 +13,6 @@ so an error names the whole key. Imports no torch.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
 from grouprl.config.errors import ConfigError
@@ -29,7 +27,7 @@ class Section(BaseModel):
     """Where this section sits in the run config (``data.train``; empty for the run config
     itself); None for a section made on its own."""
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         if name.startswith("_"):
             super().__setattr__(name, value)
             return
@@ -42,7 +40,7 @@ class Section(BaseModel):
             name_sections(getattr(self, name), path=_join(self._path, name))
 
 
-def name_sections(value: Any, *, path: str) -> None:
+def name_sections(value: object, *, path: str) -> None:
     """Tell ``value`` (a section, a list of them, or anything else: ignored) and the
     sections inside it their place in the run config."""
     if isinstance(value, list):
@@ -51,8 +49,8 @@ def name_sections(value: Any, *, path: str) -> None:
     if not isinstance(value, Section):
         return
     value._path = path
-    for field in type(value).model_fields:
-        name_sections(getattr(value, field), path=_join(path, field))
+    for field, item in value:  # a model iterates over its fields' (name, value)
+        name_sections(item, path=_join(path, field))
 
 
 def _join(path: str, name: str) -> str:

@@ -15,7 +15,7 @@ STARTER = """\
 # <NAME>: a grouprl recipe. Check it with `grouprl plan <FILE>` (every derived number,
 # nothing loaded), run it with `grouprl train <FILE>`, and override any key on the
 # command line: `grouprl train <FILE> rollout.n=4 train.lr=1e-6`. Every key is
-# documented in src/grouprl/config/schema.py; keys left out take their defaults.
+# documented in docs/config.md; keys left out take their defaults.
 name: <NAME>                     # the run's name ({name} in trainer.run_dir)
 description: GRPO on the built-in arithmetic task   # one line for `grouprl recipes`
 

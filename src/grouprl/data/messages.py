@@ -21,7 +21,7 @@ from typing import Any
 ROLES = ("system", "user", "assistant")
 
 
-def is_messages(value: Any) -> bool:
+def is_messages(value: object) -> bool:
     """Whether a prompt value is meant as a conversation (a list), valid or not."""
     return isinstance(value, list | tuple)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from grouprl.assets.datasets import BUILTIN_DATASETS, builtin_rows, split_sizes
-from grouprl.config.schema import DataConfig, DataSource
+from grouprl.config.model_data import DataConfig, DataSource
 from grouprl.data.prompts import PLACEHOLDER
 from grouprl.data.sources import FILE_SUFFIXES, get_field, unlike_columns
 
@@ -272,7 +272,7 @@ def _column_problem(
     ``taken``: the columns the data keys name (never suggested for the other key)."""
     if key in columns:
         return None
-    level: Any = columns
+    level: object = columns
     walked: list[str] = []
     for part in key.split("."):
         if not isinstance(level, dict):  # not an object column: leave it to the load

@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from grouprl.config.schema import DataConfig
+from grouprl.config.model_data import DataConfig
 from grouprl.data.prompts import prompt_messages
 
 SPECIAL_TOKENS = (

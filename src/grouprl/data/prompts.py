@@ -21,12 +21,16 @@ import json
 import logging
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
-from grouprl.config.schema import DataConfig
+from grouprl.config.model_data import DataConfig
 from grouprl.data.messages import clean_messages, is_messages, with_system
 from grouprl.data.sources import DataError, get_field
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer as Backend
+    from transformers import PreTrainedTokenizerBase as Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +38,7 @@ PLACEHOLDER = "{question}"
 
 
 def render_prompt(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     row: dict[str, Any],
     *,
     prompt_key: str,
@@ -42,30 +46,22 @@ def render_prompt(
     prompt_template: str,
 ) -> list[int]:
     """Prompt token ids for one row, ending with the assistant's generation prompt."""
-    if getattr(tokenizer, "chat_template", None) is None:
-        name = getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
-        if is_messages(get_field(row, prompt_key)):
-            raise DataError(
-                f"row {row.get('_index', '?')} of data.prompt_key={prompt_key!r} holds chat "
-                f"messages, but tokenizer {name!r} has no chat template to render them; use "
-                "an instruct model (model.path), or text prompts"
-            )
-        user = user_text(row, prompt_key=prompt_key, prompt_template=prompt_template)
-        warnings.warn(
-            f"tokenizer {name!r} has no chat template; prompts are the plain text of the "
-            "system prompt and the question",
-            stacklevel=2,
+    if tokenizer.chat_template is None and is_messages(get_field(row, prompt_key)):
+        raise DataError(
+            f"row {row.get('_index', '?')} of data.prompt_key={prompt_key!r} holds chat "
+            f"messages, but tokenizer {tokenizer.name_or_path!r} has no chat template to "
+            "render them; use an instruct model (model.path), or text prompts"
         )
-        text = user if not system_prompt else f"{system_prompt}\n\n{user}"
-        return _as_ids(tokenizer.encode(text))
     messages = prompt_messages(
         row, prompt_key=prompt_key, system_prompt=system_prompt, prompt_template=prompt_template
     )
+    if tokenizer.chat_template is None:
+        return plain_prompt_ids(tokenizer, messages)
     return chat_prompt_ids(tokenizer, messages)
 
 
 def render_questions(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     rows: list[dict[str, Any]],
     *,
     prompt_key: str,
@@ -77,7 +73,7 @@ def render_questions(
     rendered and then encoded in one batched tokenizer call, as ``apply_chat_template``
     does for a batch of conversations (the same ids as one row at a time; 20,000
     prompts in about a third of the time)."""
-    if getattr(tokenizer, "chat_template", None) is None:
+    if tokenizer.chat_template is None:
         return [
             render_prompt(
                 tokenizer,
@@ -98,7 +94,7 @@ def render_questions(
 
 
 def render_conversations(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     conversations: list[list[dict[str, Any]]],
     *,
     chunk: int = 1024,
@@ -108,7 +104,7 @@ def render_conversations(
     chunk of them per batched ``apply_chat_template`` call (the same ids as one at a
     time). A tokenizer without a chat template (a base model) gets the plain text of a
     system message and a user message (``plain_prompt_ids``)."""
-    if getattr(tokenizer, "chat_template", None) is None:
+    if tokenizer.chat_template is None:
         return [plain_prompt_ids(tokenizer, messages) for messages in conversations]
     key = RENDERED.key(tokenizer, conversations, template_kwargs)
     if key is not None and (ids := RENDERED.get(key)) is not None:
@@ -121,6 +117,7 @@ def render_conversations(
             tokenize=True,
             **template_kwargs,
         )
+        encoded = cast("Mapping[str, list[list[int]]] | list[list[int]]", encoded)  # a batch's
         ids = encoded["input_ids"] if not isinstance(encoded, list) else encoded
         out += [[int(t) for t in row_ids] for row_ids in ids]
     if key is not None:
@@ -143,13 +140,11 @@ class RenderCache:
     ids changes no other run's."""
 
     def __init__(self, *, min_rows: int = 1024, max_rows: int = 50_000, max_sets: int = 4) -> None:
-        self.min_rows = min_rows
-        self.max_rows = max_rows
-        self.max_sets = max_sets
+        self.min_rows, self.max_rows, self.max_sets = min_rows, max_rows, max_sets
         self._sets: OrderedDict[str, tuple[tuple[int, ...], ...]] = OrderedDict()
 
     def key(
-        self, tokenizer: Any, conversations: list[list[dict[str, Any]]], template_kwargs: dict
+        self, tokenizer: Tokenizer, conversations: list[list[dict[str, Any]]], template_kwargs: dict
     ) -> str | None:
         """The set's key, or None when it is not to be kept."""
         backend = getattr(tokenizer, "backend_tokenizer", None)
@@ -185,7 +180,7 @@ class RenderCache:
             self._sets.popitem(last=False)  # the least recently used
 
 
-def _definition(backend: Any) -> str:
+def _definition(backend: Backend) -> str:
     """A fast tokenizer's definition (vocabulary, merges, added tokens, normalizer,
     pre- and post-processor) without its padding and truncation, which transformers
     sets anew on each call."""
@@ -199,11 +194,11 @@ RENDERED = RenderCache()
 """This process's rendered prompt sets (``render_conversations``)."""
 
 
-def plain_prompt_ids(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
+def plain_prompt_ids(tokenizer: Tokenizer, messages: list[dict[str, Any]]) -> list[int]:
     """A base model's prompt: ``system\n\nuser`` as plain text (the user message alone
     without a system one), encoded with the tokenizer's usual special tokens, as
     ``render_prompt`` does; other conversations need a chat template."""
-    name = getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
+    name = tokenizer.name_or_path
     roles = [m.get("role") for m in messages]
     if roles not in (["user"], ["system", "user"]) or not all(
         isinstance(m.get("content"), str) for m in messages
@@ -252,7 +247,9 @@ def user_text(row: dict[str, Any], *, prompt_key: str, prompt_template: str) -> 
     return prompt_template.replace(PLACEHOLDER, str(get_field(row, prompt_key)))
 
 
-def chat_prompt_ids(tokenizer, messages: list[dict[str, Any]], **template_kwargs) -> list[int]:
+def chat_prompt_ids(
+    tokenizer: Tokenizer, messages: list[dict[str, Any]], **template_kwargs
+) -> list[int]:
     """Token ids of ``messages`` through the chat template, ending with the assistant's
     generation prompt (``template_kwargs``, e.g. ``tools``, go to the template)."""
     out = tokenizer.apply_chat_template(
@@ -262,7 +259,7 @@ def chat_prompt_ids(tokenizer, messages: list[dict[str, Any]], **template_kwargs
 
 
 def render_prompts(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     rows: list[dict[str, Any]],
     *,
     data_cfg: DataConfig,

@@ -25,7 +25,7 @@ import functools
 import threading
 from typing import Any
 
-from grouprl.config.schema import REASONING_GYM_PREFIX, DataConfig, DataSource
+from grouprl.config.model_data import REASONING_GYM_PREFIX, DataConfig, DataSource
 
 ROW_KEY = "reasoning_gym"
 """The row's column holding its item's ``{task, size, seed, index}``."""
@@ -131,7 +131,7 @@ def task_source_problems(data: DataConfig) -> list[str]:
         if source is None or not is_task_source(source):
             continue
         try:
-            task, size, seed = _spec(source, config_key=key)
+            task, _, seed = _spec(source, config_key=key)
         except TaskError as err:
             problems.append(str(err))
             continue

@@ -67,11 +67,12 @@ class PromptSampler:
 
         Resuming over a changed dataset would silently skip or repeat rows.
         """
+        mine = self.state_dict()
         for key in ("num_rows", "seed", "shuffle"):
-            if key in state and state[key] != getattr(self, key):
+            if key in state and state[key] != mine[key]:
                 raise DataError(
                     f"the checkpoint's data sampler had {key}={state[key]!r} but this run has "
-                    f"{key}={getattr(self, key)!r}; resume with the same data.train, train.seed "
+                    f"{key}={mine[key]!r}; resume with the same data.train, train.seed "
                     "and data.shuffle as the original run, or start a new run"
                 )
         position = int(state["position"])

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from grouprl.assets.datasets import BUILTIN_DATASETS, builtin_rows, split_sizes
-from grouprl.config.schema import DATA_FILE_SUFFIXES, REASONING_GYM_PREFIX, DataSource
+from grouprl.config.model_data import DATA_FILE_SUFFIXES, REASONING_GYM_PREFIX, DataSource
 from grouprl.data.messages import is_messages, message_problem
 from grouprl.data.row_values import RowValueError, json_row, refusal
 
@@ -96,7 +96,7 @@ def get_field(row: dict[str, Any], key: str) -> Any:
     """
     if key in row:
         return row[key]
-    value: Any = row
+    value: object = row
     for part in key.split("."):
         if not isinstance(value, dict) or part not in value:
             return MISSING
@@ -214,7 +214,7 @@ class _BadLine:
 
 
 def _row_problem(
-    item: Any, *, prompt_key: str, answer_key: str, answer_fields: tuple[str, ...] = ()
+    item: object, *, prompt_key: str, answer_key: str, answer_fields: tuple[str, ...] = ()
 ) -> str | None:
     if isinstance(item, _BadLine):
         return item.reason
@@ -237,7 +237,7 @@ def _row_problem(
     return absent
 
 
-def _absent(value: Any, *, what: str, key: str) -> str | None:
+def _absent(value: object, *, what: str, key: str) -> str | None:
     """Why a row has no ``what`` under ``key`` (missing, or null), or None."""
     if value is MISSING:
         return f"no {what} ({key!r} missing)"

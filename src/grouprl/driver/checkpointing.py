@@ -8,7 +8,7 @@ import logging
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -21,8 +21,10 @@ from grouprl.ckpt.tiers import LocalTier, step_name
 from grouprl.config.checks import derived_numbers
 from grouprl.config.redact import redacted_dict
 from grouprl.config.schema import RunConfig
-from grouprl.driver.loop import Components, sync_weights
-from grouprl.driver.stream import group_lag
+from grouprl.driver.components import Components
+from grouprl.driver.loop import sync_weights
+from grouprl.driver.source import group_lag
+from grouprl.driver.stream import Stream
 from grouprl.types import trajectory_from_dict
 from grouprl.workers.critic import CriticWorker
 from grouprl.workers.group import Role
@@ -113,9 +115,11 @@ def resume(c: Components, ckpt: Checkpointer, run_dir: Path) -> dict[str, float]
             "this run's config",
             changed_keys(found.path / "config.yaml", c.cfg),
         )
-    c.policy.call(PolicyWorker.load, found.load_from)
+    # a NodeDir (ckpt/node_tier.py) arrives on each rank as its node's Path (RayGroup)
+    load_from = cast(Path, found.load_from)
+    c.policy.call(PolicyWorker.load, load_from)
     if c.critic is not None:
-        c.critic.call(CriticWorker.load, found.load_from)
+        c.critic.call(CriticWorker.load, load_from)
     ckpt.restored()
     state = TrainerState.read(found.path / TRAINER_FILE)
     c.state.load_state_dict(asdict(state))
@@ -133,22 +137,23 @@ def _resume_stream(c: Components, state: TrainerState) -> None:
     twice. A stream saved by a run that now has rollout.max_staleness=0 cannot be; one
     saved with a larger rollout.max_staleness loses the groups past this run's bound
     (``drop_past_bound``). One line says what was put back."""
-    if c.stream is not None and state.stream is not None:
+    stream = c.rollouts
+    if isinstance(stream, Stream) and state.stream is not None:
         saved = state.stream
         dropped = drop_past_bound(
             saved,
             version=state.weight_version,
-            batch_size=c.stream.batch_size,
-            max_staleness=c.stream.max_staleness,
+            batch_size=stream.batch_size,
+            max_staleness=stream.max_staleness,
         )
-        c.stream.load_state_dict(saved, version=state.weight_version)
+        stream.load_state_dict(saved, version=state.weight_version)
         logger.info(
             "the rollout stream resumes with %d buffered groups to train first (%d dropped "
             "past rollout.max_staleness=%d), %d admitted rounds to generate again (%d "
             "prompts) and %d dropped prompts to issue again",
             len(saved["buffer"]),
             dropped,
-            c.stream.max_staleness,
+            stream.max_staleness,
             len(saved["unfinished"]),
             sum(len(r["rows"]) for r in saved["unfinished"]),
             len(saved["reissue"]),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grouprl.config.schema import RolloutConfig, RunConfig
+from grouprl.config.rollout import RolloutConfig
+from grouprl.config.schema import RunConfig
 from grouprl.engines.base import SamplingSettings
 from grouprl.rewards.scoring import extra_metrics
 from grouprl.rollout.episodes import episode_metrics

@@ -8,12 +8,9 @@
         │       errors), the fix
         some ─► the streak back to 0
 
-A step that trains nothing makes no update (``driver/loop.train_step``); one such step is
-a warning, a streak is a run that cannot train: every sample failed (a reward function,
-environment or agent that broke in ways the failure brakes do not see, e.g. failures
-spread over several functions) or its group was left too small. The streak is
-``RunState.idle_steps``: a checkpoint keeps it, so a run resumed (or preempted and
-resumed every step) counts on where it stopped.
+One such step is a warning; a streak is a run that cannot train (failures the failure
+brakes do not see, e.g. spread over several functions, or groups left too small). The
+streak is ``RunState.idle_steps``: a checkpoint keeps it, so a resumed run counts on.
 """
 
 from __future__ import annotations

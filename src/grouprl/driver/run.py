@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -36,8 +36,11 @@ from grouprl.driver.checkpointing import (
     save,
     small_files,
 )
-from grouprl.driver.loop import Components, RunState, one_step, run_validation, stream_round
+from grouprl.driver.components import Components, RunState
+from grouprl.driver.loop import one_step, run_validation
 from grouprl.driver.preflight import check_before_loading
+from grouprl.driver.rollouts import generate_round, sample_records
+from grouprl.driver.source import Generate, Generated, RolloutSource
 from grouprl.driver.stopping import Stopping
 from grouprl.driver.stream import Stream
 from grouprl.engines.replicas import ReplicaSet
@@ -48,7 +51,7 @@ from grouprl.metrics.sinks import NO_CHECKPOINT, make_sinks
 from grouprl.metrics.telemetry import GiB, Hardware
 from grouprl.plan.gpu_memory import peak_memory_line, planned_reserved
 from grouprl.rewards.failures import CannotTrain
-from grouprl.rollout.builder import RolloutBuilder
+from grouprl.rollout.builder import RolloutBuilder, RolloutParts
 from grouprl.runtime import (
     check_new_run,
     console,
@@ -57,7 +60,7 @@ from grouprl.runtime import (
     seed_everything,
     show_logs,
 )
-from grouprl.types import TrainingBatch, Trajectory
+from grouprl.types import TrainingBatch
 from grouprl.workers.critic import CriticWorker
 from grouprl.workers.group import LocalGroup, Role, WorkerGroup
 from grouprl.workers.model import load_tokenizer
@@ -85,22 +88,19 @@ def build(cfg: RunConfig) -> Iterator[Components]:
         eval_set = None
         if cfg.data.eval is not None:
             eval_set = side.prompt_set(cfg.data.eval, config_key="data.eval")
-        total_steps = derived.total_steps
-        if total_steps is None:  # rows unknown before loading: train.epochs is set
-            assert cfg.train.epochs is not None
-            total_steps = steps_for_epochs(
-                epochs=cfg.train.epochs, rows=len(train_set), batch_size=cfg.data.batch_size
-            )
+        total_steps = _total_steps(cfg, derived, rows=len(train_set))
         trainers = _start_trainers(cfg, derived, total_steps=total_steps, closing=side.closing)
-        replicas = cfg.rollout_replicas
-        console.log(
-            f"starting the {cfg.rollout.engine} rollout engine"
-            + (f" ({replicas} replicas)" if replicas > 1 else "")
-        )
-        parts = side.start(places=trainers.group.places)
-        _log_weight_routes(parts.engine, trainers.group)
+        parts = _start_rollout(cfg, side, trainers.group)
         policy = trainers.policy
         hardware = _hardware(policy)
+        sampler = PromptSampler(len(train_set), seed=cfg.train.seed, shuffle=cfg.data.shuffle)
+
+        # built after the parts and closed before them; its rounds need ``c`` (late-bound)
+        def generate(rows: list[int], index: int, attempt: int = 0) -> Generated:
+            return generate_round(c, rows, index, attempt)
+
+        source = _source(cfg, generate, sampler, total_steps=total_steps, engine=parts.engine)
+        side.closing(source)
         c = Components(
             cfg=cfg,
             tokenizer=tokenizer,
@@ -118,35 +118,63 @@ def build(cfg: RunConfig) -> Iterator[Components]:
             mini_batch_size=derived.mini_batch_size,
             total_steps=total_steps,
             state=RunState(
-                sampler=PromptSampler(
-                    len(train_set), seed=cfg.train.seed, shuffle=cfg.data.shuffle
-                ),
+                sampler=sampler,
                 kl=KLController(
                     cfg.algo.beta, target=cfg.algo.kl_target, horizon=cfg.algo.kl_horizon
                 ),
             ),
             checkpoint_files=small_files(cfg, policy=policy, tokenizer=tokenizer),
             hardware=hardware,
+            rollouts=source,
             env=env,
         )
-        if cfg.rollout.max_staleness:  # the stream needs the parts; closed before them
-            c = replace(c, stream=side.closing(_stream(c)))
         yield c
 
 
-def _stream(c: Components) -> Stream:
-    """The rollout stream (``driver/stream.py``); its producer starts at the first step,
-    after a resume has put back the checkpoint's stream."""
-    algo = c.cfg.algo
+def _total_steps(cfg: RunConfig, derived: Derived, *, rows: int) -> int:
+    """``train.steps``, or ``train.epochs`` over ``rows`` (unknown before loading)."""
+    if derived.total_steps is not None:
+        return derived.total_steps
+    assert cfg.train.epochs is not None
+    return steps_for_epochs(epochs=cfg.train.epochs, rows=rows, batch_size=cfg.data.batch_size)
+
+
+def _start_rollout(cfg: RunConfig, side: RolloutBuilder, group: WorkerGroup) -> RolloutParts:
+    """The rollout engines, the reward functions and the rollout, beside the ranks."""
+    replicas = cfg.rollout_replicas
+    console.log(
+        f"starting the {cfg.rollout.engine} rollout engine"
+        + (f" ({replicas} replicas)" if replicas > 1 else "")
+    )
+    parts = side.start(places=group.places)
+    _log_weight_routes(parts.engine, group)
+    return parts
+
+
+def _source(
+    cfg: RunConfig,
+    generate: Generate,
+    sampler: PromptSampler,
+    *,
+    total_steps: int,
+    engine: ReplicaSet,
+) -> RolloutSource:
+    """Where the steps' batches come from (``driver/source.py``): rounds taken inline
+    (rollout.max_staleness=0), or the rollout stream (``driver/stream.py``), whose
+    producer starts at the first step, after a resume has put back the checkpoint's."""
+    algo, batch_size = cfg.algo, cfg.data.batch_size
+    max_rounds = algo.max_sampling_rounds if algo.dynamic_sampling else 1
+    if not cfg.rollout.max_staleness:
+        return RolloutSource(generate, sampler, batch_size=batch_size, max_rounds=max_rounds)
     return Stream(
-        partial(stream_round, c),
-        c.state.sampler,
-        batch_size=c.cfg.data.batch_size,
-        max_staleness=c.cfg.rollout.max_staleness,
-        policy=c.cfg.rollout.staleness_policy,
-        max_rounds=algo.max_sampling_rounds if algo.dynamic_sampling else 1,
-        max_groups=c.total_steps * c.cfg.data.batch_size,
-        stopping=Stopping.of(c.cfg, abort=c.engine.aborting, on_gpu=_device(c.cfg).type == "cuda"),
+        generate,
+        sampler,
+        batch_size=batch_size,
+        max_staleness=cfg.rollout.max_staleness,
+        policy=cfg.rollout.staleness_policy,
+        max_rounds=max_rounds,
+        max_groups=total_steps * batch_size,
+        stopping=Stopping.of(cfg, abort=engine.aborting, on_gpu=_device(cfg).type == "cuda"),
     )
 
 
@@ -241,27 +269,6 @@ def _reference_logprobs(
     return None
 
 
-def sample_records(
-    trajectories: list[Trajectory], tokenizer, *, n: int, group_size: int
-) -> list[dict]:
-    """The first sample of each of the first ``n`` prompts, readable, with its dataset
-    row index (``prompt_index``: which prompts a step trained, across resumes)."""
-    picked = trajectories[::group_size][:n]
-    return [
-        {
-            "prompt": tokenizer.decode(t.prompt_ids, skip_special_tokens=False),
-            "completion": t.completion.text,
-            "reward": t.reward,
-            "reward_parts": t.reward_parts,
-            "correct": t.correct,
-            "finish_reason": t.completion.finish_reason,
-            "weight_version": t.weight_version,
-            "prompt_index": t.prompt_index,
-        }
-        for t in picked
-    ]
-
-
 def train(cfg: RunConfig) -> dict[str, Any]:
     """Trains to ``train.steps`` (or ``trainer.stop_after`` steps this session).
     Returns the summary also written to ``RUN/summary.json``. A dead training rank
@@ -339,23 +346,13 @@ def _loop(
         total_steps=c.total_steps, start_step=c.state.step, show_bar=cfg.metrics.progress
     ) as progress:
         if eval_before is None:
-            eval_before = {}
-            if cfg.trainer.eval_before_train:
-                if c.eval_set is not None and len(c.eval_set) > 0:  # data.eval=null: none
-                    progress.log("validating the initial model")
-                eval_before = run_validation(c)
-                sinks.log(0, eval_before)
-                progress.update(0, eval_before)
+            eval_before = _validate_before(c, sinks, progress)
         done_this_session, metrics = 0, {}
         while c.state.step < c.total_steps:
             trajectories, metrics = one_step(c, c.state.step + 1)
             done_this_session += 1
             last = c.state.step == c.total_steps
-            best = False  # a new best validation (checkpoint.keep_best): saved to disk
-            if last or (cfg.trainer.eval_every and c.state.step % cfg.trainer.eval_every == 0):
-                validation = run_validation(c)
-                metrics.update(validation)
-                best = note_validation(c, validation)
+            best = _validate_step(c, metrics, last=last)
             stopping = (
                 cfg.trainer.stop_after is not None and done_this_session >= cfg.trainer.stop_after
             )
@@ -363,8 +360,8 @@ def _loop(
             # the save below would not be the final one it waits for
             preempted = preemption.requested
             final = last or stopping or preempted
-            if final and c.stream is not None:  # its round in flight stops during the save
-                c.stream.stop()
+            if final:  # the stream's round in flight stops during the save
+                c.rollouts.stop()
             # before the save, so a resumed run (which drops the lines past its checkpoint)
             # has every prompt it counts as trained in samples.jsonl and every step's line
             # in metrics.jsonl. The line has the figures of the saves finished by now
@@ -391,6 +388,29 @@ def _loop(
                 )
                 break
     return _summarize(c, run_dir, eval_before=eval_before, metrics=metrics)
+
+
+def _validate_step(c: Components, metrics: dict[str, float], *, last: bool) -> bool:
+    """Validation at the last step and every ``trainer.eval_every``, into ``metrics``;
+    whether it is the best so far (``checkpoint.keep_best``: that step saves to disk)."""
+    every = c.cfg.trainer.eval_every
+    if not (last or (every and c.state.step % every == 0)):
+        return False
+    validation = run_validation(c)
+    metrics.update(validation)
+    return note_validation(c, validation)
+
+
+def _validate_before(c: Components, sinks, progress: TrainProgress) -> dict[str, float]:
+    """The initial model's validation (``trainer.eval_before_train``), logged as step 0."""
+    if not c.cfg.trainer.eval_before_train:
+        return {}
+    if c.eval_set is not None and len(c.eval_set) > 0:  # data.eval=null: none
+        progress.log("validating the initial model")
+    eval_before = run_validation(c)
+    sinks.log(0, eval_before)
+    progress.update(0, eval_before)
+    return eval_before
 
 
 @contextmanager

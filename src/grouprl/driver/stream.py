@@ -10,22 +10,17 @@ learns, and admission control bounds how stale a sample can be when it trains.
     each group: signal? ── kept ─► buffer (FIFO)  │    with engine.pushing(): push k + 1
                         └─ evicted (spare filler) └──── advanced(k + 1): notify
 
-A "round" is ``data.batch_size`` prompts generated and scored as one engine call (the
-synchronous loop's ``_generate``), seeded by a global round counter, so the samples do
-not depend on timing where the weight versions do not. Kept groups take global positions
+Rounds, their seeds and dynamic sampling's fill rule are ``RolloutSource``'s
+(driver/source.py); here a round's index is a global counter, so the samples do not
+depend on timing where the weight versions do not. Kept groups take global positions
 p = 0, 1, ... in FIFO order (counted across resumes); the group at position p trains at
 step p // B + 1 with policy version p // B. Admission (``staleness_policy=wait``): a round
 started at engine version v is admitted only while its last group's ``p // B - v`` is at
 most ``max_staleness``; otherwise the producer waits until a push raises v. Evicted groups
-(dynamic sampling: no reward signal) take no position, so the groups after them train
-sooner, never later. ``staleness_policy=drop`` admits while the buffer has room for
-``max_staleness + 1`` batches and, at take time, drops a group that lags more than
-``max_staleness`` (counted; its prompt is issued again ahead of new ones).
-
-Dynamic sampling as verl does it: evicted groups free their positions and the next
-rounds admit more prompts; after ``max_rounds`` rounds without completing the batch
-being filled, it is completed with evicted groups (zero advantage) and a warning, as the
-synchronous loop does, so a task without any signal never loops forever.
+(dynamic sampling) take no position, so the groups after them train sooner, never later.
+``staleness_policy=drop`` admits while the buffer has room for ``max_staleness + 1``
+batches and, at take time, drops a group that lags more than ``max_staleness`` (counted;
+its prompt is issued again ahead of new ones).
 
 ``state_dict`` is taken under the stream's lock, so every admitted prompt is in exactly
 one place: a finished group in the buffer, or the round in flight (re-issued whole, with
@@ -45,12 +40,12 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from grouprl.data.sampler import PromptSampler
+from grouprl.driver.source import Generate, Generated, Group, RolloutSource, Round, Taken, group_lag
 from grouprl.driver.stopping import Stopping
 from grouprl.engines.segments import GenerationAborted
 from grouprl.types import Trajectory, trajectory_from_dict, trajectory_to_dict
@@ -59,62 +54,6 @@ logger = logging.getLogger(__name__)
 
 STATE_FORMAT = 1
 """The version of ``Stream.state_dict``'s layout (a checkpoint's ``trainer.json``)."""
-
-
-@dataclass(frozen=True)
-class Round:
-    """One admitted round: its global index (the sampling seed's), its dataset row
-    positions in prompt order, and the engine's weight version when it was admitted."""
-
-    index: int
-    rows: list[int]
-    version: int
-
-
-@dataclass
-class Generated:
-    """What the generate function returns for a round: ``rollout.n`` trajectories per
-    prompt in prompt order, which groups to keep (dynamic sampling's signal; all True
-    without it), and ``info``, the caller's own record of the round (its metrics)."""
-
-    groups: list[list[Trajectory]]
-    keep: list[bool]
-    info: Any = None
-
-
-@dataclass
-class Group:
-    """A finished group, its prompt's row position (in the prompt set the sampler
-    walks) and the engine version that admitted it."""
-
-    trajectories: list[Trajectory]
-    row: int
-    version: int
-
-
-@dataclass
-class Taken:
-    """One training batch: ``batch_size`` groups' trajectories (FIFO order), the ``info``
-    of every round finished since the last take, and the stream's metrics."""
-
-    trajectories: list[Trajectory]
-    rounds: list[Any]
-    metrics: dict[str, float] = field(default_factory=dict)
-
-
-def oldest_version(t: Trajectory) -> int:
-    """The oldest weight version that produced any of the trajectory's tokens (per-token
-    ``Completion.versions`` where recorded, else the trajectory's ``weight_version``)."""
-    versions = [v for turn in t.turns for v in turn.completion.versions]
-    return min(versions, default=t.weight_version)
-
-
-def group_lag(trajectories: list[Trajectory], *, version: int) -> int:
-    """How many versions the group's samples that train lag policy ``version`` (0 when
-    none trains: a failed sample left out never trains, so its version, which an episode
-    that failed early may not even have, bounds nothing)."""
-    versions = [oldest_version(t) for t in trajectories if t.trains]
-    return version - min(versions) if versions else 0
 
 
 def spans_versions(t: Trajectory) -> bool:
@@ -126,21 +65,19 @@ class StreamClosed(RuntimeError):
     """``take`` on a stream that was closed."""
 
 
-class Stream:
-    """The producer thread, the buffer and admission control (module docstring).
+class Stream(RolloutSource):
+    """The producer thread, the buffer and admission control (module docstring);
+    ``generate``, ``batch_size`` and ``max_rounds`` as ``RolloutSource``'s. ``max_groups``:
+    the kept groups the run trains in all (no round starts once they are generated). The
+    first ``take`` says which version the engine serves (a resumed run's), unless
+    ``load_state_dict`` did; ``advanced`` raises it after each push. ``stopping``: how
+    ``stop`` and ``close`` stop a round in flight."""
 
-    ``generate(rows, round_index)`` generates and scores one round. ``batch_size`` is
-    the groups per training step; ``max_rounds`` the rounds a batch may take to fill with
-    kept groups before it is completed with evicted ones (``algo.max_sampling_rounds``
-    with dynamic sampling, else 1); ``max_groups`` the kept groups the run trains in all
-    (no round starts once they are generated). The first ``take`` says which version the engine
-    serves (a resumed run's), unless ``load_state_dict`` did; ``advanced`` raises it
-    after each push. ``stopping``: how ``stop`` and ``close`` stop a round in flight.
-    """
+    threaded = True
 
     def __init__(
         self,
-        generate: Callable[[list[int], int], Generated],
+        generate: Generate,
         sampler: PromptSampler,
         *,
         batch_size: int,
@@ -150,25 +87,16 @@ class Stream:
         max_groups: int | None = None,
         stopping: Stopping | None = None,
     ) -> None:
-        assert max_staleness >= 1, "max_staleness=0 runs the synchronous loop, no stream"
-        self.generate, self.sampler = generate, sampler
-        self.batch_size, self.max_staleness = batch_size, max_staleness
-        self.policy, self.max_rounds, self.max_groups = policy, max_rounds, max_groups
+        assert max_staleness >= 1, "max_staleness=0 takes its rounds inline (RolloutSource)"
+        super().__init__(generate, sampler, batch_size=batch_size, max_rounds=max_rounds)
+        self.max_staleness, self.policy, self.max_groups = max_staleness, policy, max_groups
         self.stopping = stopping or Stopping()
-        self._cond = threading.Condition()
         self._version = 0
         self._loaded = False  # whether load_state_dict set the counters
-        self._kept = 0  # global positions given to kept groups so far (trained ones too)
         self._rounds = 0  # rounds admitted so far: the next round's index
-        self._buffer: deque[Group] = deque()
-        self._spare: list[Group] = []  # evicted groups of the batch being filled (filler)
-        self._filling_rounds = 0  # rounds finished since the batch being filled began
         self._pending: deque[Round] = deque()  # rounds to issue again whole (a resume)
         self._reissue: deque[int] = deque()  # rows to issue ahead of the sampler (drops)
         self._in_flight: Round | None = None
-        self._finished: list[Any] = []  # rounds' info since the last take
-        self._counts = {"dropped_stale": 0, "evicted": 0, "filled": 0}
-        self._step_counts = dict.fromkeys(self._counts, 0)
         self._admission_wait_s = 0.0
         self._paused = 0
         self._closed = False
@@ -194,9 +122,8 @@ class Stream:
                 if len(self._buffer) >= self.batch_size:
                     break
                 self._cond.wait()
-            groups = [self._buffer.popleft() for _ in range(self.batch_size)]
+            groups, rounds, counts = self._pop()
             self._cond.notify_all()  # room in the buffer (drop policy)
-            rounds, self._finished = self._finished, []
             metrics = {
                 "time/wait_generate_s": time.perf_counter() - started,
                 "stream/buffer_groups": float(len(self._buffer)),
@@ -204,13 +131,12 @@ class Stream:
                     len(self._in_flight.rows) if self._in_flight else 0
                 ),
                 "stream/admission_wait_s": self._admission_wait_s,
-                **{f"stream/{k}": float(v) for k, v in self._step_counts.items()},
+                **{f"stream/{k}": float(v) for k, v in counts.items()},
             }
             self._admission_wait_s = 0.0
-            self._step_counts = dict.fromkeys(self._counts, 0)
         trajectories = [t for g in groups for t in g.trajectories]
         metrics["stream/spanning_samples"] = float(sum(map(spans_versions, trajectories)))
-        return Taken(trajectories, rounds, metrics)
+        return Taken(trajectories, rounds, metrics, filled=counts["filled"])
 
     def advanced(self, version: int) -> None:
         """The engine serves ``version`` now (after a push): rounds waiting for it may go."""
@@ -392,50 +318,15 @@ class Stream:
         return last // self.batch_size - self._version <= self.max_staleness
 
     def _finish(self, round_: Round, generated: Generated) -> None:
-        """A round's groups into the buffer (kept) or the spare (evicted); a batch that
-        took ``max_rounds`` rounds is completed with evicted groups."""
+        """A round's groups kept or evicted (``RolloutSource._keep``), unless the stream
+        stopped meanwhile: its samples are not trained, it stays unfinished."""
         with self._cond:
             self._in_flight = None
-            if self._closed:  # its samples are not trained: it stays unfinished (stop)
+            if self._closed:
                 self._pending.appendleft(round_)
-                self._cond.notify_all()
-                return
-            crossed = False
-            parts = zip(generated.groups, round_.rows, generated.keep, strict=True)
-            for trajectories, row, keep in parts:
-                group = Group(trajectories, row, round_.version)
-                if keep:
-                    self._buffer.append(group)
-                    self._kept += 1
-                    crossed |= self._kept % self.batch_size == 0
-                else:
-                    self._count("evicted")
-                    if not crossed:  # filler for the batch being filled, not the next
-                        self._spare.append(group)
-            self._filling_rounds += 1
-            if crossed:
-                self._spare, self._filling_rounds = [], 0
-            elif self._filling_rounds >= self.max_rounds:
-                self._fill()
-            self._finished.append(generated.info)
+            else:
+                self._keep(round_, generated)
             self._cond.notify_all()
-
-    def _fill(self) -> None:
-        """Completes the batch being filled with evicted groups (they add no gradient)."""
-        missing = self.batch_size - self._kept % self.batch_size  # the batch is not full
-        logger.warning(
-            "dynamic sampling found too few groups with differing rewards in "
-            "algo.max_sampling_rounds=%d rounds; filled the batch with %d zero-advantage "
-            "groups. If this repeats, raise algo.max_sampling_rounds or check that the "
-            "rewards can differ (a task too easy or too hard for the model).",
-            self.max_rounds,
-            missing,
-        )
-        assert len(self._spare) >= missing, "each round of B prompts evicts what it does not keep"
-        self._buffer.extend(self._spare[:missing])
-        self._kept += missing
-        self._count("filled", missing)
-        self._spare, self._filling_rounds = [], 0
 
     def _drop_stale(self, version: int) -> None:
         """``staleness_policy=drop``: groups that would train ``version`` more than
@@ -451,10 +342,6 @@ class Stream:
         if len(fresh) != len(self._buffer):
             self._buffer = fresh
             self._cond.notify_all()
-
-    def _count(self, name: str, n: int = 1) -> None:
-        self._counts[name] += n
-        self._step_counts[name] += n
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:

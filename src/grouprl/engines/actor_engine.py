@@ -22,18 +22,25 @@ the bound the actor is killed and the step fails (or the run restarts, with
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from torch import Tensor
 
 from grouprl.config.replica_timeouts import Bound, generation_bound, other_call_bound, push_bound
 from grouprl.config.schema import RunConfig
 from grouprl.device import DeviceName
-from grouprl.engines.base import SamplingSettings, WeightVersion
+from grouprl.engines.base import NamedTensors, SamplingSettings, TwoStepPush
 from grouprl.types import Completion
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
+
+Bucket: TypeAlias = "dict[str, Tensor] | ObjectRef"
+"""One bucket of a push: the tensors, or a Ray reference to them in the node's object
+store (read by every replica of the node)."""
 
 
 class RolloutHost:
@@ -62,7 +69,7 @@ class RolloutHost:
             cache_dir=cache_dir,
             sleeps=sleeps,
         )
-        self._released: Any = None
+        self._released: AbstractContextManager[None] | None = None
 
     def generate(self, prompts: list[list[int]], settings: SamplingSettings):
         return self.engine.generate(prompts, settings)
@@ -105,12 +112,12 @@ CONCURRENCY_GROUPS = {PUSH_GROUP: 1}
 
 
 @dataclass
-class ActorEngine(WeightVersion):
+class ActorEngine(TwoStepPush):
     """The handle of one replica's actor. ``name`` says which replica it is and where
     (node, GPUs), for every message; ``timeout_s`` bounds each call (rollout.timeout_s;
     None: each call's bound follows from its work, at the rates of ``on_gpu``)."""
 
-    actor: Any
+    actor: Any  # a Ray actor handle (its methods are untyped .remote proxies); None once closed
     name: str
     timeout_s: float | None
     sleeps: bool = False
@@ -132,42 +139,36 @@ class ActorEngine(WeightVersion):
         )
         return self.get(self.actor.generate.remote(prompts, settings), "a generation", bound)
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None:
-        """Stages the whole push as one bucket, then applies it."""
-        self.stage_weights(named_tensors, version=version)
-        self.apply_weights(version)
-
-    def stage_weights(
-        self,
-        named_tensors: Iterable[tuple[str, Tensor]],
-        *,
-        version: int,
-        last: bool = True,
-        lora_scaling: float | None = None,
+    def _stage(
+        self, named_tensors: NamedTensors, *, version: int, last: bool, lora_scaling: float | None
     ) -> None:
         """Sends one bucket (a dict pushed as it is) and waits for the replica to stage it
         (a LoRA push is merged in the replica's process)."""
         weights = {name: tensor.detach().cpu() for name, tensor in named_tensors}
         nbytes = sum(t.numel() * t.element_size() for t in weights.values())
-        ref = self.stage(weights, version, last=last, lora_scaling=lora_scaling)
-        self.staged(ref, nbytes=nbytes)
+        ref = self.start_stage(weights, version, last=last, lora_scaling=lora_scaling)
+        self.wait_stage(ref, nbytes=nbytes)
 
-    def apply_weights(self, version: int) -> None:
-        """Has the replica make its staged push live; records the version it reports."""
+    def apply_weights(self, version: int, *, nbytes: int = 0) -> None:
+        """Has the replica make its staged push live, within the bound of the largest push
+        this handle has seen (``nbytes``, or a stage's); records the version it reports."""
+        self.push_bytes = max(self.push_bytes, nbytes)
         self._version = self.get(
             self.actor.apply_weights.remote(version),
             "applying a weight push",
             push_bound(self.timeout_s, nbytes=self.push_bytes),
         )
 
-    def stage(self, weights: Any, version: int, *, last: bool, lora_scaling: float | None):
+    def start_stage(
+        self, weights: Bucket, version: int, *, last: bool, lora_scaling: float | None
+    ) -> ObjectRef:
         """Starts staging ``weights`` (a dict, or a Ray reference to one already in the
         object store, shared by the node's replicas) in the actor's push group, which
-        runs beside a generation; ``staged`` waits for it."""
+        runs beside a generation; ``wait_stage`` waits for it."""
         method = self.actor.stage_weights.options(concurrency_group=PUSH_GROUP)
         return method.remote(weights, version, last, lora_scaling)
 
-    def staged(self, ref: Any, *, nbytes: int) -> int:
+    def wait_stage(self, ref: ObjectRef, *, nbytes: int) -> int:
         """The bytes the replica staged once the stage call ``ref`` of ``nbytes`` is done,
         within the push's bound."""
         self.push_bytes = max(self.push_bytes, nbytes)
@@ -196,7 +197,7 @@ class ActorEngine(WeightVersion):
             ray.kill(self.actor)
             self.actor = None
 
-    def get(self, ref: Any, what: str, bound: Bound | None = None) -> Any:
+    def get(self, ref: ObjectRef, what: str, bound: Bound | None = None) -> Any:
         """``ray.get(ref)`` within ``bound`` (default: a sleep's, wake-up's or close's); a
         timeout kills the actor; a failure or a timeout raises ``WorkerFailed`` naming the
         replica and the bound."""

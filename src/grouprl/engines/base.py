@@ -1,23 +1,19 @@
 """The rollout engine seam: generate groups of samples, take new weights in place.
 
-A weight push has two halves (``RolloutEngine``):
-
-    stage_weights(bucket 1, v, last=False) ... stage_weights(bucket n, v, last=True)
-        the new weights go where the engine will read them (vLLM: its shared push
-        buffer; hf: a staging copy; a Ray replica: its process), while it generates with
-        the old ones; the last call checks that the push covers every weight
-    apply_weights(v)
-        the staged weights go live (a reload, a swap), under the push gate: no generation
-        runs on the engine meanwhile
-
-``update_weights`` is the two back to back, for callers that push in one call.
+One name per concept around pushes: a *push* is one weight version reaching an engine.
+It is *staged* (``stage_weights``, bucket by bucket, while the engine generates; what a
+node's stage moved is a ``Staged``: ``engines/push.py``), then *applied*
+(``apply_weights``: live, under the push gate); ``update_weights`` is both in one call.
+``TwoStepPush`` holds stage-then-apply for every engine (and the replicas' handles),
+``PushLedger`` what an engine has staged, and ``OneCallPush`` puts an engine that takes
+``update_weights`` only behind the two steps.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -25,6 +21,9 @@ from torch import Tensor
 
 from grouprl.engines.lora_push import AdapterMerge
 from grouprl.types import Completion
+
+NamedTensors = Iterable[tuple[str, Tensor]]
+"""A push's tensors by name (one bucket, or the whole push)."""
 
 
 @dataclass(frozen=True)
@@ -69,11 +68,8 @@ class RolloutEngine(Protocol):
     """Generates completions with the current policy weights.
 
     ``generate`` returns, for each prompt, ``settings.group_size`` completions of at most
-    that prompt's max_tokens (``settings.prompt_max_tokens``: one call serves prompts of
-    different lengths, as the gateway sends them) with the sampled-token logprobs under
-    the engine's weights, of the distribution each token was drawn from (logits /
-    temperature, then top-k and top-p; vLLM's ``processed_logprobs``), which the
-    trainer's ``log_softmax(logits / T)`` equals when top-k and top-p are off.
+    that prompt's max_tokens (``settings.prompt_max_tokens``) with the sampled-token
+    logprobs of the distribution each token was drawn from (``engines/vllm_engine.py``).
     ``update_weights`` replaces the weights in place (no reload, no disk round trip
     visible to the caller) and records ``version``; ``weight_version`` says which weights
     the next ``generate`` uses. It is ``stage_weights`` then ``apply_weights``:
@@ -85,9 +81,11 @@ class RolloutEngine(Protocol):
       (all or nothing: a layer left out would keep serving the old weights). A failed
       stage is dropped. ``lora_scaling``: a LoRA push (``engines/lora_push.py``), which
       the engine merges into the base weights it keeps.
-    - ``apply_weights(version)`` makes the finished stage of ``version`` live and records
-      the version; it raises if no finished stage of ``version`` is there. The caller
-      makes sure no generation runs meanwhile (``ReplicaSet.pushing``).
+    - ``apply_weights(version, nbytes=...)`` makes the finished stage of ``version`` live
+      and records the version; it raises if no finished stage of ``version`` is there.
+      ``nbytes``: the push's full weights in bytes (``Staged.weight_bytes``; 0: unknown),
+      which bound the apply of an engine in another process. The caller makes sure no
+      generation runs meanwhile (``ReplicaSet.pushing``).
     """
 
     @property
@@ -110,7 +108,7 @@ class RolloutEngine(Protocol):
         lora_scaling: float | None = None,
     ) -> None: ...
 
-    def apply_weights(self, version: int) -> None: ...
+    def apply_weights(self, version: int, *, nbytes: int = 0) -> None: ...
 
     def released(self) -> AbstractContextManager[None]:
         """A block during which the engine gives its accelerator memory back to training
@@ -120,19 +118,7 @@ class RolloutEngine(Protocol):
     def close(self) -> None: ...
 
 
-class WeightVersion:
-    """``RolloutEngine.weight_version`` for an engine whose push (``apply_weights``, or
-    ``update_weights``) records the version it now serves in ``_version`` (0 before the
-    first push)."""
-
-    _version: int = 0
-
-    @property
-    def weight_version(self) -> int:
-        return self._version
-
-
-class Staging:
+class PushLedger:
     """Which push an engine has staged: its version, the names (with shapes) staged so far,
     and whether its last call came and passed the completeness check (``ready``).
 
@@ -145,6 +131,19 @@ class Staging:
         self.names: dict[str, tuple[int, ...]] = {}
         self.open = False  # buckets of ``version`` are coming
         self.ready = False  # finished and checked, not applied yet
+
+    @contextmanager
+    def stage(self, version: int, *, last: bool) -> Iterator[bool]:
+        """One stage call of ``version``'s push: yields whether it starts a new push; the
+        call's failure drops the push, its success with ``last`` finishes it."""
+        new = self.part(version)
+        try:
+            yield new
+        except BaseException:
+            self.drop()
+            raise
+        if last:
+            self.finish()
 
     def part(self, version: int) -> bool:
         """Called at the start of each stage call; returns whether it starts a new push."""
@@ -183,41 +182,47 @@ class Staging:
         self.ready = False
 
 
-class StagedPush(WeightVersion, ABC):
-    """``stage_weights`` (with LoRA adapter pushes merged here: ``lora_scaling``) and
-    ``update_weights`` for an engine that implements ``_stage`` and ``apply_weights``."""
+class TwoStepPush(ABC):
+    """``stage_weights`` and ``update_weights`` (stage, then apply) for an engine that
+    implements ``_stage`` and ``apply_weights``; the push (``apply_weights``) records the
+    version the engine now serves in ``_version`` (0 before the first)."""
 
     _lora: AdapterMerge | None = None
+    _version: int = 0
+
+    @property
+    def weight_version(self) -> int:
+        return self._version
 
     def stage_weights(
         self,
-        named_tensors: Iterable[tuple[str, Tensor]],
+        named_tensors: NamedTensors,
         *,
         version: int,
         last: bool = True,
         lora_scaling: float | None = None,
     ) -> None:
         """``RolloutEngine.stage_weights``; ``lora_scaling`` (alpha / r): the tensors are a
-        LoRA push (``engines/lora_push.py``: base weights and adapters, or adapters only),
-        merged into the base weights this engine keeps before they are staged."""
+        LoRA push (``engines/lora_push.py``: base weights and adapters, or adapters only)."""
+        self._stage(named_tensors, version=version, last=last, lora_scaling=lora_scaling)
+
+    def _merged(
+        self, named_tensors: NamedTensors, *, version: int, last: bool, lora_scaling: float | None
+    ) -> Iterable[tuple[str, Tensor]]:
+        """A LoRA push merged into the base weights this engine keeps (an engine in this
+        process stages what this yields); any other push as it is."""
         if lora_scaling is None:
-            self._stage(named_tensors, version=version, last=last)
-            return
-        if self._lora is None:
-            self._lora = AdapterMerge()
-        self._stage(
-            self._lora.expand(named_tensors, scaling=lora_scaling, version=version, last=last),
-            version=version,
-            last=last,
-        )
+            return named_tensors
+        self._lora = self._lora or AdapterMerge()
+        return self._lora.expand(named_tensors, scaling=lora_scaling, version=version, last=last)
 
     @abstractmethod
     def _stage(
-        self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int, last: bool
+        self, named_tensors: NamedTensors, *, version: int, last: bool, lora_scaling: float | None
     ) -> None: ...
 
     @abstractmethod
-    def apply_weights(self, version: int) -> None: ...
+    def apply_weights(self, version: int, *, nbytes: int = 0) -> None: ...
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None:
         """Stages the whole push in one call, then applies it."""
@@ -225,17 +230,16 @@ class StagedPush(WeightVersion, ABC):
         self.apply_weights(version)
 
 
-class OneCallPush(WeightVersion):
+class OneCallPush(TwoStepPush):
     """An engine that takes a push in one call only (``update_weights``; a test's fake, a
-    third party's engine) behind the staged protocol: ``stage_weights`` holds the tensors
-    in this process and ``apply_weights`` hands them over whole, so its whole push waits
+    third party's engine) behind the two steps: ``stage_weights`` holds the tensors in
+    this process and ``apply_weights`` hands them over whole, so its whole push waits
     for generation to stop. A LoRA push to it is merged here first."""
 
     def __init__(self, engine: RolloutEngine) -> None:
         self.engine = engine
         self._held: dict[str, Tensor] = {}
-        self._staging = Staging(type(engine).__name__)
-        self._lora: AdapterMerge | None = None
+        self._ledger = PushLedger(type(engine).__name__)
 
     @property
     def weight_version(self) -> int:
@@ -249,33 +253,18 @@ class OneCallPush(WeightVersion):
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None:
         self.engine.update_weights(named_tensors, version=version)
 
-    def stage_weights(
-        self,
-        named_tensors: Iterable[tuple[str, Tensor]],
-        *,
-        version: int,
-        last: bool = True,
-        lora_scaling: float | None = None,
+    def _stage(
+        self, named_tensors: NamedTensors, *, version: int, last: bool, lora_scaling: float | None
     ) -> None:
-        if self._staging.part(version):
-            self._held = {}
-        if lora_scaling is not None:
-            self._lora = self._lora or AdapterMerge()
-            named_tensors = self._lora.expand(
-                named_tensors, scaling=lora_scaling, version=version, last=last
-            )
-        try:
-            for name, tensor in named_tensors:
-                self._staging.add(name, tuple(tensor.shape))
+        named = self._merged(named_tensors, version=version, last=last, lora_scaling=lora_scaling)
+        with self._ledger.stage(version, last=last) as new:
+            self._held = {} if new else self._held
+            for name, tensor in named:
+                self._ledger.add(name, tuple(tensor.shape))
                 self._held[name] = tensor
-        except BaseException:
-            self._staging.drop()
-            raise
-        if last:
-            self._staging.finish()
 
-    def apply_weights(self, version: int) -> None:
-        self._staging.take(version)
+    def apply_weights(self, version: int, *, nbytes: int = 0) -> None:
+        self._ledger.take(version)
         held, self._held = self._held, {}
         self.engine.update_weights(held.items(), version=version)
 
@@ -286,6 +275,6 @@ class OneCallPush(WeightVersion):
         self.engine.close()
 
 
-def staged_protocol(engine: RolloutEngine) -> RolloutEngine:
+def two_step(engine: RolloutEngine) -> RolloutEngine:
     """``engine``, or ``OneCallPush(engine)`` when it has no ``stage_weights``."""
     return engine if hasattr(engine, "apply_weights") else OneCallPush(engine)

@@ -9,28 +9,26 @@ row draws from its own ``torch.Generator``: sample j of prompt i uses seed
 stops at its prompt's own max_tokens (``SamplingSettings.prompt_max_tokens``).
 
 Logprobs are those of the distribution each token was drawn from, as vLLM's
-``logprobs_mode="processed_logprobs"`` gives them (``VLLMEngine`` pins it):
-``log_softmax`` in float32 of the logits divided by the temperature, then masked to
-the top-k and the top-p nucleus (``processed_logits``); of the raw logits when
-greedy. Without top-k/top-p this is ``log_softmax(logits / T)``, what the trainer
-computes (``workers/logprobs.py``).
+``processed_logprobs`` (``engines/vllm_engine.py``) gives them (``processed_logits``);
+of the raw logits when greedy.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
 from torch import Tensor
 
-from grouprl.engines.base import SamplingSettings, StagedPush, Staging
+from grouprl.engines.base import NamedTensors, PushLedger, SamplingSettings, TwoStepPush
+from grouprl.seeds import request_seed
 from grouprl.types import Completion
 
 
-class HFEngine(StagedPush):
+class HFEngine(TwoStepPush):
     """A rollout engine over its own copy of a transformers causal LM.
 
     The constructor deep-copies ``model`` onto ``device`` (cast to ``dtype`` if
@@ -57,7 +55,7 @@ class HFEngine(StagedPush):
         self.tokenizer = tokenizer
         self.max_batch_rows = max_batch_rows
         self._params = dict(self.model.named_parameters(remove_duplicate=False))
-        self._staging = Staging("hf")
+        self._ledger = PushLedger("hf")
         self._staged: dict[int, Tensor] = {}  # id(parameter) -> its staging copy
         self._unique: dict[int, torch.nn.Parameter] = {}  # id(parameter) -> parameter
         self._eos_ids = _eos_token_ids(self.model, tokenizer)
@@ -72,7 +70,7 @@ class HFEngine(StagedPush):
         per_prompt = 1 if settings.is_greedy else n
         max_tokens = settings.prompt_max_tokens(len(prompts))
         rows = [
-            _Row(prompt, _row_seed(settings.seed, i * n + j), max_tokens[i])
+            _Row(prompt, request_seed(settings.seed, i, n, j), max_tokens[i])
             for i, prompt in enumerate(prompts)
             for j in range(per_prompt)
         ]
@@ -84,14 +82,14 @@ class HFEngine(StagedPush):
 
     @torch.no_grad()
     def _stage(
-        self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int, last: bool
+        self, named_tensors: NamedTensors, *, version: int, last: bool, lora_scaling: float | None
     ) -> None:
         """Copy tensors into the staging copy of the parameters of the same names (cast as
         needed; generation never reads it); ``last``: every parameter must be staged by
         now (``RolloutEngine``)."""
-        self._staging.part(version)
-        try:
-            named = list(named_tensors)
+        merged = self._merged(named_tensors, version=version, last=last, lora_scaling=lora_scaling)
+        with self._ledger.stage(version, last=last):
+            named = list(merged)
             unknown = sorted(name for name, _ in named if name not in self._params)
             if unknown:
                 raise ValueError(
@@ -102,10 +100,10 @@ class HFEngine(StagedPush):
             if wrong:  # checked up front: copy_ would broadcast silently, or fail half-way
                 raise ValueError(f"weight push to the hf engine has wrong shapes for {wrong[:5]}")
             for name, tensor in named:
-                self._staging.add(name, tuple(tensor.shape))
+                self._ledger.add(name, tuple(tensor.shape))
                 self._staged_tensor(name).copy_(tensor.detach())
             if last:
-                written = {id(self._params[name]) for name in self._staging.names}
+                written = {id(self._params[name]) for name in self._ledger.names}
                 missing = sorted(n for n, p in self._params.items() if id(p) not in written)
                 if missing:
                     raise ValueError(
@@ -113,16 +111,12 @@ class HFEngine(StagedPush):
                         f"({len(missing)}); pushes are all-or-nothing so no layer serves "
                         "stale weights"
                     )
-                self._staging.finish()
-        except BaseException:
-            self._staging.drop()
-            raise
 
     @torch.no_grad()
-    def apply_weights(self, version: int) -> None:
+    def apply_weights(self, version: int, *, nbytes: int = 0) -> None:
         """Swap the staged copy in: each parameter's storage and its staging copy trade
         places (no copy; the old values become the next push's staging space)."""
-        self._staging.take(version)
+        self._ledger.take(version)
         for key, staged in self._staged.items():
             param = self._unique[key]
             param.data, self._staged[key] = staged, param.data
@@ -294,10 +288,6 @@ def _left_pad(prompts: list[list[int]], pad_id: int, device: torch.device) -> tu
     return input_ids_BT.to(device), attention_BT.to(device)
 
 
-def _row_seed(base: int | None, offset: int) -> int | None:
-    return None if base is None else base + offset
-
-
 def _generator(seed: int | None, device: torch.device) -> torch.Generator:
     g = torch.Generator(device=device)
     if seed is None:
@@ -312,7 +302,8 @@ def _eos_token_ids(model, tokenizer) -> set[int]:
     ids: set[int] = set()
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
-    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    generation = model.generation_config  # None for a model that does not generate
+    config_eos = generation.eos_token_id if generation is not None else None
     if isinstance(config_eos, int):
         ids.add(config_eos)
     elif config_eos is not None:

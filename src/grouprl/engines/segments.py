@@ -24,7 +24,7 @@ cache at a push), which is what "continue with the new weights" means.
 
 Seeds: segment 0 is the call as it would be without segments, with every prompt's
 max_tokens lowered to S, so it draws the same first S tokens. Continuation segment s
-(1, 2, ...) is one engine call with seed ``seed + s * SEGMENT_SEED_STRIDE``; the engine adds
+(1, 2, ...) is one engine call with seed ``seeds.segment_seed(seed, s)``; the engine adds
 the sample's place among the samples still running. A rerun draws the same tokens (which
 samples still run is itself decided by the same draws), and the number of replicas does
 not change them (the replica set splits each segment's call as it splits any call).
@@ -39,11 +39,8 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 
 from grouprl.engines.base import SamplingSettings
+from grouprl.seeds import segment_seed
 from grouprl.types import Completion
-
-SEGMENT_SEED_STRIDE = 1_000_003
-"""A prime larger than any call's samples: continuation segment s of a call seeded ``seed``
-samples with ``seed + s * SEGMENT_SEED_STRIDE`` (plus the sample's place in it)."""
 
 Call = Callable[[list[list[int]], SamplingSettings], list[list[Completion]]]
 """One engine call over the replicas (``ReplicaSet`` splits it), under the gate."""
@@ -256,7 +253,7 @@ def generate_in_segments(
     while running:
         remaining = [s.max_tokens - len(s.token_ids) for s in running]
         top, each = _asks(remaining, segment_tokens)
-        seed = None if settings.seed is None else settings.seed + segments * SEGMENT_SEED_STRIDE
+        seed = segment_seed(settings.seed, segments)
         step = replace(settings, group_size=1, seed=seed, max_tokens=top, max_tokens_each=each)
         with segment():
             v = version()

@@ -15,12 +15,10 @@ loads a checkpoint-format file, so the merge happens on the pushing side.
 Start the server with the dev endpoints and processed logprobs, for example:
     VLLM_SERVER_DEV_MODE=1 vllm serve MODEL --logprobs-mode processed_logprobs
 
-Processed logprobs are those of the distribution the server drew from (logits / T,
-top-k, top-p), the quantity the other engines return (``engines/vllm_engine.py``).
-vLLM's default, raw logprobs, ignores the temperature; a server left at it would feed
-the trainer T = 1 logprobs, so the first call that samples at T != 1 or with top-k/top-p
-asks the server for one token's top logprobs at two temperatures and refuses a server
-whose answers do not change (``_check_logprobs_mode``).
+Processed logprobs are what the other engines return (``engines/vllm_engine.py``).
+vLLM's default, raw logprobs, ignores the temperature, so the first call that samples at
+T != 1 or with top-k/top-p asks the server for one token's top logprobs at two
+temperatures and refuses a server whose answers do not change (``_check_logprobs_mode``).
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -41,7 +38,7 @@ import torch
 from torch import Tensor
 
 from grouprl.device import DtypeName, resolve_dtype
-from grouprl.engines.base import SamplingSettings, StagedPush, Staging
+from grouprl.engines.base import NamedTensors, PushLedger, SamplingSettings, TwoStepPush
 from grouprl.engines.hf_engine import replicate
 from grouprl.engines.weights import (
     PushPacker,
@@ -50,6 +47,7 @@ from grouprl.engines.weights import (
     pack_for_transfer,
     write_weights,
 )
+from grouprl.seeds import request_seed
 from grouprl.types import Completion
 
 RESET_TRIES = 40
@@ -75,7 +73,7 @@ class ServerError(RuntimeError):
     user_error = True
 
 
-class ServerEngine(StagedPush):
+class ServerEngine(TwoStepPush):
     def __init__(
         self,
         url: str,
@@ -96,7 +94,7 @@ class ServerEngine(StagedPush):
             model_dir, dtype=resolve_dtype(dtype, torch.device("cpu")), engine="server"
         )
         self._mode_checked = False
-        self._staging = Staging("server")
+        self._ledger = PushLedger("server")
         self._packed: dict[str, Tensor] = {}  # the staged push's tensors, until its last call
         self._directory: str | None = None  # the staged push's file, until it is applied
 
@@ -120,7 +118,7 @@ class ServerEngine(StagedPush):
                 "top_k": settings.top_k,
                 "max_tokens": max_tokens[i],
                 "ignore_eos": settings.ignore_eos,
-                "seed": None if settings.seed is None else settings.seed + i * n,
+                "seed": request_seed(settings.seed, i, n),
                 "logprobs": 0,
                 "return_token_ids": True,
                 "skip_special_tokens": True,
@@ -133,38 +131,39 @@ class ServerEngine(StagedPush):
         return list(self._pool.map(one, range(len(prompts))))
 
     def _stage(
-        self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int, last: bool
+        self, named_tensors: NamedTensors, *, version: int, last: bool, lora_scaling: float | None
     ) -> None:
         """Packs the weights (cast to the engine's dtype) and, at the push's ``last`` call,
         writes them where the server reads them; all or nothing (a partial push raises
         before the server sees it). The server keeps generating meanwhile."""
-        if self._staging.part(version):
-            self._discard_staged()
+        merged = self._merged(named_tensors, version=version, last=last, lora_scaling=lora_scaling)
         try:
-            for name, tensor in pack_for_transfer(named_tensors, dtype=self._push.dtype).items():
-                self._staging.add(name, tuple(tensor.shape))
-                self._packed[name] = tensor
-            if last:
-                add_tied_lm_head(self._packed, tie_word_embeddings=self._push.tied)
-                check_complete(
-                    {n: tuple(t.shape) for n, t in self._packed.items()},
-                    self._push.expected,
-                    engine="server",
-                )
-                Path(self.weights_dir).mkdir(parents=True, exist_ok=True)
-                self._directory = tempfile.mkdtemp(prefix="grouprl-weights-", dir=self.weights_dir)
-                write_weights(self._packed, self._directory)
-                self._packed = {}
-                self._staging.finish()
+            with self._ledger.stage(version, last=last) as new:
+                if new:
+                    self._discard_staged()
+                for name, tensor in pack_for_transfer(merged, dtype=self._push.dtype).items():
+                    self._ledger.add(name, tuple(tensor.shape))
+                    self._packed[name] = tensor
+                if last:
+                    self._write_packed()
         except BaseException:
-            self._staging.drop()
             self._discard_staged()
             raise
 
-    def apply_weights(self, version: int) -> None:
+    def _write_packed(self) -> None:
+        """The whole push, checked, as a file where the server reads it."""
+        add_tied_lm_head(self._packed, tie_word_embeddings=self._push.tied)
+        shapes = {n: tuple(t.shape) for n, t in self._packed.items()}
+        check_complete(shapes, self._push.expected, engine="server")
+        Path(self.weights_dir).mkdir(parents=True, exist_ok=True)
+        self._directory = tempfile.mkdtemp(prefix="grouprl-weights-", dir=self.weights_dir)
+        write_weights(self._packed, self._directory)
+        self._packed = {}
+
+    def apply_weights(self, version: int, *, nbytes: int = 0) -> None:
         """Has every server worker load the staged file in place, then resets the prefix
         cache."""
-        self._staging.take(version)
+        self._ledger.take(version)
         try:
             self._request(
                 "POST",

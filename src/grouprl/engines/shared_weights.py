@@ -19,12 +19,10 @@ projections; gate and up) lie back to back in that order, so the fused weight is
 view of the buffer and is repacked from there without a copy; a tied head shares the
 embeddings' bytes (one copy to fill, none to store twice).
 
-This replaces writing a safetensors file per push, reading it back in the worker and
-removing it. The buffer stays for the engine's life: it costs host memory of one copy
-of the weights in the engine's dtype, in /dev/shm when that has room, else in a file
-under the temp dir (page cache). Space is reserved with ``posix_fallocate`` before the
-file is mapped: a tmpfs that is too small fails here, cleanly, and never later as a
-SIGBUS on a write into a page it could not back.
+The buffer stays for the engine's life: one copy of the weights in the engine's dtype,
+in /dev/shm when that has room, else under the temp dir. Space is reserved with
+``posix_fallocate`` before the file is mapped: a tmpfs that is too small fails here,
+cleanly, never later as a SIGBUS on a write into a page it could not back.
 
 ``WorkerExtension`` is mixed into vLLM's worker class (``worker_extension_cls``); it
 runs in the worker process and imports nothing of grouprl's beyond this module,
@@ -37,12 +35,16 @@ import math
 import os
 import tempfile
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from grouprl.engines.weights import check_complete
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
 ALIGN = 64
 """Byte alignment of each tensor in the buffer (a cache line; vector loads stay aligned)."""
@@ -197,8 +199,8 @@ class WorkerExtension:
     """Methods mixed into each vLLM worker: map the push buffer, load from it in place."""
 
     reload_weights: Callable[..., None]  # the vLLM worker's own method
-    model_runner: Any  # the vLLM worker's
-    vllm_config: Any
+    model_runner: GPUModelRunner  # the vLLM worker's (CPUModelRunner subclasses it)
+    vllm_config: VllmConfig
 
     def grouprl_attach_weights(self, path: str, layout: Layout, size: int) -> str:
         """Map the buffer and plan the lean reload; returns why the lean reload does not

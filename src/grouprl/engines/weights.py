@@ -81,7 +81,7 @@ def checkpoint_shapes(model_dir: str) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {}
     for file in files:
         with safe_open(str(file), framework="pt") as f:
-            for name in f.keys():
+            for name in f.keys():  # noqa: SIM118 (a safe_open handle does not iterate)
                 shapes[name] = tuple(f.get_slice(name).get_shape())
     return shapes
 

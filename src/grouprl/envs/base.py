@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from grouprl.config.env_keys import StopReason
 
@@ -91,38 +91,73 @@ class EnvContext:
     """A directory shared by runs, for indexes and downloads."""
 
     def prompt_messages(self, row: dict[str, Any], *, system_prompt: str | None = None):
-        """The row's opening as single-turn runs render it: ``system_prompt`` (or
-        ``data.system_prompt``) and the question through ``data.prompt_template``, or the
-        row's own chat messages."""
-        from grouprl.data.prompts import prompt_messages
-
-        return prompt_messages(
-            row,
-            prompt_key=self.prompt_key,
-            system_prompt=self.system_prompt if system_prompt is None else system_prompt,
-            prompt_template=self.prompt_template,
-        )
+        """The row's opening as single-turn runs render it (``opening``)."""
+        return opening(self, row, system_prompt=system_prompt)
 
 
-def replayable(env: Any) -> bool:
+class Prompting(Protocol):
+    """The data section's prompting: ``data.prompt_key``, ``system_prompt``, ``prompt_template``."""
+
+    @property
+    def prompt_key(self) -> str: ...
+    @property
+    def system_prompt(self) -> str | None: ...
+    @property
+    def prompt_template(self) -> str: ...
+
+
+def opening(env: Prompting, row: dict[str, Any], *, system_prompt: str | None = None):
+    """The row's opening as single-turn runs render it: ``system_prompt`` (or
+    ``env.system_prompt``) and the question through ``env.prompt_template``, or the row's
+    own chat messages."""
+    from grouprl.data.prompts import prompt_messages
+
+    return prompt_messages(
+        row,
+        prompt_key=env.prompt_key,
+        system_prompt=env.system_prompt if system_prompt is None else system_prompt,
+        prompt_template=env.prompt_template,
+    )
+
+
+@runtime_checkable
+class Replays(Protocol):
+    """An environment that says whether its episodes can be rebuilt (default: they can)."""
+
+    replayable: bool
+
+
+@runtime_checkable
+class Templated(Protocol):
+    """An environment with keywords for the chat template (``enable_thinking``, tools)."""
+
+    template_kwargs: dict[str, Any]
+
+
+@runtime_checkable
+class OpensRows(Protocol):
+    """An environment that answers many rows' openings in one call (a contained one)."""
+
+    def openings(self, rows: list[dict[str, Any]]) -> list[list[Message]]: ...
+
+
+def replayable(env: Environment) -> bool:
     """Whether ``env``'s episodes can be rebuilt from their row and model turns (the
     protocol's default); an environment opts out with ``replayable = False``."""
-    return bool(getattr(env, "replayable", True))
+    return bool(env.replayable) if isinstance(env, Replays) else True
 
 
-def template_kwargs_of(env: Any) -> dict[str, Any]:
+def template_kwargs_of(env: Environment) -> dict[str, Any]:
     """``env.template_kwargs``, or {} for an environment without one."""
-    return dict(getattr(env, "template_kwargs", None) or {})
+    return dict((env.template_kwargs if isinstance(env, Templated) else None) or {})
 
 
-def first_messages(env: Any, rows: list[dict[str, Any]]) -> list[list[Message]]:
-    """Each row's opening messages (``episode(row).start()``). An environment that runs
-    elsewhere answers many rows in one call (``openings(rows)``, the contained ones)."""
+def first_messages(env: Environment, rows: list[dict[str, Any]]) -> list[list[Message]]:
+    """Each row's opening messages (``episode(row).start()``), or ``openings(rows)``."""
     from grouprl.sandbox.user_code import awaited_call
 
-    openings = getattr(env, "openings", None)
-    if openings is not None:
-        return openings(rows)
+    if isinstance(env, OpensRows):
+        return env.openings(rows)
     return [awaited_call(env.episode(row).start) for row in rows]
 
 

@@ -38,12 +38,17 @@ import itertools
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from grouprl.config.schema import DataConfig, EnvConfig
+from grouprl.config.env import EnvConfig
+from grouprl.config.model_data import DataConfig
 from grouprl.envs.base import Message, Step, first_messages, replayable, template_kwargs_of
 from grouprl.envs.loader import EnvTarget, build_user_env, resolve_env
 from grouprl.sandbox.user_code import awaited_call
+
+if TYPE_CHECKING:
+    from grouprl.envs.base import Environment, Episode
+    from grouprl.sandbox import CallFailed, WorkerPool
 
 OPENING_CHUNK = 256
 """Rows whose opening messages one worker call renders (at load time)."""
@@ -76,7 +81,7 @@ class EnvRecipe:
             return self.target
         return resolve_env(self.env_cfg.model_copy(update={"name": self.target.name}))
 
-    def build(self) -> Any:
+    def build(self) -> Environment:
         target = self.resolved()
         return build_user_env(target, self.env_cfg, self.data_cfg, cache_dir=self.cache_dir)
 
@@ -89,6 +94,14 @@ class EnvRecipe:
 
 # --- in the worker --------------------------------------------------------------------------
 
+
+@runtime_checkable
+class Closes(Protocol):
+    """An episode that holds something until ``close()`` (optional: most hold nothing)."""
+
+    def close(self) -> object: ...
+
+
 _BUILDING = threading.Lock()  # the first calls of a worker arrive on several threads at once
 
 
@@ -98,7 +111,7 @@ def _state() -> dict[str, Any]:
     return worker_state()
 
 
-def _env(recipe: EnvRecipe) -> Any:
+def _env(recipe: EnvRecipe) -> Environment:
     state = _state()
     with _BUILDING:
         if "env" not in state:
@@ -107,7 +120,7 @@ def _env(recipe: EnvRecipe) -> Any:
     return state["env"]
 
 
-def _episodes(recipe: EnvRecipe) -> dict[int, tuple[Any, int]]:
+def _episodes(recipe: EnvRecipe) -> dict[int, tuple[Episode, int]]:
     _env(recipe)
     return _state()["episodes"]
 
@@ -160,7 +173,7 @@ def _step(
     return step
 
 
-def _replayed(recipe: EnvRecipe, row: dict[str, Any], texts: list[str]) -> Any:
+def _replayed(recipe: EnvRecipe, row: dict[str, Any], texts: list[str]) -> Episode:
     """The episode rebuilt from its row and the texts it was sent (their answers, sent to
     the model before, are dropped)."""
     episode = _env(recipe).episode(row)
@@ -170,7 +183,7 @@ def _replayed(recipe: EnvRecipe, row: dict[str, Any], texts: list[str]) -> Any:
     return episode
 
 
-def _checked(step: Any) -> Step:
+def _checked(step: object) -> Step:
     if not isinstance(step, Step):
         raise TypeError(f"step() returned a {type(step).__name__}, not a grouprl.envs.Step")
     return step
@@ -182,11 +195,10 @@ def _close(episode_ids: list[int]) -> None:
         _close_here(episodes, episode_id)
 
 
-def _close_here(episodes: dict[int, tuple[Any, int]], episode_id: int) -> None:
+def _close_here(episodes: dict[int, tuple[Episode, int]], episode_id: int) -> None:
     episode, _ = episodes.pop(episode_id, (None, 0))
-    close = getattr(episode, "close", None)
-    if close is not None:
-        awaited_call(close)
+    if isinstance(episode, Closes):
+        awaited_call(episode.close)
 
 
 # --- in the driver --------------------------------------------------------------------------
@@ -205,8 +217,8 @@ class ContainedEnv:
         self._ids = itertools.count()
         self._traits: tuple[dict[str, Any], bool] | None = None
         self._lock = threading.Lock()
-        self._own: list[Any] = []  # not replayable: every episode's own pool, made so far
-        self._free: list[Any] = []  # those no episode holds now
+        self._own: list[WorkerPool] = []  # not replayable: every episode's own pool, made so far
+        self._free: list[WorkerPool] = []  # those no episode holds now
 
     @property
     def template_kwargs(self) -> dict[str, Any]:
@@ -248,21 +260,19 @@ class ContainedEnv:
         for pool in [self.pool, *self._own]:
             pool.close()
 
-    def _new_pool(self, *, size: int, concurrency: int, name: str) -> Any:
+    def _new_pool(self, *, size: int, concurrency: int, name: str) -> WorkerPool:
         from grouprl.sandbox import WorkerPool
 
         cfg = self.recipe.env_cfg
         return WorkerPool(
-            size=size,
-            memory_mb=cfg.sandbox.memory_mb,
-            concurrency=concurrency,
+            cfg.sandbox.model_copy(update={"workers": size}),
             name=name,
-            initializer=functools.partial(_import_at_start, self.recipe),
-            memory_limit=cfg.sandbox.memory_limit,
             network=cfg.network,
+            concurrency=concurrency,
+            initializer=functools.partial(_import_at_start, self.recipe),
         )
 
-    def _lend(self) -> Any:
+    def _lend(self) -> WorkerPool:
         """A one-worker pool no open episode holds (a new one when none is free)."""
         with self._lock:
             if self._free:
@@ -271,7 +281,7 @@ class ContainedEnv:
             self._own.append(pool)
             return pool
 
-    def _give_back(self, pool: Any) -> None:
+    def _give_back(self, pool: WorkerPool) -> None:
         with self._lock:
             self._free.append(pool)
 
@@ -305,7 +315,7 @@ class ContainedEpisode:
         row: dict[str, Any],
         *,
         episode_id: int,
-        pool: Any,
+        pool: WorkerPool,
         worker: int | None,
     ) -> None:
         self.env, self.row, self.id, self.pool, self.worker = env, row, episode_id, pool, worker
@@ -348,7 +358,7 @@ class ContainedEpisode:
             self._lent = False
             self.env._give_back(self.pool)
 
-    def _submit(self, fn, /, *args: Any, alone: bool = False, **kwargs: Any) -> Future:
+    def _submit(self, fn, /, *args: object, alone: bool = False, **kwargs: Any) -> Future:
         """``fn`` on the episode's worker; a call that carries a history gets a deadline for
         each step it replays too."""
         history = kwargs.get("history")
@@ -379,13 +389,13 @@ class ContainedEpisode:
             text = f"{what} {_failure_text(err)}, run alone after its worker died"
             raise self._ended(err, text) from err
 
-    def _ended(self, err: Any, text: str) -> EnvFailure:
+    def _ended(self, err: CallFailed, text: str) -> EnvFailure:
         if err.kind != "error":  # its worker is gone, and the episode with it: nothing to close
             self._open = False
         return EnvFailure(text)
 
 
-def _failure_text(err: Any) -> str:
+def _failure_text(err: CallFailed) -> str:
     if err.kind == "error":
         return f"raised {err.message}"
     if err.kind == "timeout":

@@ -8,7 +8,8 @@ yours       ──► a registered factory or a class by import path (envs/loade
 
 from __future__ import annotations
 
-from grouprl.config.schema import DataConfig, EnvConfig
+from grouprl.config.env import EnvConfig
+from grouprl.config.model_data import DataConfig
 from grouprl.envs.base import Environment
 from grouprl.envs.contained import contain
 from grouprl.envs.loader import build_user_env, env_context, resolve_env

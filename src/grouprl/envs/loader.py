@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from grouprl.config.aliases import RENAMED
+from grouprl.config.env import EnvConfig
 from grouprl.config.errors import ConfigError
 from grouprl.config.imports import absolute_import_path, is_import_path
-from grouprl.config.schema import DataConfig, EnvConfig
-from grouprl.envs.base import EnvContext
+from grouprl.config.model_data import DataConfig
+from grouprl.config.renamed import RENAMED
+from grouprl.envs.base import EnvContext, Environment
 from grouprl.envs.registry import BUILT_IN, ENVS
 
 EnvKind = Literal["built_in", "registered", "import_path"]
@@ -86,7 +87,7 @@ SEARCH_ARGS = ("corpus", "k", "max_chars", "timeout_s", "turn_reward")
 """``search_qa``'s own settings (``SearchQA.__init__``), once keys of ``env`` itself."""
 
 
-def _ignored_arg(name: str, key: str, value: Any) -> str:
+def _ignored_arg(name: str, key: str, value: object) -> str:
     """``env.args.KEY`` given to the built-in ``name`` (other than search_qa), which takes
     none: it would be ignored."""
     ignored = (
@@ -164,7 +165,7 @@ def _hints(cls: type) -> dict[str, Any]:
         return {}
 
 
-def _type_problem(annotation: Any, value: Any) -> str | None:
+def _type_problem(annotation: Any, value: object) -> str | None:
     from pydantic import TypeAdapter, ValidationError
 
     try:
@@ -191,7 +192,7 @@ def env_context(cfg: EnvConfig, data: DataConfig, *, cache_dir: str | Path) -> E
 
 def build_user_env(
     target: EnvTarget, cfg: EnvConfig, data: DataConfig, *, cache_dir: str | Path
-) -> Any:
+) -> Environment:
     """The user's environment, built in this process (a worker, or the driver with
     ``env.sandbox.workers=0``): ``cls(**env.args[, ctx=...])`` or the registered factory's."""
     assert target.factory is not None, target

@@ -28,7 +28,7 @@ EnvFactory = Callable[..., Any]
 """``factory(env_cfg, data_cfg, *, cache_dir) -> Environment``."""
 
 
-def _an_environment_class(value: Any, attr: str) -> str | None:
+def _an_environment_class(value: object, attr: str) -> str | None:
     """Why ``value``, named by import path, is not an environment class (or None)."""
     if not isinstance(value, type):
         return (

@@ -8,20 +8,23 @@ turn ends the episode (``answered``; a turn cut off at ``rollout.max_tokens`` en
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from grouprl.envs.base import Message, Step
+from grouprl.envs.base import Message, Step, opening
+
+if TYPE_CHECKING:
+    from grouprl.config.model_data import DataConfig
 
 
 class SingleTurnEnv:
-    template_kwargs: dict[str, Any] = {}
+    template_kwargs: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, *, prompt_key: str, system_prompt: str | None, prompt_template: str):
         self.prompt_key = prompt_key
         self.system_prompt, self.prompt_template = system_prompt, prompt_template
 
     @classmethod
-    def from_data(cls, data: Any) -> SingleTurnEnv:
+    def from_data(cls, data: DataConfig) -> SingleTurnEnv:
         """The data section's prompting (``DataConfig``: prompt key, system prompt, template)."""
         return cls(
             prompt_key=data.prompt_key,
@@ -40,15 +43,7 @@ class SingleTurnEpisode:
         self.env, self.row = env, row
 
     def start(self) -> list[Message]:
-        from grouprl.data.prompts import prompt_messages
-
-        env = self.env
-        return prompt_messages(
-            self.row,
-            prompt_key=env.prompt_key,
-            system_prompt=env.system_prompt,
-            prompt_template=env.prompt_template,
-        )
+        return opening(self.env, self.row)
 
     def step(self, model_text: str) -> Step:
         return Step(done=True, stop_reason="answered")

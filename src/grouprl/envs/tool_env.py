@@ -26,8 +26,8 @@ from typing import Annotated, Any, Literal
 
 from annotated_types import Ge, Gt
 
-from grouprl.data.prompts import PLACEHOLDER, prompt_messages
-from grouprl.envs.base import EnvContext, Step
+from grouprl.data.prompts import PLACEHOLDER
+from grouprl.envs.base import EnvContext, Step, opening
 from grouprl.envs.search import DEFAULT_MAX_CHARS
 from grouprl.rewards.qa import answer_aliases, extract_answer, normalize_answer
 from grouprl.tools.calls import parse_tool_calls
@@ -42,7 +42,6 @@ SYSTEM_PROMPTS = {
     "qwen": "Answer the question. Use the tools to look things up. Give the final answer "
     "as <answer>text</answer>.",
 }
-SEARCH_SYSTEM_PROMPT = SYSTEM_PROMPTS["xml"]
 
 TurnReward = Literal["retrieved_answer", "none"]
 
@@ -86,13 +85,7 @@ class ToolEpisode:
     def start(self) -> list[dict[str, Any]]:
         """The system prompt and the question (or the row's own chat messages, with the
         environment's system prompt first unless they have one)."""
-        env = self.env
-        return prompt_messages(
-            self.row,
-            prompt_key=env.prompt_key,
-            system_prompt=env.system_prompt,
-            prompt_template=env.prompt_template,
-        )
+        return opening(self.env, self.row)
 
     def step(self, model_text: str) -> Step:
         env = self.env

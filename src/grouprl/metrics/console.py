@@ -186,7 +186,7 @@ def format_number(value: float, decimals: int) -> str:
 
 def format_duration(seconds: float) -> str:
     """``2:28`` or ``1:02:28``."""
-    total = int(round(seconds))
+    total = round(seconds)
     hours, rest = divmod(total, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

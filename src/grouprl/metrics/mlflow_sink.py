@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from grouprl.config.observe import MlflowConfig
 from grouprl.config.run_checks import MLFLOW_MISSING
-from grouprl.config.schema import MlflowConfig
 
 RUN_ID_FILE = "mlflow_run_id"
 LOCAL_STORE = "mlruns"

@@ -26,7 +26,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from grouprl.config.schema import MetricsConfig
+from grouprl.config.observe import MetricsConfig
 from grouprl.metrics.console import (
     ConsoleSink,
     StepTracker,
@@ -115,10 +115,6 @@ class TrainProgress:
         """Print one line (above the bar when it is live); markup is not interpreted."""
         self.console.print(Text(message), soft_wrap=True)
 
-    def as_sink(self) -> _ProgressSink:
-        """This progress display as a ``MetricsSink`` (e.g. for ``MetricsFanout.add``)."""
-        return _ProgressSink(self)
-
     def close(self) -> None:
         if self._progress is not None:
             self._progress.stop()
@@ -130,14 +126,3 @@ class TrainProgress:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class _ProgressSink:
-    def __init__(self, progress: TrainProgress) -> None:
-        self._progress = progress
-
-    def log(self, step: int, metrics: Mapping[str, float]) -> None:
-        self._progress.update(step, metrics)
-
-    def close(self) -> None:
-        """The owner of the TrainProgress closes it (its ``with`` block)."""

@@ -116,6 +116,15 @@ PHASES = (
     ("time/train_s", "train"),
     ("time/weight_sync_s", "weight sync"),
 )
+MEMORY = (
+    ("memory/peak_reserved_gib", "GPU reserved, peak"),
+    ("memory/peak_allocated_gib", "GPU allocated, peak"),
+    ("memory/host_rss_gib", "host resident"),
+)
+SPEED = (
+    ("perf/generate_tokens_per_s", "generated per replica"),
+    ("perf/train_tokens_per_s", "trained per rank"),
+)
 
 
 def render_hardware(series: dict[str, Series]) -> bytes | None:
@@ -125,24 +134,10 @@ def render_hardware(series: dict[str, Series]) -> bytes | None:
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    memory = [
-        (name, label)
-        for name, label in (
-            ("memory/peak_reserved_gib", "GPU reserved, peak"),
-            ("memory/peak_allocated_gib", "GPU allocated, peak"),
-            ("memory/host_rss_gib", "host resident"),
-        )
-        if name in series
-    ]
-    speed = [
-        (name, label)
-        for name, label in (
-            ("perf/generate_tokens_per_s", "generated per replica"),
-            ("perf/train_tokens_per_s", "trained per rank"),
-        )
-        if name in series
-    ]
-    phases = [(name, label) for name, label in PHASES if name in series]
+    memory, speed, phases = (
+        [(name, label) for name, label in lines if name in series]
+        for lines in (MEMORY, SPEED, PHASES)
+    )
     if not (memory or speed or phases or "perf/mfu" in series):
         return None
     fig = Figure(figsize=(10, 6.5), dpi=100, layout="constrained")
@@ -153,15 +148,12 @@ def render_hardware(series: dict[str, Series]) -> bytes | None:
         time_ax.stackplot(steps, stacks, labels=[label for _, label in phases], alpha=0.8)
         time_ax.legend(loc="upper left", fontsize="small")
     time_ax.set(title="seconds per step, by phase", xlabel="step", ylabel="s")
-    for name, label in memory:
-        memory_ax.plot(*series[name], label=label, **_markers(series[name][0]))
-    if memory:
-        memory_ax.legend(loc="best", fontsize="small")
+    for ax, lines in ((memory_ax, memory), (speed_ax, speed)):
+        for name, label in lines:
+            ax.plot(*series[name], label=label, **_markers(series[name][0]))
+        if lines:
+            ax.legend(loc="best", fontsize="small")
     memory_ax.set(title="memory (the busiest rank)", xlabel="step", ylabel="GiB")
-    for name, label in speed:
-        speed_ax.plot(*series[name], label=label, **_markers(series[name][0]))
-    if speed:
-        speed_ax.legend(loc="best", fontsize="small")
     speed_ax.set(title="tokens per second, per device", xlabel="step", ylabel="tokens/s")
     if "perf/mfu" in series:
         steps, values = series["perf/mfu"]
@@ -258,7 +250,7 @@ def _at(value: float, step: int) -> str:
 
 
 def _duration(seconds: float) -> str:
-    minutes, secs = divmod(int(round(seconds)), 60)
+    minutes, secs = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"
 

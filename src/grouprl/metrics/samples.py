@@ -52,7 +52,7 @@ class SamplesWriter:
         return truncate_jsonl_after(self.path, step)
 
 
-def _finite(value: Any) -> Any:
+def _finite(value: object) -> Any:
     """Replace NaN/inf (a reward function that failed) by None, recursively in mappings
     and sequences; a record (a dataclass instance) becomes the mapping of its set fields."""
     if is_dataclass(value) and not isinstance(value, type):
@@ -67,5 +67,5 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _unset(value: Any) -> bool:
+def _unset(value: object) -> bool:
     return value is None or (isinstance(value, (Mapping, list, tuple)) and not value)

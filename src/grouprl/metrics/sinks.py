@@ -7,12 +7,6 @@
                                                       ├──► MlflowSink       (metrics.mlflow.enabled)
                                                       └──► ConsoleSink ...  (added with .add)
 ```
-
-Metric names the trainer emits, one float each per step: ``reward/mean``,
-``reward/std``, ``accuracy``, ``reward/errors``, ``kl``, ``clip_frac``, ``entropy``,
-``loss``, ``grad_norm``, ``lr``, ``response_len/mean``, ``response_len/max``,
-``tokens_per_s``, ``time/{generate,reward,train,weight_sync,step}_s``; at
-validation steps (step 0 is before training) ``eval/accuracy`` and ``eval/reward_mean``.
 """
 
 from __future__ import annotations
@@ -21,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from grouprl.config.schema import MetricsConfig
+from grouprl.config.observe import MetricsConfig
 from grouprl.metrics.jsonl import RESERVED_KEYS, JsonlSink
 
 METRICS_FILE = "metrics.jsonl"

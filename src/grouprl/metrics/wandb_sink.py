@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from grouprl.config.schema import WandbConfig
+from grouprl.config.observe import WandbConfig
 
 RUN_ID_FILE = "wandb_run_id"
 

@@ -7,8 +7,10 @@ before the plan prints (``driver/preflight.py``), not here.
 
 from __future__ import annotations
 
+from grouprl.config.containment import FAILED_SAMPLES
+from grouprl.config.env import EnvConfig
 from grouprl.config.errors import show
-from grouprl.config.schema import FAILED_SAMPLES, EnvConfig, RunConfig
+from grouprl.config.schema import RunConfig
 from grouprl.plan.rows import Row
 
 BUILT_IN = {

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
+from pydantic import BaseModel
+
 from grouprl.config.checks import Derived, config_problems, derived_numbers
 from grouprl.config.errors import show
 from grouprl.config.schema import RunConfig
@@ -42,7 +44,7 @@ MAX_OFFERED = 3  # combinations offered
 @dataclass(frozen=True)
 class Change:
     key: str  # dotted config key
-    value: Any
+    value: object
 
     @property
     def text(self) -> str:
@@ -79,7 +81,7 @@ def with_changes(cfg: RunConfig, changes: Sequence[Change]) -> RunConfig:
     return cfg
 
 
-def _set(model: Any, parts: list[str], value: Any) -> Any:
+def _set(model: BaseModel, parts: list[str], value: object) -> Any:
     if len(parts) == 1:
         return model.model_copy(update={parts[0]: value})
     inner = _set(getattr(model, parts[0]), parts[1:], value)

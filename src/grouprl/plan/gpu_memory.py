@@ -3,20 +3,11 @@
 ``grouprl plan`` shows every term and ``plan.check_run`` rejects a run whose estimated
 peak exceeds ``cluster.gpu``. These are estimates, calibrated against two measured runs
 (issue 18: Qwen2.5-0.5B and -1.5B shapes, rollout.engine=hf, one H100); NCCL buffers and
-FSDP2's padding are not counted.
-
-Sizes from config.json: V vocab, H hidden, I intermediate, L layers, q = heads x head_dim,
-kv = kv_heads x head_dim. P the policy's parameters, Pc the critic's, W the training
-ranks (``RunConfig.world_size``), N = train.micro_batch_size x T, T the max tokens per
-sample (micro_batch_size counts one rank's samples, and the config checks hold it to the
-rank's share of a mini-batch, mini_batch_size / W). Training keeps float32 master
-weights and AdamW states, sharded by FSDP2, and computes in bf16: under FSDP2's mixed
-precision on several ranks, under autocast on one (``plan/trainer_memory.py``)::
+FSDP2's padding are not counted. Each term's formula is in the module named beside it::
 
     one training GPU
       CUDA context     0.5 GiB (the trainer process)
-      the trainer      states, reference, critic; its pass: gathered params, autocast
-                       copies (one rank), activations, logprob chunk; the optimizer step
+      the trainer      its held states, its passes and its optimizer step
                        (``plan/trainer_memory.py``)
       hf engine        rollout.engine=hf: its weights, held throughout; its KV cache and
                        generation tensors while it generates (``plan/hf_memory.py``). In
@@ -55,7 +46,7 @@ from grouprl.config.errors import ConfigError, show
 from grouprl.config.schema import RunConfig
 from grouprl.plan import fixes
 from grouprl.plan.allocator import FRAGMENTATION
-from grouprl.plan.engine_memory import Engine, engine_plan, engine_problems
+from grouprl.plan.engine_memory import Engine, GiB, engine_plan, engine_problems
 from grouprl.plan.hf_memory import HfEngine, hf_plan
 from grouprl.plan.memory import MemoryRow, SizeUnknown, human_bytes, model_config
 from grouprl.plan.trainer_memory import trainer_memory
@@ -64,7 +55,6 @@ if TYPE_CHECKING:
     from grouprl.config.checks import Derived
 
 MiB = 1024**2
-GiB = 1024**3
 CUDA_CONTEXT = GiB // 2
 
 # total memory as nvidia-smi reports it

@@ -10,15 +10,15 @@ Qwen2/Llama-style decoder from its ``config.json``::
     final norm    H
     lm_head       V x H unless tie_word_embeddings
 
-(V vocab, H hidden, I intermediate, D head_dim = H / heads unless given.) Rotary
-embeddings have no weights. Other architectures come out approximate or unknown.
-The per-token activation and KV cache sizes that ``plan/gpu_memory.py`` plans with
-live here too.
+(V vocab, H hidden, I intermediate, L layers, D head_dim = H / heads unless given,
+q = heads x D, kv = kv_heads x D.) Rotary embeddings have no weights. Other architectures
+come out approximate or unknown. The per-token activation and KV cache sizes that
+``plan/gpu_memory.py`` plans with live here too.
 
-Activations: what one decoder layer saves for backward per token (q = heads x D, T the
-tokens per sample), counted from transformers' Qwen2/Llama code with sdpa attention. Two
-precisions (``Precision``): ``autocast``, bf16 autocast over float32 weights (one rank),
-and ``fsdp2``, FSDP2's mixed precision (a sharded rank: each layer gathered in bf16, so the
+Activations: what one decoder layer saves for backward per token (T the tokens per
+sample), counted from transformers' Qwen2/Llama code with sdpa attention. Two precisions
+(``Precision``): ``autocast``, bf16 autocast over float32 weights (one rank), and
+``fsdp2``, FSDP2's mixed precision (a sharded rank: each layer gathered in bf16, so the
 residual stream is bf16 too)::
 
     autocast: 26H + 8q + 8I + 2T
@@ -256,3 +256,7 @@ def human_count(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.3g}{suffix}"
     return str(n)
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("s" if n != 1 else "")

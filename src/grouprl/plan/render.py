@@ -10,10 +10,13 @@ from collections.abc import Sequence
 from rich.text import Text
 
 from grouprl.algo.traits import ESTIMATORS, keys_read
+from grouprl.config.algo_checks import per_token_advantages
 from grouprl.config.algorithms import ALGORITHMS
-from grouprl.config.checks import Derived, per_token_advantages
+from grouprl.config.checks import Derived
 from grouprl.config.errors import show
-from grouprl.config.schema import DataSource, RewardFunction, RunConfig
+from grouprl.config.model_data import DataSource
+from grouprl.config.reward import RewardFunction
+from grouprl.config.schema import RunConfig
 from grouprl.host.namespaces import host_socket_isolation, network_isolation
 from grouprl.plan.async_rows import async_rows
 from grouprl.plan.batch_rows import batch_rows, token_rows

@@ -1,9 +1,6 @@
 """The rollout section of ``grouprl plan``: the engine, its replicas, where they run, and
-(with ``cluster.gpu``) each replica's GPU memory from ``plan/engine_memory.py``. No torch.
-
-Placement follows ``config/replica_checks.py`` (and ``engines/replicas.py``): one engine
-in the driver process for a one-rank run, else Ray actors, colocated on the training
-ranks' GPUs (asleep while they train), on GPUs of their own, or on CPU.
+(with ``cluster.gpu``) each replica's GPU memory from ``plan/engine_memory.py``; placement
+as ``config/replica_checks.py`` pictures it. No torch.
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ from grouprl.config.replica_timeouts import step_generation_bound
 from grouprl.config.schema import RunConfig
 from grouprl.plan.engine_memory import engine_plan
 from grouprl.plan.gpu_memory import parse_gpu
-from grouprl.plan.memory import SizeUnknown, human_bytes, model_config
+from grouprl.plan.memory import SizeUnknown, human_bytes, model_config, plural
 from grouprl.plan.target import Target
 
 Row = tuple[str, str, str]  # quantity, value, how it follows from the config
@@ -95,12 +92,12 @@ def _replicas_how(cfg: RunConfig) -> str:
     if colocated(cfg):
         return (
             f"rollout.replicas=null: one per {'training GPU' if tp == 1 else f'{tp} training GPUs'}"
-            f", {_plural(c.nodes, 'node')} x {cfg.ranks_per_node} training GPUs{per}"
+            f", {plural(c.nodes, 'node')} x {cfg.ranks_per_node} training GPUs{per}"
         )
     if c.gpus_per_node and r.gpus:
         return (
             f"rollout.replicas=null: {max(1, r.gpus // tp)} per node (rollout.gpus={r.gpus} // "
-            f"rollout.tensor_parallel_size={tp}) x {_plural(c.nodes, 'node')}"
+            f"rollout.tensor_parallel_size={tp}) x {plural(c.nodes, 'node')}"
         )
     return "rollout.replicas=null: one engine (cluster.gpus_per_node=0)"
 
@@ -126,7 +123,7 @@ def _placement_row(cfg: RunConfig, on_gpu: bool | None) -> Row:
         device = {
             True: "on that rank's GPU, asleep while it trains"
             if r.gpus == 0
-            else f"on {_plural(r.gpus, 'GPU')} of its own (rollout.gpus)",
+            else f"on {plural(r.gpus, 'GPU')} of its own (rollout.gpus)",
             False: "on CPU",
             None: "on its GPU (asleep while it trains) if the run finds one, else on CPU",
         }[on_gpu]
@@ -147,7 +144,7 @@ def _placement_row(cfg: RunConfig, on_gpu: bool | None) -> Row:
         return (
             "placement",
             "dedicated",
-            f"Ray actors on {_plural(r.gpus, 'GPU')} per node kept for generation "
+            f"Ray actors on {plural(r.gpus, 'GPU')} per node kept for generation "
             f"(rollout.gpus), {r.tensor_parallel_size} per replica; the other "
             f"{c.gpus_per_node - r.gpus} train ({chosen})",
         )
@@ -181,13 +178,9 @@ def _gpu_memory_row(cfg: RunConfig) -> Row:
     return (
         MEMORY,
         human_bytes(engine.claim * tp),
-        f"{_plural(tp, 'GPU')} x {human_bytes(engine.claim)} (rollout.gpu_memory_utilization="
+        f"{plural(tp, 'GPU')} x {human_bytes(engine.claim)} (rollout.gpu_memory_utilization="
         f"{show(r.gpu_memory_utilization)} x {human_bytes(gpu_bytes)}, cluster.gpu={label}); "
         f"on each GPU weights {human_bytes(engine.weights)}, KV cache "
         f"{human_bytes(engine.kv_cache)}: {engine.sequences:,} sequences of "
         f"{r.max_model_len:,} tokens at once{asleep}",
     )
-
-
-def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("s" if n != 1 else "")

@@ -1,17 +1,14 @@
-"""The models and memory sections of ``grouprl plan``: what each model costs before it loads.
-
-Each model's weights with its optimizer state, estimated from ``config.json``
-(``plan/memory.py``); then, with ``cluster.gpu`` set, the memory of one training GPU
-and one generation GPU with activations and the rollout engine (``plan/gpu_memory.py``).
-No torch.
-"""
+"""The models and memory sections of ``grouprl plan``: each model's weights with its
+optimizer state (``plan/memory.py``), then, with ``cluster.gpu`` set, the memory per GPU
+(``plan/gpu_memory.py``). No torch."""
 
 from __future__ import annotations
 
 from grouprl.config.checks import Derived
 from grouprl.config.errors import show
 from grouprl.config.replica_checks import replicas_per_node
-from grouprl.config.schema import CriticConfig, RunConfig
+from grouprl.config.schema import RunConfig
+from grouprl.config.train import CriticConfig
 from grouprl.plan.allocator import FRAGMENTATION
 from grouprl.plan.gpu_memory import GPU_MEMORY, GpuPlan, plan_for_run
 from grouprl.plan.memory import (
@@ -24,6 +21,7 @@ from grouprl.plan.memory import (
     human_bytes,
     human_count,
     model_config,
+    plural,
 )
 
 Row = tuple[str, str, str]  # quantity, value, how it follows from the config
@@ -141,7 +139,7 @@ def memory_rows(cfg: RunConfig, d: Derived) -> list[Row]:
         ),
         (
             "training GPU",
-            _plural(d.world_size, "rank"),
+            plural(d.world_size, "rank"),
             f"{where}; {ranks} (cluster.nodes x ranks per node)",
         ),
         *_memory_rows(plan.training_gpu),
@@ -150,7 +148,7 @@ def memory_rows(cfg: RunConfig, d: Derived) -> list[Row]:
         rows.append(
             (
                 "generation GPU",
-                _plural(cfg.rollout.gpus, "GPU"),
+                plural(cfg.rollout.gpus, "GPU"),
                 f"per node, kept for vLLM (rollout.gpus): {replicas_per_node(cfg)} replica(s) "
                 f"x {cfg.rollout.tensor_parallel_size} GPU(s) each "
                 "(rollout.tensor_parallel_size)",
@@ -158,10 +156,6 @@ def memory_rows(cfg: RunConfig, d: Derived) -> list[Row]:
         )
         rows.extend(_memory_rows(plan.generation_gpu))
     return rows + _peak_rows(plan)
-
-
-def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("s" if n != 1 else "")
 
 
 def _memory_rows(rows: list[MemoryRow]) -> list[Row]:

@@ -1,7 +1,7 @@
 """The trainer process's share of a training GPU, from config.json and the run config
 (no torch); ``plan/gpu_memory.py`` adds the engines and the allocator. Per rank (W ranks;
-P the policy's parameters, Pc the critic's; N tokens per pass, T per sample; the other
-letters as in ``plan/memory.py``)::
+P the policy's parameters, Pc the critic's; N = train.micro_batch_size x T tokens per
+pass, T per sample; the other letters as in ``plan/memory.py``)::
 
     held in both phases
       policy states    P x 16 / W: fp32 weights 4 + grads 4 + AdamW moments 8 (the grads

@@ -29,7 +29,6 @@ _NAMES = {
     "RewardScorer": ".scoring",
     "RewardScores": ".scoring",
     "metrics": ".scoring",
-    "score_completions": ".scoring",
 }
 __all__ = [
     "REWARD_FUNCTIONS",
@@ -48,7 +47,6 @@ __all__ = [
     "register_reward",
     "resolve_reward",
     "resolve_rewards",
-    "score_completions",
 ]
 
 if TYPE_CHECKING:
@@ -67,7 +65,6 @@ if TYPE_CHECKING:
         RewardScorer,
         RewardScores,
         metrics,
-        score_completions,
     )
 
 

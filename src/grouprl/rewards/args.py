@@ -149,7 +149,7 @@ def _close(arg: str, names: list[str]) -> str:
     return f"Did you mean {close[0]!r}? " if close else ""
 
 
-def _hints(obj: Any) -> dict[str, Any]:
+def _hints(obj: object) -> dict[str, Any]:
     """The evaluated annotations of a function, a class, or a callable object's ``__call__``."""
     target = obj if inspect.isroutine(obj) or isinstance(obj, type) else type(obj).__call__
     try:
@@ -158,7 +158,7 @@ def _hints(obj: Any) -> dict[str, Any]:
         return {}
 
 
-def _type_problem(annotation: Any, value: Any) -> str | None:
+def _type_problem(annotation: Any, value: object) -> str | None:
     """``annotation`` with pydantic's reason when ``value`` does not fit it (strict: "3" is
     no int, 3 is a float), else None; no annotation, or one pydantic cannot check: None."""
     if annotation is None or annotation is Any:

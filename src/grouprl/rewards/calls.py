@@ -22,6 +22,7 @@ worker serves anyway (a call then fails, or waits for the import, within its dea
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import math
@@ -50,7 +51,7 @@ WARM_UP_S = 30.0
 """A worker's warm-ups (``preload``) together at most; below the pool's 60 s start limit."""
 
 
-def score_sample(ref: FunctionRef, completion: str, *, reference: Any, row: dict) -> Scored:
+def score_sample(ref: FunctionRef, completion: str, *, reference: object, row: dict) -> Scored:
     """``fn(completion, reference=..., row=...)``: a finite score and its extras."""
     return scored(awaited_call(_function(ref), completion, reference=reference, row=row))
 
@@ -63,7 +64,7 @@ def score_group(
     return [scored(v) for v in _one_each(values, len(completions))]
 
 
-def score_verl(ref: FunctionRef, completion: str, *, reference: Any, row: dict) -> Scored:
+def score_verl(ref: FunctionRef, completion: str, *, reference: object, row: dict) -> Scored:
     """verl's ``compute_score(data_source=, solution_str=, ground_truth=, extra_info=)``
     as verl's ``NaiveRewardManager`` calls it (``extra_info`` only where the function takes
     it): the row's ``data_source`` (a row without one raises ``KeyError``, as verl's
@@ -150,7 +151,7 @@ def _warmed_up(fn: WarmsUp, budget_s: float) -> bool:
     return True
 
 
-def scored(value: Any) -> Scored:
+def scored(value: object) -> Scored:
     """A reward's value for one completion: a number, or a dict with the number under
     ``score`` and its other keys extras (``extras.extras_of``)."""
     if isinstance(value, Mapping):
@@ -167,10 +168,8 @@ def scored(value: Any) -> Scored:
 def as_score(value: Any) -> float:
     """``value`` as a finite float (a bool is 0/1; numpy and 0-d tensor scalars work)."""
     if not isinstance(value, numbers.Real) and hasattr(value, "item"):
-        try:
+        with contextlib.suppress(Exception):  # not a scalar: reported below as not a number
             value = value.item()
-        except Exception:  # not a scalar: reported below as not a number
-            pass
     if not isinstance(value, numbers.Real):
         raise TypeError(f"returned {type(value).__name__} {value!r:.80}, not a number")
     score = float(value)

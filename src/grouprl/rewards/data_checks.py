@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grouprl.config.schema import DataConfig
+from grouprl.config.model_data import DataConfig
 from grouprl.data.peek import source_columns
 from grouprl.rewards.args import with_args
 from grouprl.rewards.calls import VERL_SOURCE_KEY

@@ -16,9 +16,6 @@ step's warning.
 The brake is generic: ``rollout/episode_brake.py`` keeps one over an environment's or
 an agent's episodes (``env.failure_brake``), and ``driver/idle.py`` raises the same
 ``CannotTrain`` for a streak of steps that train no sample.
-
-What becomes of a failed sample (left out of training, or trained as 0) is the rollout's
-to decide (``rollout/reward.fail``), from ``reward.on_error``.
 """
 
 from __future__ import annotations
@@ -29,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
-from grouprl.config.schema import FAILED_SAMPLES
+from grouprl.config.containment import FAILED_SAMPLES
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from grouprl.config.schema import DataConfig
+from grouprl.config.model_data import DataConfig
 from grouprl.data.reasoning_gym import INSTALL, is_task_source, task_source_problems
 
 PACKAGES = {"math_verify": "math_verify", "reasoning_gym": "reasoning_gym"}

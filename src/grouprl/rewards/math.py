@@ -14,7 +14,6 @@ number is compared as text after collapsing whitespace.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 _HASHES = re.compile(r"####[ \t]*([^\n]*)")
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?|(?<![\w.])-?\.\d+")
@@ -28,12 +27,9 @@ REL_TOL = 1e-6
 
 def extract_answer(text: str) -> str | None:
     """The final answer in ``text`` (see the module docstring), or None if there is none."""
-    hashes = _HASHES.findall(text)
-    if hashes:
-        return hashes[-1].strip()
-    boxed = _last_boxed(text)
-    if boxed is not None:
-        return boxed.strip()
+    marked = _marked_answer(text)
+    if marked is not None:
+        return marked
     numbers = _NUMBER.findall(text)
     return numbers[-1] if numbers else None
 
@@ -67,7 +63,7 @@ def normalize_number(s: str) -> float | None:
     return _plain(text)
 
 
-def math_answer(completion: str, *, reference: Any, **_: Any) -> float:
+def math_answer(completion: str, *, reference: object, **_: object) -> float:
     """1.0 if the completion's final answer equals the reference's, else 0.0.
 
     ``reference`` is a bare answer (``"18"``, ``18``) or a worked solution whose

@@ -62,7 +62,7 @@ _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}")
 
 
 def math_verify_score(
-    completion: str, *, reference: Any, timeout_s: float = TIMEOUT_S, **_: Any
+    completion: str, *, reference: object, timeout_s: float = TIMEOUT_S, **_: object
 ) -> float:
     """1.0 if math-verify finds the completion's answer equal to the reference's, else 0.0.
 
@@ -97,7 +97,7 @@ def _placeholder(text: str) -> bool:
     return "".join(bare.replace("$", "").split()).lower() in MISSING_ANSWERS
 
 
-def _spelled_out(text: str, gold: Any) -> bool:
+def _spelled_out(text: str, gold: object) -> bool:
     """Whether math-verify read a word of a reference with no LaTeX of its own (boxed by
     ``gold_text``) as the product of its letters (two of them or more among the parse's
     symbols): prose, not math (module docstring)."""
@@ -122,7 +122,7 @@ def _judge(text: str, completion: str, *, stage: list[str]) -> tuple[list[Any], 
     return gold, verify(gold, answer, timeout_seconds=None)
 
 
-def gold_text(reference: Any) -> str:
+def gold_text(reference: object) -> str:
     """The reference as math-verify parses it: after the last ``####``, and in
     ``\\boxed{}`` unless it holds LaTeX math already (module docstring)."""
     text = str(reference)
@@ -134,7 +134,7 @@ def gold_text(reference: Any) -> str:
     return f"\\boxed{{{text}}}"
 
 
-def _timed(fn: Callable[..., Any], *args: Any, seconds: float, stage: list[str]) -> Any:
+def _timed(fn: Callable[..., Any], *args: object, seconds: float, stage: list[str]) -> Any:
     """``fn(*args, stage=stage)`` with math-verify's ``TimeoutException`` raised in this
     thread after ``seconds``; ``TimeoutError`` if it rang (whether math-verify caught it
     or not), naming ``stage[0]``, the step ``fn`` was in."""

@@ -75,7 +75,7 @@ def extract_answer(completion: str) -> str | None:
     return completion[start + len(_OPEN) : end].strip()
 
 
-def answer_aliases(reference: Any) -> list[str]:
+def answer_aliases(reference: object) -> list[str]:
     """The reference's answers as a list of strings, duplicates removed, first order kept.
 
     ``"Paris"`` -> ``["Paris"]``; ``["Paris", "City of Light"]`` -> the same list; a
@@ -105,7 +105,7 @@ def answer_aliases(reference: Any) -> list[str]:
     return list(dict.fromkeys(aliases))
 
 
-def exact_match(completion: str, *, reference: Any, **_: Any) -> float:
+def exact_match(completion: str, *, reference: object, **_: object) -> float:
     """1.0 if the normalised ``<answer>`` equals any normalised alias, else 0.0."""
     predicted = _predicted(completion)
     if predicted is None:
@@ -113,7 +113,7 @@ def exact_match(completion: str, *, reference: Any, **_: Any) -> float:
     return float(predicted in _normalized_aliases(reference))
 
 
-def token_f1(completion: str, *, reference: Any, **_: Any) -> float:
+def token_f1(completion: str, *, reference: object, **_: object) -> float:
     """The best SQuAD token F1 between the normalised ``<answer>`` and any alias.
 
     Tokens are the whitespace-separated words after ``normalize_answer``, counted as a
@@ -145,19 +145,19 @@ def _predicted(completion: str) -> str | None:
     return normalize_answer(answer) or None
 
 
-def _normalized_aliases(reference: Any) -> list[str]:
+def _normalized_aliases(reference: object) -> list[str]:
     """Normalised aliases, empty ones dropped; may be empty (then nothing matches)."""
     normalized = (normalize_answer(alias) for alias in answer_aliases(reference))
     return [alias for alias in dict.fromkeys(normalized) if alias]
 
 
-def _as_list(value: Any, *, where: str) -> Iterable[Any]:
+def _as_list(value: object, *, where: str) -> Iterable[Any]:
     if isinstance(value, (list, tuple)):
         return value
     raise ValueError(f"QA {where} is a {type(value).__name__}, expected a list of strings")
 
 
-def _as_text(value: Any, *, where: str) -> str:
+def _as_text(value: object, *, where: str) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -41,7 +41,7 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Callable
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from grouprl.config.imports import is_import_path
 from grouprl.rewards.args import args_problems, with_args
@@ -54,6 +54,9 @@ from grouprl.rewards.qa import exact_match, token_f1
 from grouprl.rewards.reasoning_gym import reasoning_gym_score
 from grouprl.sandbox.main_guard import rerun_by_spawn
 from grouprl.sandbox.user_code import UserCode, a_function
+
+if TYPE_CHECKING:
+    from grouprl.config.reward import RewardFunction
 
 RewardFn = Callable[..., Any]
 Style = Literal["grouprl", "verl", "trl"]
@@ -150,7 +153,7 @@ def resolve_reward(name: str, *, index: int | None = None) -> RewardFn:
     return REWARDS.resolve(name, key=_key(index))
 
 
-def resolve_rewards(functions: list[Any]) -> list[Reward]:
+def resolve_rewards(functions: list[RewardFunction]) -> list[Reward]:
     """A ``Reward`` for each ``reward.functions`` entry (``RewardFunction`` records), with
     its ``args`` applied (``args.with_args``)."""
     for i in range(len(functions)):
@@ -168,7 +171,7 @@ def resolve_rewards(functions: list[Any]) -> list[Reward]:
     return rewards
 
 
-def reward_styles(functions: list[Any]) -> list[str]:
+def reward_styles(functions: list[RewardFunction]) -> list[str]:
     """How each entry is called (grouprl, verl, trl), for ``grouprl plan``'s reward row;
     [] when one does not resolve (``reward_problems`` says why)."""
     try:
@@ -177,7 +180,7 @@ def reward_styles(functions: list[Any]) -> list[str]:
         return []
 
 
-def part_names(functions: list[Any]) -> list[str]:
+def part_names(functions: list[RewardFunction]) -> list[str]:
     """The name each entry's scores go under (``RewardScores.parts``, samples.jsonl's
     ``scores``, metrics): its ``name``; an entry whose name an earlier entry has (the same
     function with other ``args``) gets the first free ``<name>_2``, ``<name>_3``, ...
@@ -196,7 +199,7 @@ def part_names(functions: list[Any]) -> list[str]:
 
 
 def reward_problems(
-    functions: list[Any], *, missing_ok: bool = False, timeout_s: float | None = None
+    functions: list[RewardFunction], *, missing_ok: bool = False, timeout_s: float | None = None
 ) -> list[str]:
     """Why each ``reward.functions`` entry would not resolve, reach the reward workers,
     take the call its style makes or its ``args``, or fit in ``timeout_s``
@@ -217,7 +220,7 @@ def reward_problems(
 
 
 def _call_problems(
-    name: str, fn: RewardFn, entry: Any, *, index: int, timeout_s: float | None
+    name: str, fn: RewardFn, entry: RewardFunction, *, index: int, timeout_s: float | None
 ) -> list[str]:
     """Why the workers could not call ``fn`` as ``entry`` says (``in_main``,
     ``call_style``, its ``args``, the seconds it needs against ``timeout_s``), as messages."""
@@ -234,7 +237,7 @@ def _call_problems(
 
 
 def _seconds_problems(
-    fn: RewardFn, entry: Any, *, index: int, timeout_s: float | None
+    fn: RewardFn, entry: RewardFunction, *, index: int, timeout_s: float | None
 ) -> list[str]:
     """A reward that needs more than ``timeout_s`` (``reward.sandbox.timeout_s``) for a
     call by its own settings (``declares.NeedsSeconds``): the worker's deadline would
@@ -257,7 +260,7 @@ def _seconds_problems(
     ]
 
 
-def call_style(fn: RewardFn, entry: Any, *, index: int) -> Style:
+def call_style(fn: RewardFn, entry: RewardFunction, *, index: int) -> Style:
     """How ``fn`` is called, from its ``RewardFunction`` ``entry``: the declared
     ``style``, or with ``auto`` the one its parameters show (module docstring). Raises
     ``RewardError`` naming the key when the parameters do not take that call."""
@@ -365,7 +368,7 @@ def _key(index: int | None) -> str:
     return f"reward.functions.{'i' if index is None else index}.name"
 
 
-def _listed_twice(functions: list[Any], index: int) -> str | None:
+def _listed_twice(functions: list[RewardFunction], index: int) -> str | None:
     """Entry ``index`` as a message when an earlier entry has its name and args both."""
     f = functions[index]
     if not any(g.name == f.name and g.args == f.args for g in functions[:index]):

@@ -1,4 +1,4 @@
-"""A step's scores (``RewardScores``, what ``scoring.score_completions`` returns) and the
+"""A step's scores (``RewardScores``, what ``scoring.RewardScorer`` returns) and the
 metrics made of them: each function's mean over the samples it scored, its failures and
 the samples it did not apply to, and its extras.
 

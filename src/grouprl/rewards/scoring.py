@@ -15,29 +15,27 @@
                   │ worker crash / out of memory / past step_timeout_s (abandoned)
                   ▼
         RewardFailure per failed call (failures.py), parts[name][i] = 0.0:
-            on_error "drop" | "zero": returned in ``errors``; the rollout fails those
-                                      samples (rollout/reward.fail); one warning per function
-            on_error "raise":         RewardError at the first failure
+            returned in ``errors``; the rollout fails those samples as ``reward.on_error``
+            says (rollout/reward.fail, the one place that stops a run on ``raise``); one
+            warning per function; with ``raise`` the calls after the first failure are
+            abandoned (the rollout stops the run at that sample)
             FailureBrake (the run's): a function's last failure_brake calls all failed
                                       (any errors, whenever in the run) ──► CannotTrain
                   ▼
         total[i] = sum over the functions that applied of weight * parts[name][i]
 
-Each call runs in a worker process (``grouprl.sandbox.WorkerPool``) with ``timeout_s``
-as its deadline: a call that hangs (even inside C code) is killed with its process tree
-and its worker replaced. ``step_timeout_s`` bounds the whole pass: past it the calls not
-done are abandoned (``WorkerPool.abandon``) and fail as timeouts.
+A call past ``timeout_s`` (even inside C code) is killed with its worker's process tree
+(``grouprl.sandbox.WorkerPool``); past ``step_timeout_s`` the rest are abandoned.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import functools
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from grouprl.config.imports import absolute_import_path, is_import_path
 from grouprl.data.sources import MISSING, get_field
@@ -53,7 +51,7 @@ from grouprl.rewards.calls import (
 from grouprl.rewards.declares import declared_categories
 from grouprl.rewards.extras import CategoryBound, Extra, Scored, tally
 from grouprl.rewards.failures import CannotTrain, FailureBrake, RewardFailure, log_failures
-from grouprl.rewards.registry import Reward, RewardError, unsendable
+from grouprl.rewards.registry import Reward, RewardError, resolve_rewards, unsendable
 from grouprl.rewards.scores import (  # noqa: F401 (re-exported: the step's metrics)
     OWN_METRICS,
     RewardScores,
@@ -63,76 +61,128 @@ from grouprl.rewards.scores import (  # noqa: F401 (re-exported: the step's metr
 )
 from grouprl.sandbox import CallFailed, WorkerPool
 
-OnError = Literal["drop", "zero", "raise"]
+if TYPE_CHECKING:
+    from grouprl.config.containment import OnError
+    from grouprl.config.reward import RewardConfig
 
 NOT_APPLIED = "(no function applied)"
 """The ``RewardFailure.function`` of a sample every function returned None for (TRL)."""
 
 
 class RewardScorer:
-    """The run's reward functions, the pool of ``workers`` processes they run in, the
-    run's ``FailureBrake`` and its ``CategoryBound`` (extras' categories); call it as
-    ``scorer(completions=..., rows=..., group_size=n)`` and ``close()`` it when the run
-    ends. The workers start on the first call and import the functions before it
-    (``calls.preload``: warm-ups too). ``memory_limit``, ``network``: the workers'
-    (``WorkerPool``)."""
+    """The run's reward functions (``reward.functions``, or ``functions`` resolved already),
+    the pool of ``reward.sandbox.workers`` processes they run in (or the caller's ``pool``,
+    which ``close()`` leaves open), the run's ``FailureBrake`` and its ``CategoryBound``
+    (extras' categories); call it as ``scorer(completions=..., rows=..., group_size=n)``
+    and ``close()`` it when the run ends. The workers start on the first call and import
+    the functions before it (``calls.preload``: warm-ups too). ``answer_key``,
+    ``prompt_key``: the rows' columns (TRL-style functions get the prompt as ``prompts``)."""
 
     def __init__(
         self,
+        reward: RewardConfig,
         *,
-        functions: list[Reward],
         answer_key: str,
-        on_error: OnError,
-        timeout_s: float,
-        workers: int,
-        memory_mb: int | None,
-        step_timeout_s: float | None = None,
-        failure_brake: int | None = None,
-        memory_limit: Literal["rss", "address_space"] = "rss",
-        network: bool = False,
         prompt_key: str = "prompt",
+        functions: list[Reward] | None = None,
+        pool: WorkerPool | None = None,
     ) -> None:
-        check_sendable(functions)
-        self.functions = functions
-        self.answer_key, self.prompt_key = answer_key, prompt_key
-        self.on_error: OnError = on_error
-        self.timeout_s, self.step_timeout_s = timeout_s, step_timeout_s
-        self.brake = FailureBrake(failure_brake)
+        self.functions = resolve_rewards(reward.functions) if functions is None else functions
+        for i, f in enumerate(self.functions):  # (a lambda: found now, not on every sample)
+            if (problem := unsendable(f.entry, f.fn, index=i)) is not None:
+                raise RewardError(problem)
+        self.config, self.answer_key, self.prompt_key = reward, answer_key, prompt_key
+        self.brake = FailureBrake(reward.failure_brake)
         self.categories = CategoryBound()
-        refs = [function_ref(f) for f in functions]
-        self.pool = WorkerPool(
-            size=workers,
-            memory_mb=memory_mb,
+        self._own_pool = pool is None
+        refs = [function_ref(f) for f in self.functions]
+        self.pool = pool or WorkerPool(
+            reward.sandbox,
             name="reward",
+            network=reward.network,
             initializer=functools.partial(preload, refs),
-            memory_limit=memory_limit,
-            network=network,
         )
 
     def __call__(
-        self,
-        *,
-        completions: list[str],
-        rows: list[dict[str, Any]],
-        group_size: int | None = None,
+        self, *, completions: list[str], rows: list[dict[str, Any]], group_size: int | None = None
     ) -> RewardScores:
-        return score_completions(
-            functions=self.functions,
-            completions=completions,
+        """Scores of ``completions[i]`` against ``rows[i]`` (rows repeat for a prompt's
+        samples). ``group_size``: samples per prompt (prompt-major order) for group and TRL
+        rewards; None: runs of rows with the same ``_index``. Failures are returned in
+        ``errors``, never raised; raises ``CannotTrain`` when the brake trips."""
+        if len(completions) != len(rows):
+            raise ValueError(f"{len(completions)} completions but {len(rows)} rows; pair them 1:1")
+        functions, on_error = self.functions, self.config.on_error
+        restarts_before = self.pool.stats()["restarts"]
+        calls = list(self._submit(completions, rows, group_size))
+        parts, extras, errors = _collect(
+            self.pool,
+            calls,
+            functions=functions,
             rows=rows,
-            answer_key=self.answer_key,
-            prompt_key=self.prompt_key,
-            on_error=self.on_error,
-            timeout_s=self.timeout_s,
-            step_timeout_s=self.step_timeout_s,
+            on_error=on_error,
+            step_timeout_s=self.config.step_timeout_s,
             brake=self.brake,
-            categories=self.categories,
-            pool=self.pool,
-            group_size=group_size,
+        )
+        restarts = self.pool.stats()["restarts"] - restarts_before
+        errors += _not_applied(parts, rows)
+        if on_error != "raise":  # (then the rollout's error says it)
+            log_failures(errors, samples=len(completions), on_error=on_error)
+        total = [
+            sum(f.weight * x for f in functions if (x := parts[f.name][i]) is not None)
+            for i in range(len(completions))
+        ]
+        tallies = {
+            f.name: tally(
+                f.name, extras[f.name], declared=declared_categories(f.fn), bound=self.categories
+            )
+            for f in functions
+        }
+        return RewardScores(
+            total=total,
+            parts=parts,
+            errors=errors,
+            worker_restarts=restarts,
+            extras=extras,
+            tallies=tallies,
         )
 
+    def _submit(
+        self, completions: list[str], rows: list[dict[str, Any]], group_size: int | None
+    ) -> Iterator[_Call]:
+        """One ``_Call`` per reward call: per sample (grouprl ``sample``, verl) or per prompt
+        group (grouprl ``group``, trl), as ``rewards/calls.py`` makes it."""
+        pool, timeout_s = self.pool, self.config.sandbox.timeout_s
+        references = [_field(row, self.answer_key) for row in rows]
+        for f in self.functions:
+            ref = function_ref(f)
+            if f.style == "verl" or (f.style == "grouprl" and f.scope == "sample"):
+                one = _one_verl if f.style == "verl" else _one_score
+                for i, text in enumerate(completions):
+                    future = pool.submit(
+                        one, ref, text, deadline_s=timeout_s, reference=references[i], row=rows[i]
+                    )
+                    yield _Call(f.name, i, 1, future)
+                continue
+            for start, stop in _groups(rows, group_size):
+                group, group_rows = completions[start:stop], rows[start:stop]
+                if f.style == "trl":
+                    args, kwargs = _trl_call(group, group_rows, self.prompt_key)
+                    future = pool.submit(score_trl, ref, *args, deadline_s=timeout_s, **kwargs)
+                else:
+                    future = pool.submit(
+                        score_group,
+                        ref,
+                        group,
+                        deadline_s=timeout_s,
+                        references=references[start:stop],
+                        rows=group_rows,
+                    )
+                yield _Call(f.name, start, stop - start, future)
+
     def close(self) -> None:
-        self.pool.close()
+        if self._own_pool:
+            self.pool.close()
 
 
 class _Call(NamedTuple):
@@ -141,67 +191,6 @@ class _Call(NamedTuple):
     size: int
     """Samples from ``start`` on; the future's value is a list of that many scores."""
     future: Future
-
-
-def score_completions(
-    *,
-    functions: list[Reward],
-    completions: list[str],
-    rows: list[dict[str, Any]],
-    answer_key: str,
-    on_error: OnError,
-    timeout_s: float,
-    step_timeout_s: float | None = None,
-    brake: FailureBrake | None = None,
-    categories: CategoryBound | None = None,
-    pool: WorkerPool | None = None,
-    group_size: int | None = None,
-    prompt_key: str = "prompt",
-) -> RewardScores:
-    """Scores of ``completions[i]`` against ``rows[i]`` (rows repeat for a prompt's samples).
-
-    ``functions`` as ``registry.resolve_rewards`` returns them. ``group_size``: samples per
-    prompt (prompt-major order) for group and TRL rewards; None: runs of rows with the same
-    ``_index``. Pass the run's long-lived ``pool``, ``brake`` and ``categories``; without a
-    pool, one of one worker is started and closed within this call. Raises ``RewardError``
-    at the first failure with ``on_error="raise"``, ``CannotTrain`` when the brake trips;
-    otherwise failures are returned in ``errors``, never raised.
-    """
-    if len(completions) != len(rows):
-        raise ValueError(f"{len(completions)} completions but {len(rows)} rows; pair them 1:1")
-    inputs = _Inputs(completions, rows, [_field(row, answer_key) for row in rows], prompt_key)
-    with _pool_for_call(pool, functions) as workers:
-        restarts_before = workers.stats()["restarts"]
-        calls = list(_submit(workers, functions, inputs, group_size, timeout_s))
-        parts, extras, errors = _collect(
-            workers,
-            calls,
-            functions=functions,
-            rows=rows,
-            on_error=on_error,
-            step_timeout_s=step_timeout_s,
-            brake=brake if brake is not None else FailureBrake(None),
-        )
-        restarts = workers.stats()["restarts"] - restarts_before
-    errors += _not_applied(parts, rows, on_error=on_error)
-    log_failures(errors, samples=len(completions), on_error=on_error)
-    total = [
-        sum(f.weight * x for f in functions if (x := parts[f.name][i]) is not None)
-        for i in range(len(completions))
-    ]
-    bound = categories if categories is not None else CategoryBound()
-    tallies = {
-        f.name: tally(f.name, extras[f.name], declared=declared_categories(f.fn), bound=bound)
-        for f in functions
-    }
-    return RewardScores(
-        total=total,
-        parts=parts,
-        errors=errors,
-        worker_restarts=restarts,
-        extras=extras,
-        tallies=tallies,
-    )
 
 
 def _collect(
@@ -217,10 +206,10 @@ def _collect(
     dict[str, list[float | None]], dict[str, list[dict[str, Extra] | None]], list[RewardFailure]
 ]:
     """Each function's scores (None: a TRL None), extras (None where the call failed or did
-    not apply) and the failures, the
-    calls taken in the order submitted (so the brake counts a function's calls in sample
-    order). On a ``RewardError`` (``raise``) or ``CannotTrain`` (the brake) the calls not
-    done are abandoned: their workers stop at once."""
+    not apply) and the failures, the calls taken in the order submitted (so the brake
+    counts a function's calls in sample order). At the first failure with ``on_error``
+    "raise" (the rollout stops the run there), or at ``CannotTrain`` (the brake), the calls
+    not done are abandoned: their workers stop at once."""
     parts: dict[str, list[float | None]] = {f.name: [0.0] * len(rows) for f in functions}
     extras: dict[str, list[dict[str, Extra] | None]] = {
         f.name: [None] * len(rows) for f in functions
@@ -240,9 +229,10 @@ def _collect(
                 failures = []
             if values is not None or failures[0].own:  # not surely its own: not counted
                 brake.record(call.function, failures[0] if values is None else None)
-            if failures and on_error == "raise":
-                raise _raised(failures[0])
             errors += failures
+            if failures and on_error == "raise":
+                pool.abandon([c.future for c in calls if not c.future.done()])
+                break
             for j, value in enumerate(values or ()):
                 if value is None:  # TRL's "not applicable": not in the sample's sum
                     parts[call.function][call.start + j] = None
@@ -250,7 +240,7 @@ def _collect(
                 score, found = value if isinstance(value, Scored) else (value, {})
                 parts[call.function][call.start + j] = score
                 extras[call.function][call.start + j] = found
-    except (RewardError, CannotTrain):
+    except CannotTrain:
         pool.abandon([c.future for c in calls if not c.future.done()])
         raise
     return parts, extras, errors
@@ -272,78 +262,27 @@ def _result(
         return future.result()
 
 
-def _raised(failure: RewardFailure) -> RewardError:
-    return RewardError(
-        f"{failure.describe()}. reward.on_error=raise stops the run at the first failure. "
-        "Fix the function, or set reward.on_error=drop (leave failed samples out of "
-        "training) or reward.on_error=zero (train them as score 0)"
-    )
-
-
-class _Inputs(NamedTuple):
-    completions: list[str]
-    rows: list[dict[str, Any]]
-    references: list[Any]
-    prompt_key: str
-
-
-def _submit(
-    pool: WorkerPool,
-    functions: list[Reward],
-    inputs: _Inputs,
-    group_size: int | None,
-    timeout_s: float,
-) -> Iterator[_Call]:
-    """One ``_Call`` per reward call: per sample (grouprl ``sample``, verl) or per prompt
-    group (grouprl ``group``, trl), as ``rewards/calls.py`` makes it."""
-    completions, rows, references = inputs.completions, inputs.rows, inputs.references
-    for f in functions:
-        ref = function_ref(f)
-        if f.style == "verl" or (f.style == "grouprl" and f.scope == "sample"):
-            one = _one_verl if f.style == "verl" else _one_score
-            for i, text in enumerate(completions):
-                future = pool.submit(
-                    one, ref, text, deadline_s=timeout_s, reference=references[i], row=rows[i]
-                )
-                yield _Call(f.name, i, 1, future)
-            continue
-        for start, stop in _groups(rows, group_size):
-            if f.style == "trl":
-                args, kwargs = _trl_call(completions[start:stop], rows[start:stop], inputs)
-                future = pool.submit(score_trl, ref, *args, deadline_s=timeout_s, **kwargs)
-            else:
-                future = pool.submit(
-                    score_group,
-                    ref,
-                    completions[start:stop],
-                    deadline_s=timeout_s,
-                    references=references[start:stop],
-                    rows=rows[start:stop],
-                )
-            yield _Call(f.name, start, stop - start, future)
-
-
 def _trl_call(
-    completions: list[str], rows: list[dict[str, Any]], inputs: _Inputs
+    completions: list[str], rows: list[dict[str, Any]], prompt_key: str
 ) -> tuple[tuple, dict[str, Any]]:
     """TRL's arguments for a group: ``prompts`` (the rows' ``prompt_key`` values),
     ``completions`` (as messages where the prompt is a conversation, as TRL passes
     them) and the rows' other columns, each as a list (grouprl's own ``_`` fields left out)."""
-    prompts = [_field(row, inputs.prompt_key) for row in rows]
+    prompts = [_field(row, prompt_key) for row in rows]
     sent: list[Any] = completions
     if all(isinstance(p, list) for p in prompts):
         sent = [[{"role": "assistant", "content": text}] for text in completions]
-    skip = {inputs.prompt_key, "prompts", "completions"}
+    skip = {prompt_key, "prompts", "completions"}
     keys = [k for k in rows[0] if k not in skip and not k.startswith("_")]
     columns = {k: [row.get(k) for row in rows] for k in keys}
     return (sent,), {"prompts": prompts, "columns": columns}
 
 
-def _one_score(ref: FunctionRef, text: str, *, reference: Any, row: dict) -> list[Scored]:
+def _one_score(ref: FunctionRef, text: str, *, reference: object, row: dict) -> list[Scored]:
     return [score_sample(ref, text, reference=reference, row=row)]
 
 
-def _one_verl(ref: FunctionRef, text: str, *, reference: Any, row: dict) -> list[Scored]:
+def _one_verl(ref: FunctionRef, text: str, *, reference: object, row: dict) -> list[Scored]:
     return [score_verl(ref, text, reference=reference, row=row)]
 
 
@@ -365,28 +304,6 @@ def function_ref(f: Reward) -> FunctionRef:
         return f.fn
     path = absolute_import_path(f.entry)
     return WithArgs(path, dict(f.args)) if f.args else path
-
-
-def check_sendable(functions: list[Reward]) -> None:
-    """Raise if a registered function cannot be sent to the reward workers (a lambda, a
-    nested function, one defined in a notebook): found when the run starts, not as an
-    error on every sample."""
-    for i, f in enumerate(functions):
-        if (problem := unsendable(f.entry, f.fn, index=i)) is not None:
-            raise RewardError(problem)
-
-
-@contextlib.contextmanager
-def _pool_for_call(pool: WorkerPool | None, functions: list[Reward]):
-    """The caller's long-lived pool, or one that lives for this call only."""
-    if pool is not None:
-        yield pool
-        return
-    check_sendable(functions)
-    refs = [function_ref(f) for f in functions]
-    preloaded = functools.partial(preload, refs)
-    with WorkerPool(size=1, memory_mb=None, name="reward", initializer=preloaded) as own:
-        yield own
 
 
 def _field(row: dict[str, Any], key: str) -> Any:
@@ -419,13 +336,12 @@ def _failure(
 
 
 def _not_applied(
-    parts: dict[str, list[float | None]], rows: list[dict[str, Any]], *, on_error: OnError
+    parts: dict[str, list[float | None]], rows: list[dict[str, Any]]
 ) -> list[RewardFailure]:
     """A failure per sample every function returned None for. TRL warns and (since TRL
     1.6) leaves such a completion out of its group's baseline with advantage 0; nothing
     scored it, so here it is a failed sample (``reward.on_error``), but no function's own
-    failure (``own`` False: the brake does not count it). Raises ``RewardError`` at the
-    first with ``on_error="raise"``."""
+    failure (``own`` False: the brake does not count it)."""
     names = list(parts)
     out = []
     for i in range(len(rows)):
@@ -441,7 +357,5 @@ def _not_applied(
             "scores such rows, or leave them out of the data",
             own=False,
         )
-        if on_error == "raise":
-            raise _raised(failure)
         out.append(failure)
     return out

@@ -1,14 +1,14 @@
-"""The rollout side of a run, built part by part and closed in reverse order: one builder
-for training (``driver/run.py``), evaluation (``driver/evaluate.py``) and so the Python
-API, which goes through them.
+"""The builder of a run's rollout parts, which starts them one by one and closes them in
+reverse order: one for training (``driver/run.py``), evaluation (``driver/evaluate.py``)
+and so the Python API, which goes through them.
 
 ::
 
-    with RolloutBuilder(cfg, tokenizer=tok, device=device, cache_dir=cache) as side:
-        side.environment()          env.name's environment (a contained one: its workers)
-        side.prompt_set(...)        prompt token ids, each row's opening in the environment
-        side.closing(group)         the caller's own parts (the training ranks) join the order
-        side.start(places=...)      the engine or its replicas (Ray actors), the scorer (its
+    with RolloutBuilder(cfg, tokenizer=tok, device=device, cache_dir=cache) as builder:
+        builder.environment()       env.name's environment (a contained one: its workers)
+        builder.prompt_set(...)     prompt token ids, each row's opening in the environment
+        builder.closing(group)      the caller's own parts (the training ranks) join the order
+        builder.start(places=...)   the engine or its replicas (Ray actors), the scorer (its
                                     reward workers), the rollout function (env.agent's workers;
                                     its episodes' failure brake: rollout/episode_brake.py)
         ... the run ...
@@ -31,11 +31,13 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from grouprl.config.schema import DataSource, RunConfig
+from grouprl.config.model_data import DataSource
+from grouprl.config.schema import RunConfig
 from grouprl.data.sources import DataError
 from grouprl.engines.replicas import ReplicaSet
 from grouprl.envs.base import Environment
 from grouprl.envs.factory import make_env
+from grouprl.rewards.scoring import RewardScorer
 from grouprl.rollout.episode_brake import with_episode_brake
 from grouprl.rollout.episode_scores import TimedScore
 from grouprl.rollout.row_checks import answer_fields, check_loaded_rows, too_few_rows
@@ -44,7 +46,6 @@ from grouprl.rollout.setup import (
     RolloutFn,
     load_prompt_set,
     make_rollout,
-    make_score_fn,
     start_engine,
 )
 from grouprl.runtime import shared_cache
@@ -76,7 +77,7 @@ class RolloutParts:
 
 
 class RolloutBuilder:
-    """Builds the rollout side of a run inside a ``with`` block (an ``ExitStack``), which
+    """Builds the rollout parts of a run inside a ``with`` block (an ``ExitStack``), which
     closes each part it started, and each part given to ``closing``, in reverse order."""
 
     def __init__(
@@ -144,9 +145,9 @@ class RolloutBuilder:
                 places=places,
             )
         )
-        scorer = make_score_fn(
-            cfg.reward, answer_key=cfg.data.answer_key, prompt_key=cfg.data.prompt_key
-        )
+        # the reward functions in reward.sandbox.workers processes, for the whole run
+        data = cfg.data
+        scorer = RewardScorer(cfg.reward, answer_key=data.answer_key, prompt_key=data.prompt_key)
         score = self.closing(TimedScore(scorer))
         rollout = self._closing_if_closeable(
             make_rollout(cfg, engine=engine, tokenizer=self.tokenizer, score=score, env=self._env())

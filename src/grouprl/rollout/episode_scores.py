@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from grouprl.config.schema import OnError
-from grouprl.rewards.scoring import RewardScores
+from grouprl.config.containment import OnError
+from grouprl.rewards.scoring import RewardScorer, RewardScores
 from grouprl.rollout.reward import fail, record_parts
 from grouprl.types import Trajectory
 
@@ -26,10 +26,10 @@ samples prompt-major, ``G`` per prompt (group rewards score each prompt's group)
 
 
 class TimedScore:
-    """A score function that adds up the seconds spent in it (``seconds``, resettable);
-    ``close()`` closes the function's workers."""
+    """The run's scorer, adding up the seconds spent in it (``seconds``, resettable);
+    ``close()`` closes its workers."""
 
-    def __init__(self, fn: ScoreFn) -> None:
+    def __init__(self, fn: RewardScorer) -> None:
         self.fn, self.seconds = fn, 0.0
 
     def __call__(self, *args, **kwargs) -> RewardScores:
@@ -40,9 +40,7 @@ class TimedScore:
             self.seconds += time.perf_counter() - t0
 
     def close(self) -> None:
-        close = getattr(self.fn, "close", None)
-        if close is not None:
-            close()
+        self.fn.close()
 
 
 def score_trajectories(

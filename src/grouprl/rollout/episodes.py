@@ -15,10 +15,6 @@ Single-turn prompting is the environment whose every step ends the episode
 (``envs/single_turn.py``): one engine call, no observation rendered. An environment in
 this process (``env.sandbox.workers=0``) may have ``async def`` steps too: they run on the
 process's one event loop (``sandbox/user_code.awaited_call``).
-
-An environment that fails (``EnvFailure``: a contained step that raised, passed
-``env.sandbox.timeout_s`` or crashed its worker) ends only that episode, as ``env_error``;
-the episodes that shared its worker are replayed on the next (``envs/contained.py``).
 """
 
 from __future__ import annotations

@@ -12,18 +12,16 @@ Suppliers call ``record_parts`` (or ``fail``); nothing else writes ``Trajectory.
 Per-turn rewards and KL in the reward are recorded too (``turns``, ``kl``), for
 samples.jsonl: the estimators take them per turn and per token, not in this sum.
 
-A failed sample never trains on what it scored. ``on_error`` (``env.on_error`` for
-environments and agents, ``reward.on_error`` for reward functions) decides the rest:
-``drop`` leaves it out of the loss and of its group's baseline (``Trajectory.trains`` is
-False), ``zero`` trains it as ``FAILED_OUTCOME``, ``raise`` stops the run (``SampleFailed``).
+A failed sample never trains on what it scored; ``fail`` applies ``env.on_error`` or
+``reward.on_error``, and is the one place that stops a run on ``raise``.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, get_args
+from typing import get_args
 
-from grouprl.config.schema import OnError
+from grouprl.config.containment import OnError
 from grouprl.types import RewardParts, Trajectory
 
 FAILED_OUTCOME = 0.0
@@ -65,7 +63,7 @@ def sample_reward(parts: RewardParts) -> float:
     return outcome
 
 
-def record_parts(traj: Trajectory, **parts: Any) -> None:
+def record_parts(traj: Trajectory, **parts: object) -> None:
     """Sets named parts of ``traj``'s reward (fields of ``RewardParts``; the others kept)
     and recomputes ``traj.reward`` from all of them."""
     traj.reward_parts = replace(traj.reward_parts, **parts)

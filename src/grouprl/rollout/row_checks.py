@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from grouprl.assets import BUILTIN_PREFIX, resolve_model_path
-from grouprl.config.schema import DATA_FILE_SUFFIXES, REASONING_GYM_PREFIX, DataSource, RunConfig
+from grouprl.config.model_data import DATA_FILE_SUFFIXES, REASONING_GYM_PREFIX, DataSource
+from grouprl.config.schema import RunConfig
 from grouprl.data.prompt_lengths import Lengths, prompt_lengths
 from grouprl.data.sources import DataError, LoadReport, read_rows
 from grouprl.rewards.code.row_check import ROW_FIELDS, reads_code_tests, tests_problem

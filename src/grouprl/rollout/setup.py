@@ -10,15 +10,17 @@ from pathlib import Path
 from typing import Any
 
 from grouprl.assets import resolve_model_path
-from grouprl.config.schema import DataConfig, DataSource, OnError, RewardConfig, RunConfig
+from grouprl.config.containment import OnError
+from grouprl.config.model_data import DataConfig, DataSource
+from grouprl.config.schema import RunConfig
 from grouprl.data.prompts import render_conversations, render_prompts
 from grouprl.data.sources import load_rows
 from grouprl.engines.base import RolloutEngine, SamplingSettings
-from grouprl.engines.replicas import ReplicaSet, in_driver, start_replicas
+from grouprl.engines.placement import in_driver, start_replicas
+from grouprl.engines.replicas import ReplicaSet
 from grouprl.envs.base import Environment, first_messages, template_kwargs_of
 from grouprl.envs.single_turn import SingleTurnEnv
-from grouprl.rewards.registry import resolve_rewards
-from grouprl.rewards.scoring import RewardScorer, RewardScores
+from grouprl.rewards.scoring import RewardScores
 from grouprl.rollout.episode_scores import ScoreFn, score_trajectories
 from grouprl.rollout.episodes import run_episodes
 from grouprl.rollout.reward import fail
@@ -74,27 +76,6 @@ def load_prompt_set(
 
     prompts, kept = render_prompts(tokenizer, rows, data_cfg=data, render=render)
     return PromptSet(prompts, kept)
-
-
-def make_score_fn(
-    reward: RewardConfig, *, answer_key: str, prompt_key: str = "prompt"
-) -> RewardScorer:
-    """The reward functions in ``reward.sandbox.workers`` processes, for the whole run:
-    ``close()`` it when the run ends. ``prompt_key``: the rows' prompt column (TRL-style
-    functions get it as ``prompts``)."""
-    return RewardScorer(
-        functions=resolve_rewards(reward.functions),
-        answer_key=answer_key,
-        prompt_key=prompt_key,
-        on_error=reward.on_error,
-        timeout_s=reward.sandbox.timeout_s,
-        step_timeout_s=reward.step_timeout_s,
-        failure_brake=reward.failure_brake,
-        workers=reward.sandbox.workers,
-        memory_mb=reward.sandbox.memory_mb,
-        memory_limit=reward.sandbox.memory_limit,
-        network=reward.network,
-    )
 
 
 RolloutFn = Callable[[PromptSet, SamplingSettings], tuple[list[Trajectory], RewardScores]]

@@ -12,7 +12,7 @@ drive it (``episodes.run_episodes``) or an agent does, through the gateway
     TurnEngine.generate(contexts, max_tokens=[...])    the turns of many episodes together
         │ ONE engine.generate, each context with its own max_tokens (SamplingSettings
         │ .max_tokens_each; None when they agree); the rollout's engine call k samples
-        ▼ with seed + k * SEED_STRIDE (call_seed)
+        ▼ with seeds.call_seed(seed, k)
     completions, in the order of the contexts
 
 Room for a turn (``TurnLimits.whole_turns``): an environment's turns go out together under
@@ -27,16 +27,8 @@ from dataclasses import dataclass, replace
 
 from grouprl.engines.base import RolloutEngine, SamplingSettings
 from grouprl.envs.base import StopReason
+from grouprl.seeds import call_seed
 from grouprl.types import Completion
-
-SEED_STRIDE = 7919
-"""A prime: engine call k of a rollout samples with ``seed + k * SEED_STRIDE``, so its calls
-draw different numbers and a rerun of the rollout draws the same ones."""
-
-
-def call_seed(seed: int | None, call: int) -> int | None:
-    """The seed of a rollout's engine call ``call`` (0 first), from the run's ``seed``."""
-    return None if seed is None else seed + call * SEED_STRIDE
 
 
 def first_version(completion: Completion, engine: RolloutEngine) -> int:

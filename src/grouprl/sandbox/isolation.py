@@ -15,10 +15,8 @@
                       parent namespace): a program sandbox started from the worker then
                       drops to nobody (sandbox/launcher.py) as from the trainer.
 
-Then the worker loads a seccomp filter (``sandbox/seccomp.py``): a network namespace
-encloses TCP, UDP and abstract Unix sockets, not the host's path-named Unix sockets
-(files: ``/var/run/docker.sock``, Ray's), nor vsock; the filter refuses to make such a
-socket.
+Then the worker loads a seccomp filter against what no network namespace encloses, the
+host's path-named Unix sockets and vsock (``sandbox/seccomp.py``).
 
 Unprivileged user namespaces are needed (``unshare -rn true`` succeeds as the user). Where
 the kernel refuses them, the worker keeps the network: ``network_isolation()`` says so,

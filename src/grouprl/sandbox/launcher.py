@@ -91,7 +91,7 @@ def main(spec_path: str, status_fd: int) -> None:
         else:
             layers["why_not"] = "namespaces not asked for"
             _plain(spec, status, stdin_fd, layers)
-    except BaseException as err:  # noqa: BLE001 - every failure of setup is reported
+    except BaseException as err:  # every failure of setup is reported
         status.write(f"error {type(err).__name__}: {err}\n")
         os._exit(1)
 
@@ -125,7 +125,7 @@ def _enclosed(spec: dict, status, stdin_fd: int, layers: dict) -> None:
     if init == 0:
         try:
             _init(spec, status, stdin_fd, layers, files, staged=staged)
-        except BaseException as err:  # noqa: BLE001 - every failure of setup is reported
+        except BaseException as err:  # every failure of setup is reported
             status.write(f"error {type(err).__name__}: {err}\n")
             os._exit(1)
     os.close(stdin_fd)
@@ -263,7 +263,7 @@ def _exec(spec: dict, status, stdin_fd: int, *, cwd: str) -> None:
             resource.setrlimit(resource.RLIMIT_NPROC, (spec["nproc"],) * 2)
         _prctl(PR_SET_NO_NEW_PRIVS, 1)
         os.execvpe(spec["argv"][0], spec["argv"], spec["env"])  # PATH: the program's
-    except BaseException as err:  # noqa: BLE001 - reported, then this process ends
+    except BaseException as err:  # reported, then this process ends
         hint = ""
         if isinstance(err, PermissionError) and os.geteuid() == NOBODY and not spec["namespaces"]:
             hint = (
@@ -385,7 +385,7 @@ def _bind(source: str, target: str, *, read_only: bool, device: bool) -> None:
 
 
 def _mount(source, target, fstype, flags, data=None) -> None:
-    enc = lambda s: None if s is None else s.encode()  # noqa: E731
+    enc = lambda s: None if s is None else s.encode()
     if _libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")

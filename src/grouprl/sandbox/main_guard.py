@@ -81,8 +81,15 @@ def worker_start_error(pool: str) -> UnguardedMainError:
 def main_script() -> str:
     """The main script's path, or its module name (``python -m``), as spawn re-runs it."""
     main = sys.modules.get("__main__")
-    name = getattr(getattr(main, "__spec__", None), "name", None)
-    return getattr(main, "__file__", None) or name or "__main__"
+    return (main and (_file(main) or _spec_name(main))) or "__main__"
+
+
+def _spec_name(main: ModuleType) -> str | None:
+    return main.__spec__.name if main.__spec__ is not None else None
+
+
+def _file(main: ModuleType) -> str | None:
+    return vars(main).get("__file__")  # (none: `python -c`, an interactive session)
 
 
 def _top_level_frame(module_name: str) -> FrameType | None:
@@ -99,10 +106,10 @@ def _top_level_frame(module_name: str) -> FrameType | None:
 def rerun_by_spawn(main: ModuleType) -> bool:
     """Whether spawn re-runs ``main`` in its children (``multiprocessing.spawn``'s rules:
     a module by name unless it is a ``__main__.py``, else a script file)."""
-    name = getattr(getattr(main, "__spec__", None), "name", None)
+    name = _spec_name(main)
     if name is not None:
         return not (name == "__main__" or name.endswith(".__main__"))
-    path = getattr(main, "__file__", None)
+    path = _file(main)
     return path is not None and os.path.splitext(os.path.basename(path))[0] != "ipython"
 
 

@@ -32,9 +32,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from grouprl.sandbox.watch import Outcome, Watched, watch
+
+if TYPE_CHECKING:
+    from grouprl.config.reward import RewardFunction
 
 __all__ = [
     "PYTHON",
@@ -85,7 +88,7 @@ class ProgramLimits:
 
     def __post_init__(self) -> None:
         for name in ("wall_s", "cpu_s", "memory_mb", "processes", "open_files", "file_mb"):
-            value = getattr(self, name)
+            value = vars(self)[name]
             if not value > 0:
                 raise ValueError(f"ProgramLimits.{name}={value!r}: give a positive number")
         if self.output_bytes < 0:
@@ -114,7 +117,7 @@ def run_program(
     *,
     files: Mapping[str, str | bytes],
     stdin: bytes = b"",
-    limits: ProgramLimits = ProgramLimits(),  # noqa: B008 - frozen, shared safely
+    limits: ProgramLimits = ProgramLimits(),  # (frozen: shared safely)
     env: Mapping[str, str] | None = None,
 ) -> ProgramResult:
     """Run ``argv`` with cwd a fresh private directory holding ``files`` (relative paths),
@@ -195,7 +198,7 @@ def _default_env(cwd: str) -> dict[str, str]:
 def _binds() -> list[str]:
     """What the program sees, read-only: /usr, the interpreter's prefix (where it is not
     under /usr) and the dynamic linker's cache. Not /etc, /home, /root, /tmp, the repo."""
-    prefix = os.path.realpath(getattr(sys, "base_prefix", sys.prefix))
+    prefix = os.path.realpath(sys.base_prefix)
     binds = ["/usr", "/etc/ld.so.cache"]
     if prefix != "/usr" and not prefix.startswith("/usr/"):
         binds.append(prefix)
@@ -316,13 +319,13 @@ def isolation() -> dict[str, bool | str]:
     return found
 
 
-def program_sandbox_line(reward_functions: Sequence[Any]) -> tuple[str, bool] | None:
+def program_sandbox_line(reward_functions: Sequence[RewardFunction]) -> tuple[str, bool] | None:
     """Where a reward runs generated programs (``code_tests`` among ``reward.functions``):
     which layers enclose them on this machine (``isolation``: a probe, ~0.1 s), for the
     run's start and ``grouprl plan``, and whether namespaces enclose them (False: the
     caller says it as a WARNING); None where no reward runs programs. Torch-free, as
     ``grouprl plan`` imports it."""
-    if not any(getattr(f, "name", None) == "code_tests" for f in reward_functions):
+    if not any(f.name == "code_tests" for f in reward_functions):
         return None
     found = isolation()
     line = f"program sandbox (code_tests, docs/code.md): {found['summary']}"

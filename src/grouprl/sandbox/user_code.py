@@ -48,7 +48,7 @@ not a function"), or None when it is."""
 def a_function(fix: str = "") -> Expects:
     """``Expects`` for code that is called: any callable, ``fix`` appended to the problem."""
 
-    def expects(value: Any, attr: str) -> str | None:
+    def expects(value: object, attr: str) -> str | None:
         if callable(value):
             return None
         return f"{attr!r} is a {type(value).__name__}, not a function{fix}"
@@ -86,7 +86,7 @@ class UserCode:
     registry: dict[str, Any] = field(default_factory=dict)
     """``register``'s names: name -> object."""
 
-    def register(self, name: str, value: Any) -> Any:
+    def register(self, name: str, value: object) -> Any:
         """Adds ``value`` as ``name`` and returns it. A name is registered once; one with
         ':' is refused (that marks an import path)."""
         where = f"register_{self.kind}"
@@ -164,7 +164,7 @@ class UserCode:
         """Why ``name`` would not run in the workers ([] when it would): ``check``'s problems."""
         return self.check(name, key=key, missing_ok=missing_ok)[1]
 
-    def unsendable(self, name: str, value: Any, *, key: str | None = None) -> str | None:
+    def unsendable(self, name: str, value: object, *, key: str | None = None) -> str | None:
         """Why ``value``, registered as ``name``, cannot be sent to the worker processes (a
         lambda or a nested function: objects go by reference), or None. An import path is
         sent by name."""
@@ -188,7 +188,7 @@ class UserCode:
         itself), or the registered object (pickled by reference)."""
         return absolute_import_path(name) if is_import_path(name) else self.registry.get(name)
 
-    def load(self, ref: Any) -> Any:
+    def load(self, ref: object) -> Any:
         """In a worker (or the driver, uncontained): the object ``ref`` stands for; an import
         path is resolved once per process, under a lock (calls start side by side)."""
         if not isinstance(ref, str):
@@ -201,7 +201,7 @@ class UserCode:
         return loaded[ref]
 
 
-def awaited_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def awaited_call(fn: Callable[..., Any], *args: object, **kwargs: object) -> Any:
     """``fn(*args, **kwargs)``, run to its end when ``fn`` is an ``async def``: on the one
     event loop this process keeps for its life (``worker.run_awaited``), never a loop of
     its own per call, so loop-bound objects the code keeps work from call to call."""

@@ -177,11 +177,14 @@ def _over_usage(run: Watched) -> bool:
 def _resident_kb(pid: int, stat_fields: list[str]) -> int:
     """Proportional resident memory (Pss: a page shared by n processes counts 1/n, so
     forked copies are not counted many times over), else resident pages from stat."""
-    with contextlib.suppress(OSError, ValueError, IndexError):  # (no smaps_rollup: < 4.14)
-        with open(f"/proc/{pid}/smaps_rollup", "rb") as file:
-            for line in file:
-                if line.startswith(b"Pss:"):
-                    return int(line.split()[1])
+    # (no smaps_rollup: < 4.14)
+    with (
+        contextlib.suppress(OSError, ValueError, IndexError),
+        open(f"/proc/{pid}/smaps_rollup", "rb") as file,
+    ):
+        for line in file:
+            if line.startswith(b"Pss:"):
+                return int(line.split()[1])
     return int(stat_fields[21]) * _PAGE // 1024
 
 

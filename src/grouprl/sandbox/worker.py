@@ -159,11 +159,11 @@ def _event_loop() -> asyncio.AbstractEventLoop:
         return loop
 
 
-def _dump(message: Any) -> bytes:
+def _dump(message: object) -> bytes:
     return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-async def _awaited(awaitable: Any) -> Any:
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
 
 

@@ -7,7 +7,7 @@
     messages += [reply, *tools.run(reply)]     # one tool message per call, in order
 
 Each call's arguments are checked against its tool's schema; the tool runs on a daemon
-thread with a timeout (``envs.tool_runner.ToolRunner``); arguments that are not JSON, an
+thread with a timeout (``runner.ToolRunner``); arguments that are not JSON, an
 unknown tool, arguments that do not fit, an exception or a hang become an ``Error: ...``
 tool message the model reads next turn, never an exception in the agent. A tool that
 hangs past its timeout leaves its thread running; the agent's deadline

@@ -57,7 +57,7 @@ _PYTHON = validators.extend(
 )
 
 
-def check_parameters(schema: Any, *, where: str) -> None:
+def check_parameters(schema: Mapping[str, Any] | bool, *, where: str) -> None:
     """Raises ValueError, naming ``where``, when ``schema`` is not a JSON Schema."""
     try:
         _JSON.check_schema(schema)
@@ -70,7 +70,7 @@ MAX_DEPTH = 64
 """Arguments nested deeper (lists and objects) are refused unchecked."""
 
 
-def _too_deep(value: Any) -> bool:
+def _too_deep(value: object) -> bool:
     stack = [(value, 0)]
     while stack:
         item, depth = stack.pop()
@@ -83,7 +83,7 @@ def _too_deep(value: Any) -> bool:
 
 
 def argument_problems(
-    arguments: Mapping[str, Any], parameters: Any, *, strict_integers: bool
+    arguments: Mapping[str, Any], parameters: Mapping[str, Any], *, strict_integers: bool
 ) -> list[str]:
     """Why ``arguments`` do not fit the ``parameters`` schema: at most one problem per
     argument ([] when they fit). Missing arguments come first, then unexpected ones, then
@@ -132,7 +132,7 @@ def check_arguments(tool: Tool, arguments: Mapping[str, Any]) -> dict[str, Any]:
     return checked
 
 
-def _floats(value: Any, prop: dict[str, Any]) -> Any:
+def _floats(value: object, prop: dict[str, Any]) -> object:
     if prop["type"] == "number" and type(value) is int:
         return float(value)
     if prop["type"] == "array" and isinstance(value, list):
@@ -186,7 +186,7 @@ def _where(path: Sequence[str | int]) -> str:
     return where
 
 
-def _type_label(schema: Any) -> str:
+def _type_label(schema: object) -> str:
     """What a schema asks for, in a few words: ``integer``, ``array of string or null``,
     ``one of "en", "fr"``."""
     if not isinstance(schema, dict):
@@ -210,7 +210,7 @@ def _type_label(schema: Any) -> str:
     return f"{label} or null" if nullable else label
 
 
-def json_type(value: Any) -> str:
+def json_type(value: object) -> str:
     """The JSON type of a parsed JSON value (``integer`` and ``number`` apart)."""
     if value is None or isinstance(value, bool):
         return "null" if value is None else "boolean"
@@ -220,10 +220,10 @@ def json_type(value: Any) -> str:
     return "object" if isinstance(value, dict) else type(value).__name__
 
 
-def clip(value: Any, *, limit: int = 60, as_text: bool = False) -> str:
+def clip(value: object, *, limit: int = 60, as_text: bool = False) -> str:
     """``repr(value)`` (``value`` itself, ``as_text``) cut to ``limit`` characters."""
     try:
-        text = value if as_text else repr(value)
+        text = str(value) if as_text else repr(value)
     except RecursionError:
         return f"<deeply nested {type(value).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."

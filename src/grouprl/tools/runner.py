@@ -52,7 +52,7 @@ class _Job:
             self.done.set()
 
 
-def _as_text(value: Any) -> str:
+def _as_text(value: object) -> str:
     if isinstance(value, str):
         return value
     try:

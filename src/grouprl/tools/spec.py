@@ -6,17 +6,13 @@
         │ ToolSet([search])                              schema per tool (tool_schema)
         ▼
     tools.schemas() ──► tokenizer.apply_chat_template(messages, tools=...)
-    model turn text ──► parse_tool_calls(text, tools=tools, fmt="qwen" | "xml")   tool_calls
+    model turn text ──► parse_tool_calls(text, tools=tools, fmt="qwen" | "xml")   calls.py
         │ [ParsedCall(call=ToolCall(name, arguments) | error="...", raw="<tool_call>...")]
         ▼
-    ToolRunner(tools).run(parsed, timeout_s=...)                                  tool_runner
-        │ unknown tool / arguments that do not fit the schema ──► error result, tool not run
-        │ fn(**arguments) on a daemon thread, abandoned past timeout_s
-        ▼
-    ToolResult(name, content, error, seconds) ──► tool_message(result) ──► next turn's prompt
+    ToolRunner(tools).run(parsed, timeout_s=...) ──► ToolResult per call          runner.py
 
 User mistakes (a function that cannot be described by a schema, two tools with one name)
-raise at startup. Nothing the model writes raises (see ``tool_calls`` and ``tool_runner``).
+raise at startup. Nothing the model writes raises (see ``calls`` and ``runner``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@
 
 A malformed call, an unknown tool, arguments that do not fit the schema, a raising or a
 hanging tool each come back as an ``Error: ...`` tool message and count in
-``info["tool_errors"]``; nothing the model writes raises (``tool_calls``, ``tool_runner``).
+``info["tool_errors"]``; nothing the model writes raises (``calls``, ``runner``).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ class AssistantReply:
         return out
 
 
-def request_tools(tools: Any) -> ToolSet:
+def request_tools(tools: object) -> ToolSet:
     """The request's ``tools`` (OpenAI function tools) as a ToolSet to parse calls against.
     Raises ValueError with the problem for a list that is not OpenAI-shaped, or whose
     ``parameters`` are not a JSON Schema."""
@@ -72,7 +72,7 @@ def request_tools(tools: Any) -> ToolSet:
     return ToolSet(found)
 
 
-def _not_run(**_: Any) -> None:  # the agent runs its tools; the gateway only parses calls
+def _not_run(**_: object) -> None:  # the agent runs its tools; the gateway only parses calls
     raise AssertionError("the gateway never runs an agent's tools")
 
 

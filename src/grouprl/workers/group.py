@@ -17,6 +17,7 @@ holds one Ray actor per rank. ``add(name, cls, **kwargs)`` builds ``cls(Rank,
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
@@ -28,6 +29,8 @@ from grouprl.workers.rank import Rank
 P = ParamSpec("P")
 R = TypeVar("R")
 W = TypeVar("W")
+Method = Callable[..., Any]
+"""A role's method, called on every rank (``Role`` checks it is one of the role's class)."""
 
 
 class WorkerGroup(Protocol):
@@ -39,15 +42,17 @@ class WorkerGroup(Protocol):
         """The first rank of each node, in node order."""
         ...
 
-    def add(self, name: str, cls: type[W], *, uses: Sequence[str] = (), **kwargs: Any) -> Role[W]:
+    def add(
+        self, name: str, cls: type[W], *, uses: Sequence[str] = (), **kwargs: object
+    ) -> Role[W]:
         """Builds ``cls`` on every rank as role ``name``."""
         ...
 
-    def call(self, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
+    def call(self, name: str, method: Method, *args: object, **kwargs: object) -> list[Any]:
         """Runs ``method`` on role ``name`` of every rank; the results in rank order."""
         ...
 
-    def submit(self, rank: int, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any):
+    def submit(self, rank: int, name: str, method: Method, *args: object, **kwargs: object):
         """Starts ``method`` on one rank only; ``gather`` collects what this returns (a
         Ray group's results may be passed on to another ``submit`` unresolved)."""
         ...
@@ -83,14 +88,16 @@ class LocalGroup:
     def leaders(self) -> list[int]:
         return [0]
 
-    def add(self, name: str, cls: type[W], *, uses: Sequence[str] = (), **kwargs: Any) -> Role[W]:
+    def add(
+        self, name: str, cls: type[W], *, uses: Sequence[str] = (), **kwargs: object
+    ) -> Role[W]:
         self.roles[name] = build_role(cls, self.rank, self.roles, uses, kwargs)
         return Role(self, name, cls)
 
-    def call(self, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
+    def call(self, name: str, method: Method, *args: object, **kwargs: object) -> list[Any]:
         return [method(self.roles[name], *args, **kwargs)]
 
-    def submit(self, rank: int, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any):
+    def submit(self, rank: int, name: str, method: Method, *args: object, **kwargs: object):
         return method(self.roles[name], *args, **kwargs)
 
     def gather(self, started: list[Any], *, what: str) -> list[Any]:
@@ -134,9 +141,9 @@ class Role(Generic[W]):
     def check(self, method: Callable[..., Any]) -> Callable[..., Any]:
         """``method`` itself, if it is one of ``cls``'s; else a TypeError here, in the
         driver, before any rank runs it."""
-        if getattr(self.cls, getattr(method, "__name__", ""), None) is not method:
+        if inspect.getattr_static(self.cls, getattr(method, "__name__", ""), None) is not method:
             raise TypeError(
-                f"{getattr(method, '__qualname__', method)!r} is not a method of "
-                f"{self.cls.__name__}, the class of role {self.name!r}"
+                f"{method!r} is not a method of {self.cls.__name__}, the class of role "
+                f"{self.name!r}"
             )
         return method

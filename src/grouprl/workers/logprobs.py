@@ -13,9 +13,8 @@ whose forward keeps the embeddings and head gathered while the chunks use them.
 Tokens are scored at the sampling temperature: ``log_softmax(logits / T)`` with
 T = ``rollout.temperature``, the distribution the engine drew from, so the PPO ratio,
 the gradient and the entropy are the sampler's policy's (TRL and verl divide by T the
-same way). Top-k and top-p are not applied here (as in TRL and verl): the trainer's
-policy is the tempered one, untruncated; the engines' logprobs of a truncated draw
-differ from it by the log of the kept mass (``engines/vllm_engine.py``).
+same way). Top-k and top-p are not applied here (as in TRL and verl): see
+``engines/vllm_engine.py``.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from grouprl.config.schema import LoraConfig
+from grouprl.config.train import LoraConfig
 from grouprl.lora_weights import ADAPTER
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from transformers import (
 )
 
 from grouprl.assets import resolve_model_path
-from grouprl.config.schema import ModelConfig
+from grouprl.config.model_data import ModelConfig
 
 
 class ModelLoadError(RuntimeError):

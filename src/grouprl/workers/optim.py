@@ -15,7 +15,7 @@ import re
 
 import torch
 
-from grouprl.config.schema import TrainConfig
+from grouprl.config.train import TrainConfig
 
 NO_DECAY_NAMES = [
     re.compile(p)

@@ -16,6 +16,7 @@ and everything after them are unchanged.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -101,7 +102,7 @@ def segment_attention(
             scale=scaling,
             enable_gqa=gqa,
         )
-        for start, end in zip(bounds[:-1], bounds[1:], strict=True)
+        for start, end in itertools.pairwise(bounds)
         if end > start
     ]
     return torch.cat(pieces, dim=2).transpose(1, 2).contiguous(), None

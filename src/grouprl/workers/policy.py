@@ -3,12 +3,9 @@ schedule, and the update of one training step."""
 
 from __future__ import annotations
 
-import tempfile
-from collections import deque
-from collections.abc import Iterator
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -17,8 +14,7 @@ from grouprl.ckpt.resume import load_part, part_state
 from grouprl.config.schema import RunConfig
 from grouprl.device import resolve_dtype
 from grouprl.engines.base import RolloutEngine
-from grouprl.engines.replicas import Staged, stage
-from grouprl.lora_weights import merged_weights
+from grouprl.engines.push import Staged
 from grouprl.metrics.telemetry import Hardware, ModelShape, memory_now, peak_flops
 from grouprl.types import TrainingBatch
 from grouprl.workers.common import (
@@ -29,15 +25,12 @@ from grouprl.workers.common import (
     prepare,
 )
 from grouprl.workers.logprobs import TokenScorer
-from grouprl.workers.lora import adapters_off, add_lora, has_lora, lora_scaling
+from grouprl.workers.lora import adapters_off, add_lora
 from grouprl.workers.model import load_causal_lm
 from grouprl.workers.optim import make_optimizer, make_scheduler
 from grouprl.workers.rank import Rank
 from grouprl.workers.update import policy_update
-
-MiB = 1 << 20
-LoraPush = Literal["merged", "base", "adapters"]
-"""What a LoRA policy's weight buckets hold (``PolicyWorker.weight_buckets``)."""
+from grouprl.workers.weight_export import hf_files, stage_weights, weight_buckets
 
 
 class PolicyWorker:
@@ -105,113 +98,18 @@ class PolicyWorker:
         """This rank's memory now and at its peak since the last call (GiB)."""
         return memory_now(torch.device(self.rank.device))
 
+    # --- weights for rollout engines (``weight_export.py``) ------------------------------
+
     def weights(
         self, *, on: frozenset[int] = frozenset({0}), dtype: torch.dtype | None = None
     ) -> dict[str, Tensor] | None:
         """Full weights by parameter name, for rollout engines (LoRA merged in, under the
-        base model's names): ``weight_buckets`` in one dict. Every rank must call this;
-        the ranks in ``on`` get them on the CPU, the others None."""
+        base model's names): ``weight_export.weight_buckets`` in one dict. Every rank must
+        call this; the ranks in ``on`` get them on the CPU, the others None."""
         full: dict[str, Tensor] = {}
-        for bucket in self.weight_buckets(on=on, dtype=dtype, bucket_bytes=None):
+        for bucket in weight_buckets(self.model, self.rank, on=on, dtype=dtype, bucket_bytes=None):
             full.update(bucket)
         return full if self.rank.rank in on else None
-
-    def weight_buckets(
-        self,
-        *,
-        on: frozenset[int],
-        dtype: torch.dtype | None,
-        bucket_bytes: int | None,
-        lora: LoraPush = "merged",
-    ) -> Iterator[dict[str, Tensor]]:
-        """The weights for rollout engines in buckets of at most ``bucket_bytes`` (None: one
-        bucket); a parameter larger than that goes alone, and a LoRA module's base weight
-        and adapters go together. Every rank must run through it (the shards are gathered
-        one parameter at a time); the ranks in ``on`` get the buckets (on the CPU, or the
-        live tensors of one CPU process), the others empty ones.
-
-        ``dtype``: the engine's. A shard is cast before its all-gather and a GPU tensor
-        before its copy to the host, so a bfloat16 engine costs half the bytes to move;
-        LoRA's base weights and adapters are merged in float32 and cast after. One CPU
-        process hands over its live tensors uncast: the engine casts them in its one
-        copy. ``lora`` (with adapters): ``merged`` under the base model's names; ``base``
-        the base weights under those names (cast) and the adapters (float32), for an
-        engine that merges them itself (``engines/lora_push.py``); ``adapters`` only the
-        trainable weights (the adapters)."""
-        keep = self.rank.rank in on
-        lora_on = has_lora(self.model)
-        bucket: dict[str, Tensor] = {}
-        size = 0
-        for group in self._weight_groups(lora=lora if lora_on else "merged"):
-            tensors = {n: self._gathered(n, p, dtype=dtype, keep=keep) for n, p in group}
-            if not keep:  # this rank took part in the gathers; the leader keeps them
-                continue
-            if lora_on:
-                tensors = self._for_engine(tensors, dtype=dtype, lora=lora)
-            nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
-            if bucket and bucket_bytes is not None and size + nbytes > bucket_bytes:
-                yield bucket
-                bucket, size = {}, 0
-            bucket.update(tensors)
-            size += nbytes
-        if bucket or not keep:
-            yield bucket
-
-    def _weight_groups(self, *, lora: LoraPush) -> Iterator[list[tuple[str, torch.nn.Parameter]]]:
-        """The parameters in ``named_parameters`` order, a LoRA module's base weights and
-        adapters in one group; ``adapters``: the trainable ones only."""
-        group: list[tuple[str, torch.nn.Parameter]] = []
-        key = None
-        for name, param in self.model.named_parameters():
-            if lora == "adapters" and not param.requires_grad:
-                continue
-            module = name.split(".base_layer.")[0].split(".lora_")[0]
-            if group and module != key:
-                yield group
-                group = []
-            group.append((name, param))
-            key = module
-        if group:
-            yield group
-
-    def _gathered(
-        self, name: str, param: torch.nn.Parameter, *, dtype: torch.dtype | None, keep: bool
-    ) -> Tensor:
-        """One parameter whole (a collective when sharded), cast to ``dtype`` on its device
-        unless it belongs to a LoRA module (merged in float32 first), on the CPU where
-        ``keep`` (a distributed run's leader rank)."""
-        from torch.distributed.tensor import DTensor
-
-        t = param.detach()
-        cast = dtype is not None and ".lora_" not in name and ".base_layer." not in name
-        if isinstance(t, DTensor):
-            if t.device.type != t.device_mesh.device_type:  # cluster.offload: CPU shards
-                t = t.to(t.device_mesh.device_type)
-                assert isinstance(t, DTensor)  # .to keeps a DTensor a DTensor
-            if cast:  # the shard: the all-gather moves the engine's bytes
-                t = t.to(dtype)
-                assert isinstance(t, DTensor)
-            t = t.full_tensor()  # a collective: every rank takes part
-        if cast and t.device.type != "cpu":  # before the copy to the host
-            t = t.to(dtype)
-        # one process: the live tensors, as the engine here copies them
-        return t.cpu() if self.rank.distributed and keep else t
-
-    def _for_engine(
-        self, tensors: dict[str, Tensor], *, dtype: torch.dtype | None, lora: LoraPush
-    ) -> dict[str, Tensor]:
-        """One LoRA group as the engine takes it (``weight_buckets``'s ``lora``)."""
-        recast = dtype is not None and (self.rank.distributed or self.rank.device != "cpu")
-        if lora == "merged":
-            out = merged_weights(tensors, scaling=lora_scaling(self.model))
-        else:  # the adapters stay float32 (merged on the engine's side); the base is renamed
-            out = {
-                name if ".lora_" in name else name.replace(".base_layer.", "."): t
-                for name, t in tensors.items()
-            }
-        if not recast:
-            return out
-        return {n: t if ".lora_" in n else t.to(dtype) for n, t in out.items()}
 
     def stage_weights(
         self,
@@ -220,46 +118,15 @@ class PolicyWorker:
         version: int,
         lora_bases: frozenset[int] = frozenset(),
     ) -> Staged | None:
-        """Gathers the weights on each node's leader rank (the keys of ``targets``) in
-        buckets of ``rollout.push_bucket_mb`` and stages them on its node's rollout
-        replicas, in the engines' dtype (that of ``model.dtype`` on this rank's kind of
-        device); the replicas keep generating meanwhile. With LoRA and
-        ``rollout.lora_push=adapters``: the adapters only, plus the base weights when a
-        replica of the node is not in ``lora_bases`` (it keeps none yet). Returns what
-        it staged (None on the other ranks)."""
-        dtype = resolve_dtype(self.cfg.model.dtype, torch.device(self.rank.device))
-        mine = targets.get(self.rank.rank, [])
-        # the server engine loads a checkpoint-format file: it is pushed merged weights
-        adapters = (
-            has_lora(self.model)
-            and self.cfg.rollout.lora_push == "adapters"
-            and self.cfg.rollout.engine != "server"
+        """``weight_export.stage_weights`` of this rank's model (``targets``: each node's
+        leader rank -> its replicas)."""
+        return stage_weights(
+            self.model, self.rank, self.cfg, targets, version=version, lora_bases=lora_bases
         )
-        # every rank of the group takes the same path: the gathers are collectives
-        needs_base = adapters and any(
-            k not in lora_bases for node in targets.values() for k, _ in node
-        )
-        lora: LoraPush = "merged" if not adapters else "base" if needs_base else "adapters"
-        buckets = self.weight_buckets(
-            on=frozenset(targets),
-            dtype=dtype,
-            bucket_bytes=self.cfg.rollout.push_bucket_mb * MiB,
-            lora=lora,
-        )
-        if not mine:
-            deque(buckets, maxlen=0)  # this rank's part of the gathers
-            return None
-        weight_bytes = sum(p.numel() for p in self.model.parameters()) * dtype.itemsize
-        moved = stage(
-            mine,
-            buckets,
-            version=version,
-            dtype=dtype,
-            lora_scaling=lora_scaling(self.model) if adapters else None,
-            weight_bytes=weight_bytes,
-        )
-        bases = frozenset(k for k, _ in mine) if lora == "base" else frozenset()
-        return Staged(moved, weight_bytes, bases)
+
+    def hf_files(self) -> dict[str, bytes]:
+        """The model's config and generation-config files (for export), by file name."""
+        return hf_files(self.model)
 
     # --- checkpoints ----------------------------------------------------------------
 
@@ -276,11 +143,3 @@ class PolicyWorker:
 
     def load_scheduler_state(self, state: dict[str, Any]) -> None:
         self.scheduler.load_state_dict(state)
-
-    def hf_files(self) -> dict[str, bytes]:
-        """The model's config and generation-config files (for export), by file name."""
-        with tempfile.TemporaryDirectory() as tmp:
-            self.model.config.save_pretrained(tmp)
-            if getattr(self.model, "generation_config", None) is not None:
-                self.model.generation_config.save_pretrained(tmp)
-            return {p.name: p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}

@@ -13,19 +13,24 @@ time out after ``cluster.collective_timeout_s``.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from grouprl.cluster.connection import PLACEMENT_TIMEOUT_S, WorkerFailed, connect, reason
-from grouprl.config.schema import ClusterConfig, RunConfig
+from grouprl.cluster.connection import (
+    PLACEMENT_TIMEOUT_S,
+    WorkerFailed,
+    connect,
+    log_started,
+    reason,
+    start_actors,
+)
+from grouprl.config.schema import RunConfig
+from grouprl.config.train import ClusterConfig
 from grouprl.workers.group import Role, W, build_role
 from grouprl.workers.rank import Rank, free_port, join_process_group
-
-logger = logging.getLogger(__name__)
 
 
 class WorkerHost:
@@ -69,7 +74,7 @@ class WorkerHost:
         args = tuple(a.here() if isinstance(a, NodeDir) else a for a in args)
         return method(self.roles[name], *args, **kwargs)
 
-    def call_one(self, name: str, method: Callable, *args: Any, **kwargs: Any) -> Any:
+    def call_one(self, name: str, method: Callable, *args: object, **kwargs: object) -> Any:
         """``call`` with the arguments as Ray passes them (results of other calls arrive
         resolved)."""
         return self.call(name, method, args, kwargs)
@@ -93,7 +98,6 @@ class RayGroup:
 
     @classmethod
     def start(cls, cfg: RunConfig, *, run_dir: Path) -> RayGroup:
-        import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -109,25 +113,26 @@ class RayGroup:
         )
         _wait_for_placement(bundles, cfg, bundle)
         device = "cuda" if c.gpus_per_node else "cpu"
-        actor = ray.remote(WorkerHost)
+        threads = max(1, int(c.cpus_per_worker))
         # Ray actor handles: each method is called through its .remote (untyped proxies)
-        hosts: list[Any] = [
-            actor.options(
-                num_cpus=c.cpus_per_worker,
-                num_gpus=1 if c.gpus_per_node else 0,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    bundles, placement_group_bundle_index=rank // per_node
-                ),
-                runtime_env={"env_vars": _worker_env(c)},
-                max_concurrency=2,  # a checkpoint write runs beside the training calls
-            ).remote(
-                rank=rank,
-                world_size=world,
-                device=device,
-                threads=max(1, int(c.cpus_per_worker)),
-            )
-            for rank in range(world)
-        ]
+        hosts = start_actors(
+            WorkerHost,
+            [
+                (
+                    {
+                        "num_cpus": c.cpus_per_worker,
+                        "num_gpus": 1 if c.gpus_per_node else 0,
+                        "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                            bundles, placement_group_bundle_index=rank // per_node
+                        ),
+                        "max_concurrency": 2,  # a checkpoint write runs beside the training calls
+                    },
+                    {"rank": rank, "world_size": world, "device": device, "threads": threads},
+                    _worker_env(c),
+                )
+                for rank in range(world)
+            ],
+        )
         workers = cls(hosts, [{"rank": r} for r in range(len(hosts))], bundles, per_node=per_node)
         workers.places = workers.gather([h.where.remote() for h in hosts], what="start")
         master = workers.places[0]
@@ -141,29 +146,29 @@ class RayGroup:
             what="join the process group",
         )
         nodes = {p["node"] for p in workers.places}
-        logger.info(
-            "%d training ranks (%s) on %d node(s): %s",
-            len(hosts),
-            backend,
-            len(nodes),
-            ", ".join(f"rank {p['rank']} {p['ip']} pid {p['pid']}" for p in workers._described()),
+        log_started(
+            f"{len(hosts)} training ranks ({backend}) on {len(nodes)} node(s)",
+            [f"rank {p['rank']} {p['ip']}" for p in workers._described()],
+            [p["pid"] for p in workers.places],
         )
         return workers
 
-    def add(self, name: str, cls: type[W], *, uses: Sequence[str] = (), **kwargs: Any) -> Role[W]:
+    def add(
+        self, name: str, cls: type[W], *, uses: Sequence[str] = (), **kwargs: object
+    ) -> Role[W]:
         self.gather(
             [h.add.remote(name, cls, uses, kwargs) for h in self.hosts], what=f"build {name}"
         )
         return Role(self, name, cls)
 
-    def call(self, name: str, method: Callable, *args: Any, **kwargs: Any) -> list[Any]:
+    def call(self, name: str, method: Callable, *args: object, **kwargs: object) -> list[Any]:
         import ray
 
         args_ref, kwargs_ref = ray.put(args), ray.put(kwargs)
         refs = [h.call.remote(name, method, args_ref, kwargs_ref) for h in self.hosts]
         return self.gather(refs, what=f"{name}.{method.__name__}")
 
-    def submit(self, rank: int, name: str, method: Callable, *args: Any, **kwargs: Any):
+    def submit(self, rank: int, name: str, method: Callable, *args: object, **kwargs: object):
         return self.hosts[rank].call_one.remote(name, method, *args, **kwargs)
 
     def close(self) -> None:

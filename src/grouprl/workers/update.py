@@ -7,12 +7,10 @@
                     forward (padded, or packed without padding), loss, backward
                     loss denominators = the whole mini-batch's counts
 
-Because denominators are the mini-batch's, micro-batch size changes the
-arithmetic order but not the update. On a group of ranks each rank runs the
-micro-batches of its block of every mini-batch (``Rank.block``) with the same
-denominators, and FSDP2 sums the gradients: the update is the one-process update.
-The policy and the critic share this schedule (``run_updates``); each brings its
-own micro-batch loss.
+Because denominators are the mini-batch's, micro-batch size changes the arithmetic
+order but not the update, nor does the number of ranks (``workers/rank.py``). The
+policy and the critic share this schedule (``run_updates``); each brings its own
+micro-batch loss.
 """
 
 from __future__ import annotations
@@ -32,7 +30,8 @@ from torch.distributed.tensor import DTensor
 from grouprl.algo.aggregate import LossNorm, token_mean
 from grouprl.algo.corrections import CorrectionInputs, correction_name, m2po_cutoff
 from grouprl.algo.objective import micro_batch_loss
-from grouprl.config.schema import AlgoConfig, TrainConfig
+from grouprl.config.algo_section import AlgoConfig
+from grouprl.config.train import TrainConfig
 from grouprl.types import TrainingBatch
 from grouprl.workers.logprobs import TokenScorer
 from grouprl.workers.rank import SINGLE, Rank, all_max, all_sum

@@ -21,7 +21,8 @@ from transformers import AutoConfig, AutoModelForTokenClassification, PreTrained
 from grouprl.algo.aggregate import LossNorm, token_mean
 from grouprl.algo.value import clipped_value_loss
 from grouprl.assets import resolve_model_path
-from grouprl.config.schema import CriticConfig, ModelConfig
+from grouprl.config.model_data import ModelConfig
+from grouprl.config.train import CriticConfig
 from grouprl.types import TrainingBatch
 from grouprl.workers.model import ModelLoadError
 from grouprl.workers.optim import decay_param_groups

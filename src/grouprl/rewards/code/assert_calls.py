@@ -78,7 +78,7 @@ def _call_line(line: str) -> tuple[str, list[Any], Any] | None:
     return test.left.func.id, args, expected
 
 
-def plain(value: Any, depth: int = 0) -> bool:
+def plain(value: object, depth: int = 0) -> bool:
     """Whether ``value`` holds only JSON's plain values: None, bool, int, finite float,
     str, list, dict with str keys (no tuple, set, bytes), so that it means the same
     after a JSON round trip and compares as Python would. The sandbox's child applies it

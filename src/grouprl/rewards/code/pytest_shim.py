@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from collections.abc import Callable
 
 
 class Failed(AssertionError):
@@ -34,7 +34,7 @@ class MarkGenerator:
     (``pytestmark``); a bare ``@mark.slow`` returns the function."""
 
     def __getattr__(self, name: str):
-        def make(*args: Any, **kwargs: Any):
+        def make(*args: object, **kwargs: object):
             if len(args) == 1 and callable(args[0]) and not kwargs and name != "parametrize":
                 return args[0]
 
@@ -51,30 +51,37 @@ mark = MarkGenerator()
 
 
 class ParameterSet:
-    def __init__(self, *values: Any, **kwargs: Any) -> None:
+    def __init__(self, *values: object, **kwargs: object) -> None:
         self.values = values
 
 
-def param(*values: Any, **kwargs: Any) -> ParameterSet:
+def param(*values: object, **kwargs: object) -> ParameterSet:
     return ParameterSet(*values, **kwargs)
 
 
-def fixture(*args: Any, **kwargs: Any):
+def fixture(*args: object, **kwargs: object):
     """A no-op: the harness judges no test that asks for a fixture."""
     if len(args) == 1 and callable(args[0]):
         return args[0]
     return lambda fn: fn
 
 
-class raises:  # noqa: N801 - pytest's name
+class raises:  # pytest's name
     """``with raises(E, match=...) as info:``, or ``raises(E, fn, *args)``."""
 
-    def __init__(self, expected: Any, *args: Any, match: str | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        expected: type[BaseException] | tuple[type[BaseException], ...],
+        func: Callable[..., object] | None = None,
+        *args: object,
+        match: str | None = None,
+        **kwargs: object,
+    ):
         self.expected, self.match = expected, match
         self.value = self.type = None
-        if args:
+        if func is not None:
             with self:
-                args[0](*args[1:], **kwargs)
+                func(*args, **kwargs)
 
     def __enter__(self) -> raises:
         return self
@@ -90,16 +97,16 @@ class raises:  # noqa: N801 - pytest's name
         return True
 
 
-class approx:  # noqa: N801 - pytest's name
+class approx:  # pytest's name
     """Equal within ``max(rel * |expected|, abs)``, element by element for sequences and
     dicts."""
 
-    def __init__(self, expected: Any, rel: float | None = None, abs: float | None = None):
+    def __init__(self, expected: object, rel: float | None = None, abs: float | None = None):
         self.expected = expected
         self.rel = 1e-6 if rel is None else rel
         self.abs = 1e-12 if abs is None else abs
 
-    def _close(self, got: Any, want: Any) -> bool:
+    def _close(self, got: object, want: object) -> bool:
         if isinstance(want, dict):
             return (
                 isinstance(got, dict)

@@ -77,11 +77,11 @@ class CodeTests:
     a ``sandbox_error`` is no outcome of a call but its failure (``reward/errors``)."""
 
     def __post_init__(self) -> None:
-        for name in ("wall_s", "case_s", "memory_mb", "processes", "file_mb"):
-            if not getattr(self, name) > 0:
-                raise ValueError(
-                    f"CodeTests({name}={getattr(self, name)!r}): must be a positive number"
-                )
+        names = ("wall_s", "case_s", "memory_mb", "processes", "file_mb")
+        sizes = (self.wall_s, self.case_s, self.memory_mb, self.processes, self.file_mb)
+        for name, size in zip(names, sizes, strict=True):
+            if not size > 0:
+                raise ValueError(f"CodeTests({name}={size!r}): must be a positive number")
         if self.processes < 3:
             raise ValueError(
                 f"CodeTests(processes={self.processes}): the harness and the program's "
@@ -114,7 +114,7 @@ class CodeTests:
         for path in (HARNESS_FILE, CHILD_FILE, PYTEST_SHIM):
             source(path)
 
-    def verdict(self, completion: str, *, reference: Any, row: dict[str, Any]) -> Verdict:
+    def verdict(self, completion: str, *, reference: object, row: dict[str, Any]) -> Verdict:
         """The sample's outcome: its program against the row's tests (raises
         ``TestsError`` when the row has no tests it can read)."""
         tests = load_tests(reference, row)
@@ -134,9 +134,9 @@ class CodeTests:
         self,
         completion: str,
         *,
-        reference: Any = None,
+        reference: object = None,
         row: dict[str, Any] | None = None,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> dict[str, Any]:
         """``{"score", "outcome", "tests_passed"}`` (the outcome's share and the mean
         fraction of tests passed are logged per step); raises
@@ -154,7 +154,7 @@ class CodeTests:
         }
 
     def score(
-        self, completion: str, *, reference: Any = None, row: dict[str, Any] | None = None
+        self, completion: str, *, reference: object = None, row: dict[str, Any] | None = None
     ) -> float:
         """The call's score alone (evaluation scripts, tests)."""
         return self(completion, reference=reference, row=row)["score"]

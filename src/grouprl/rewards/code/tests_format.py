@@ -38,6 +38,7 @@ import io
 import json
 import pickle
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -80,7 +81,7 @@ class ProblemTests:
     """assert: the test module (``from solution import *`` first)."""
 
 
-def load_tests(reference: Any, row: dict[str, Any]) -> ProblemTests:
+def load_tests(reference: object, row: dict[str, Any]) -> ProblemTests:
     """The tests of ``row``: from ``reference`` when it holds some, else from the row's
     fields (module docstring). Raises ``TestsError`` saying what was found instead."""
     if reference is not None:
@@ -102,7 +103,9 @@ def load_tests(reference: Any, row: dict[str, Any]) -> ProblemTests:
     )
 
 
-def _readable(value: Any, row: dict[str, Any], *, where: str, key: str = "") -> ProblemTests | None:
+def _readable(
+    value: object, row: dict[str, Any], *, where: str, key: str = ""
+) -> ProblemTests | None:
     """``_parse``, its every failure on malformed data a ``TestsError`` naming the row and
     where its tests were read (a bare ``KeyError: 'input'`` would name neither)."""
     try:
@@ -118,7 +121,7 @@ def _readable(value: Any, row: dict[str, Any], *, where: str, key: str = "") -> 
         ) from err
 
 
-def _parse(value: Any, row: dict[str, Any], *, where: str) -> ProblemTests | None:
+def _parse(value: object, row: dict[str, Any], *, where: str) -> ProblemTests | None:
     """``value``'s tests, or None when it holds none (a plain answer)."""
     if isinstance(value, str):
         text = value.strip()
@@ -134,8 +137,9 @@ def _parse(value: Any, row: dict[str, Any], *, where: str) -> ProblemTests | Non
     if isinstance(value, dict):
         return _from_dict(value, row, where=where)
     if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        if all(v.lstrip().startswith("assert") for v in value):
-            return mbpp_tests(value, setup=row.get("test_setup_code") or "")
+        if not all(v.lstrip().startswith("assert") for v in value):
+            return None
+        return mbpp_tests(value, setup=row.get("test_setup_code") or "")
     if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
         return case_list(value, fn_name=_func_name(row), where=where)
     return None
@@ -174,7 +178,7 @@ def input_output(value: dict, *, where: str) -> ProblemTests:
     return ProblemTests("stdio", cases)
 
 
-def _call_case(args: Any, expected: Any) -> dict[str, Any]:
+def _call_case(args: str | Sequence[object], expected: object) -> dict[str, Any]:
     """LiveCodeBench/PRIME write the arguments as JSON lines and the value as JSON text;
     APPS a list of arguments and the value in a one-element list (``wrapped``)."""
     if isinstance(args, str):
@@ -319,13 +323,13 @@ def mbpp_tests(asserts: list[str], *, setup: str) -> ProblemTests:
     return ProblemTests("assert", tuple(f"test_{i}" for i in range(len(asserts))), test_code=code)
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     """A stdin or expected output: APPS sometimes stores one as a list of lines."""
     if isinstance(value, list):
         return "\n".join(str(v) for v in value)
     return str(value)
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."

@@ -33,13 +33,14 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
-from grouprl.config.schema import FAILED_SAMPLES, OnError, RunConfig
+from grouprl.config.containment import FAILED_SAMPLES, OnError
+from grouprl.config.schema import RunConfig
 from grouprl.engines.base import RolloutEngine, SamplingSettings
 from grouprl.rewards.scoring import RewardScores
 from grouprl.rollout.episode_scores import ScoreFn, score_trajectories
 from grouprl.rollout.gateway.record import EpisodeRecord
 from grouprl.rollout.gateway.server import Gateway
-from grouprl.rollout.gateway.worker import portable, run_agent
+from grouprl.rollout.gateway.worker import AGENTS, run_agent
 from grouprl.rollout.reward import fail, record_parts
 from grouprl.sandbox import CallFailed, WorkerPool
 from grouprl.types import Trajectory
@@ -79,7 +80,7 @@ class AgentRollout:
     def __init__(self, cfg: RunConfig, *, engine: RolloutEngine, tokenizer, score: ScoreFn) -> None:
         assert cfg.env.agent is not None
         self.cfg, self.engine, self.tokenizer, self.score = cfg, engine, tokenizer, score
-        self.spec = portable(cfg.env.agent.name)
+        self.spec = AGENTS.ref(cfg.env.agent.name)  # a file path made absolute
         self.timeout_s = cfg.env.agent.timeout_s
         self._pool: WorkerPool | ThreadPoolExecutor | None = None
 
@@ -195,12 +196,10 @@ class AgentRollout:
                 self._pool = ThreadPoolExecutor(max_workers=env.agent.concurrency)
             else:
                 self._pool = WorkerPool(
-                    size=env.sandbox.workers,
-                    memory_mb=env.sandbox.memory_mb,
-                    concurrency=env.agent.concurrency,
+                    env.sandbox,
                     name="agent",
-                    memory_limit=env.sandbox.memory_limit,
                     network=env.network,
+                    concurrency=env.agent.concurrency,
                 )
         return self._pool
 

@@ -37,13 +37,13 @@ class GatewayHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: Any
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         self._answer("GET")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._answer("POST")
 
     def _answer(self, method: str) -> None:

@@ -23,6 +23,7 @@ observation starts with that token (the template closes every assistant message 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,15 +134,19 @@ class EpisodeRecord:
                     observation = list(prompt[len(done) :])
                     return Plan(prompt, True, observation)
             return Plan(list(prompt), False)
-        if last is not None and last.text and len(prompt) > len(last.text):
-            if prompt.startswith(last.text):
-                rest = prompt[len(last.text) :]
-                closing = self._closing(last)
-                eos_text = tokenizer.eos_token or ""
-                if not closing and eos_text and rest.startswith(eos_text):
-                    rest = rest[len(eos_text) :]  # the model's own end-of-turn token is there
-                observation = closing + tokenizer.encode(rest, add_special_tokens=False)
-                return Plan(last.sequence_ids() + observation, True, observation, text=prompt)
+        if (
+            last is not None
+            and last.text
+            and len(prompt) > len(last.text)
+            and prompt.startswith(last.text)
+        ):
+            rest = prompt[len(last.text) :]
+            closing = self._closing(last)
+            eos_text = tokenizer.eos_token or ""
+            if not closing and eos_text and rest.startswith(eos_text):
+                rest = rest[len(eos_text) :]  # the model's own end-of-turn token is there
+            observation = closing + tokenizer.encode(rest, add_special_tokens=False)
+            return Plan(last.sequence_ids() + observation, True, observation, text=prompt)
         return Plan(tokenizer.encode(prompt, add_special_tokens=False), False, text=prompt)
 
     def _closing(self, last: Segment) -> list[int]:
@@ -174,7 +179,7 @@ class EpisodeRecord:
             segment = Segment(plan.context_ids, [], weight_version, tools_key=plan.tools_key)
             self.segments.append(segment)
         segment.turns.append(Turn(completion, info=info))
-        segment.history = plan.history + [normalise(reply)] if reply is not None else []
+        segment.history = [*plan.history, normalise(reply)] if reply is not None else []
         segment.text = plan.text + completion.text if plan.text else ""
         self.calls.append(CallRecord(plan.context_ids, completion, len(self.segments) - 1))
 
@@ -262,10 +267,8 @@ def template_message(message: dict[str, Any]) -> dict[str, Any]:
         for call in message["tool_calls"]:
             fn = dict(call.get("function", {}))
             if isinstance(fn.get("arguments"), str):
-                try:
+                with contextlib.suppress(ValueError):  # not JSON: kept as the text it is
                     fn["arguments"] = json.loads(fn["arguments"])
-                except ValueError:
-                    pass
             calls.append({**call, "function": fn})
         out["tool_calls"] = calls
     return out

@@ -21,11 +21,9 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from grouprl.config.env import EnvConfig
 from grouprl.config.errors import ConfigError
-from grouprl.config.schema import EnvConfig
 from grouprl.sandbox.user_code import UserCode, a_function, awaited_call
-
-AgentFn = Any
 
 START_TIMEOUT_S = 30.0
 """How long an agent's worker waits for the gateway to take the episode's start."""
@@ -47,11 +45,6 @@ AGENTS = UserCode(
     workers="the agent worker processes",
 )
 """Agents, by import path (none are registered)."""
-
-
-def resolve_agent(spec: str) -> AgentFn:
-    """The function ``env.agent`` names; ConfigError naming ``env.agent`` otherwise."""
-    return AGENTS.resolve(spec)
 
 
 def agent_problems(env: EnvConfig, *, missing_ok: bool = False) -> list[str]:
@@ -125,8 +118,3 @@ def start_episode(base_url: str, *, network: bool = True) -> None:
             f"starting the episode ({err}); env.network=true, so the worker shares the "
             "trainer's loopback: the gateway's side failed; only this episode fails"
         ) from None
-
-
-def portable(spec: str) -> str:
-    """``spec`` as the worker processes get it (a file path made absolute)."""
-    return AGENTS.ref(spec)
