@@ -1,14 +1,7 @@
 """grouprl: reinforcement-learning post-training of LLMs (GRPO and family).
 
-The Python API (``grouprl/api.py``, docs/python-api.md)::
-
-    import grouprl
-
-    cfg = grouprl.load_config("tiny-arith", ["rollout.n=4"])
-    summary = grouprl.train(cfg)
-
-Importing the package is cheap: its names load on first use, and no torch until
-``train`` or ``evaluate`` runs.
+The Python API is ``grouprl/api.py`` (docs/python-api.md). Importing the package is cheap:
+its names load on first use, and no torch until ``train`` or ``evaluate`` runs.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from torch import Tensor
 from grouprl.config.algo_section import AlgoConfig
 from grouprl.config.train import TrainConfig
 from grouprl.driver.batch import build_batch
-from grouprl.engines import SamplingSettings
+from grouprl.engines.base import SamplingSettings
 from grouprl.engines.hf_engine import HFEngine
 from grouprl.types import Completion, TrainingBatch, Trajectory, Turn
 from grouprl.workers.logprobs import TokenScorer

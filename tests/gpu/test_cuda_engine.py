@@ -21,7 +21,7 @@ from cuda_samples import CHUNK, trajectories
 
 from grouprl.device import autocast_for, resolve_dtype
 from grouprl.driver.batch import build_batch
-from grouprl.engines import SamplingSettings
+from grouprl.engines.base import SamplingSettings
 from grouprl.engines.hf_engine import HFEngine
 from grouprl.workers.logprobs import TokenScorer
 

@@ -26,7 +26,7 @@ from cuda_samples import CHUNK, relative_error, sampled_batch, update_delta
 from grouprl.config.algo_section import AlgoConfig
 from grouprl.config.train import LoraConfig, TrainConfig
 from grouprl.device import autocast_for, resolve_dtype
-from grouprl.engines import SamplingSettings
+from grouprl.engines.base import SamplingSettings
 from grouprl.engines.hf_engine import HFEngine
 from grouprl.lora_weights import merged_weights
 from grouprl.workers.logprobs import TokenScorer

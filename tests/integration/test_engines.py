@@ -26,7 +26,8 @@ import pytest
 import torch
 
 from grouprl.config.schema import RunConfig
-from grouprl.engines import EngineUnavailableError, SamplingSettings, make_engine
+from grouprl.engines.base import SamplingSettings
+from grouprl.engines.build import EngineUnavailableError, make_engine
 from grouprl.engines.hf_engine import HFEngine, sample_tokens
 from grouprl.engines.server_engine import logprobs_follow_temperature
 from grouprl.workers.logprobs import token_logprobs

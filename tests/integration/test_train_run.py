@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from grouprl.ckpt.export import export_run, find_checkpoint, part_state
+from grouprl.ckpt.export import export_checkpoint, find_checkpoint, part_state
 from grouprl.config.loader import load_config
 from grouprl.driver.evaluate import evaluate_cli
 from grouprl.driver.run import train
@@ -113,7 +113,7 @@ def test_resumed_run_ends_with_the_same_parameters(straight_run, tmp_path, tiny_
 
 def test_export_writes_a_model_transformers_loads(straight_run, tmp_path):
     run_dir, _ = straight_run
-    out = export_run(run_dir, tmp_path / "exported")
+    out = export_checkpoint(find_checkpoint(run_dir), tmp_path / "exported")
     model = AutoModelForCausalLM.from_pretrained(out)
     trained, _ = _weights(run_dir)
     params = model.state_dict()
@@ -402,7 +402,8 @@ def test_a_lora_policy_trains_with_its_base_as_the_kl_reference(tmp_path, tiny_m
     shipped = load_file(f"{tiny_model_dir}/model.safetensors")
     base = {k.replace(".base_layer.", "."): v for k, v in trained.items() if ".lora_" not in k}
     assert all(torch.equal(base[k], shipped[k]) for k in shipped)  # the base stayed frozen
-    exported = AutoModelForCausalLM.from_pretrained(export_run(run_dir, tmp_path / "merged"))
+    merged = export_checkpoint(find_checkpoint(run_dir), tmp_path / "merged")
+    exported = AutoModelForCausalLM.from_pretrained(merged)
     params = exported.state_dict()
     assert any(not torch.equal(params[k], shipped[k]) for k in shipped)  # adapters merged in
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
@@ -51,12 +50,6 @@ def test_every_answer_is_written_in_its_passage():
 def test_unknown_split_is_refused():
     with pytest.raises(ValueError, match="choose one of"):
         fictional.questions("validation")
-
-
-def test_write_corpus_jsonl_round_trips(tmp_path):
-    path = fictional.write_corpus_jsonl(tmp_path / "fictional.jsonl")
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-    assert rows == fictional.passages()
 
 
 @pytest.mark.procs

@@ -67,7 +67,7 @@ def _trainer(step: int, best: Best | None) -> TrainerState:
         scheduler={},
         rng=rng_state(),
         eval_before={},
-        best=None if best is None else best.to_dict(),
+        best=None if best is None else asdict(best),
     )
 
 

@@ -574,7 +574,7 @@ def test_scorer_closes_its_workers():
 
 
 def test_a_function_named_by_path_logs_under_its_short_name():
-    from grouprl.rewards.scoring import RewardScores, metric_names
+    from grouprl.rewards.scores import RewardScores, metric_names
 
     names = ["/abs/path/file.py:fn", "pkg.mod:fn", "fn", "my.py:errors", "format"]
     assert metric_names(names) == {

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from grouprl.config.containment import SandboxConfig
+from grouprl.host.namespaces import host_socket_isolation, network_isolation, refusal
 from grouprl.host.tree import _wait_stopped, kill_tree, running
 from grouprl.sandbox import CallFailed, WorkerPool, worker_state
-from grouprl.sandbox.isolation import host_socket_isolation, network_isolation, refusal
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, prctl")
 

@@ -10,7 +10,6 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from grouprl.config.train import CriticConfig, LoraConfig, TrainConfig
 from grouprl.workers.lora import add_lora
 from grouprl.workers.optim import decay_param_groups, make_optimizer
-from grouprl.workers.value_model import make_critic_optimizer
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +86,6 @@ def test_lora_adapters_are_decayed(qwen2):
 
 
 def test_the_critic_follows_the_same_convention(qwen2):
-    opt = make_critic_optimizer(qwen2, CriticConfig(path="unused", weight_decay=0.01))
+    opt = make_optimizer(qwen2, CriticConfig(path="unused", weight_decay=0.01))
     assert [g["weight_decay"] for g in opt.param_groups] == [0.01, 0.0]
     assert "model.norm.weight" in _names(qwen2, opt.param_groups[1])

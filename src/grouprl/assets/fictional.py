@@ -23,10 +23,8 @@ and the splits are the same on every machine and Python version.
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
 
 SEED = 4_242
 SPLITS = ("train", "test")
@@ -255,14 +253,6 @@ def questions(split: str) -> list[dict]:
     if split == "test":
         return test
     return [q for i, e in enumerate(entities) if i not in held_out for q in e.questions]
-
-
-def write_corpus_jsonl(path: str | Path) -> Path:
-    """Write the corpus as JSON lines (``id``, ``title``, ``text``) for `grouprl index build`."""
-    path = Path(path)
-    lines = (json.dumps(p, ensure_ascii=False) for p in passages())
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
 
 
 def builtin_rows(split: str, size: int | None) -> tuple[list[dict], list[str]]:

@@ -33,9 +33,6 @@ class Best:
     value: float
     mode: str  # "max" or "min": checkpoint.best_mode
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> Best | None:
         return None if data is None else cls(**data)
@@ -75,5 +72,5 @@ def read_best(root: Path) -> Best | None:
 
 def write_best(root: Path, best: Best) -> None:
     tmp = root / f".{BEST_FILE}.tmp"
-    tmp.write_text(json.dumps(best.to_dict(), indent=1))
+    tmp.write_text(json.dumps(asdict(best), indent=1))
     os.replace(tmp, root / BEST_FILE)

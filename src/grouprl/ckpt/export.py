@@ -102,10 +102,3 @@ def _lora_scaling(ckpt_dir: Path) -> float:
         return 0.0
     lora = (yaml.safe_load(config.read_text()).get("train") or {}).get("lora") or {}
     return lora["alpha"] / lora["rank"] if lora.get("rank") else 0.0
-
-
-def export_run(run: str | Path, out: str | Path, *, step: int | None = None) -> Path:
-    ckpt = find_checkpoint(Path(run), step=step)
-    export_checkpoint(ckpt, Path(out))
-    print(f"exported {ckpt} -> {out}")
-    return Path(out)

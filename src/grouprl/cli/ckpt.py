@@ -24,21 +24,6 @@ BEST_HELP = (
 )
 
 
-@app.command()
-def export(
-    run: Annotated[
-        str, typer.Argument(help="A run directory or a checkpoint (as for `grouprl ckpt export`).")
-    ],
-    out: Annotated[str, typer.Argument(help="Output directory for the Hugging Face model.")],
-    step: Annotated[
-        int | None, typer.Option(help="Checkpoint step to export; default: the latest.")
-    ] = None,
-    best: Annotated[bool, typer.Option("--best", help=BEST_HELP)] = False,
-) -> None:
-    """Export a run's checkpoint as a Hugging Face model directory (= `grouprl ckpt export`)."""
-    ckpt_export(run, out, step=step, best=best, endpoint_url=None)
-
-
 ckpt_app = typer.Typer(
     help="List, verify, prune and export checkpoints in any tier (disk, memory, S3).",
     no_args_is_help=True,
@@ -71,19 +56,15 @@ def ckpt_ls(target: Target, endpoint_url: EndpointUrl = None) -> None:
         from grouprl.ckpt.inspect import list_checkpoints
 
         rows = list_checkpoints(target, endpoint_url=endpoint_url)
-    say(_tier_line(rows))
+    root = rows[0].found.where.rstrip("/").rpartition("/")[0]
+    total = sum(row.manifest.bytes for row in rows if row.manifest is not None)
+    say(f"{plural(len(rows), 'checkpoint')} in {root}, {human_bytes(total)}")
     Console().print(_checkpoint_table(rows))
     for best in (row.best for row in rows if row.best is not None):
         say(f"* {best.describe()}: `grouprl ckpt prune` keeps it")
     for row in rows:
         if row.problem is not None:
             say(f"step {row.found.step}: {row.problem}", style="red")
-
-
-def _tier_line(rows: list[Row]) -> str:
-    root = rows[0].found.where.rstrip("/").rpartition("/")[0]
-    total = sum(row.manifest.bytes for row in rows if row.manifest is not None)
-    return f"{plural(len(rows), 'checkpoint')} in {root}, {human_bytes(total)}"
 
 
 def _checkpoint_table(rows: list[Row]) -> Table:
@@ -182,3 +163,6 @@ def ckpt_export(
 
         found, written = export_ckpt(target, out, step=step, best=best, endpoint_url=endpoint_url)
     typer.echo(f"exported step {found.step} ({found.where}) -> {written}")
+
+
+app.command("export")(ckpt_export)  # `grouprl export`: the same command at the top level

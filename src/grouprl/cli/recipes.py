@@ -10,8 +10,8 @@ import typer
 from rich.console import Console
 
 from grouprl.cli.app import USER_ERROR_EXIT, Overrides, Recipe, app, is_user_error, say, user_errors
-from grouprl.config.checks import raise_problems
 from grouprl.config.convert import convert_file
+from grouprl.config.errors import raise_problems
 from grouprl.config.loader import list_recipes, load_config
 from grouprl.config.starter import write_starter
 from grouprl.data.reasoning_gym import task_names

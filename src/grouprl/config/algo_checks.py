@@ -12,9 +12,7 @@ from grouprl.config.schema import RunConfig
 
 
 def algo_problems(cfg: RunConfig) -> list[str]:
-    """The ``algo`` section against the rest of the run: what the estimator needs (a
-    critic, per-sequence advantages, turns), the loss's keys, the off-policy correction
-    and the rollout's staleness, and the critic's warmup."""
+    """The ``algo`` section's problems against the rest of the run (the module's list)."""
     traits = ESTIMATORS[cfg.algo.advantage]
     return [
         *_value_model_problems(cfg, traits),

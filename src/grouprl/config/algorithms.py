@@ -6,7 +6,7 @@ sets a key wins over the preset. ``docs/algorithms.md`` is this table in prose.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -14,8 +14,7 @@ from typing import Any
 class Algorithm:
     title: str
     paper: str
-    keys: dict[str, Any] = field(default_factory=dict)
-    needs_critic: bool = False
+    keys: dict[str, Any]
 
 
 def _keys(
@@ -74,7 +73,6 @@ ALGORITHMS: dict[str, Algorithm] = {
         "PPO with a critic",
         "Schulman et al. 2017 (arXiv:1707.06347); GAE: Schulman et al. 2015 (arXiv:1506.02438)",
         _keys("gae"),
-        needs_critic=True,
     ),
 }
 

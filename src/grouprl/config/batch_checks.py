@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from grouprl.algo.traits import ESTIMATORS
-from grouprl.config.errors import choices, show
+from grouprl.config.errors import choices, divisors, show
 from grouprl.config.schema import RunConfig
 
 
@@ -27,19 +27,15 @@ def _multiples(step: int, *, start: int = 1, count: int = 4) -> list[int]:
     return [first + i * step for i in range(count)]
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def _mini_and_micro(samples: int, *, world: int, micro: int, mini: int) -> str:
     """The fix when no divisor of ``samples`` is a multiple of ``world`` x ``micro``: a
     mini-batch that divides the step with a micro-batch that divides its per-rank share
     (the rule the message states), the largest such mini-batch up to ``mini`` first."""
-    sizes = [d for d in _divisors(samples) if d % world == 0 and d < samples]
+    sizes = [d for d in divisors(samples) if d % world == 0 and d < samples]
     picks = sorted(sizes, key=lambda d: (d > mini, -d if d <= mini else d))[:2]
     pairs = [
         f"train.mini_batch_size={d} with train.micro_batch_size="
-        f"{max(m for m in _divisors(d // world) if m <= micro)}"
+        f"{max(m for m in divisors(d // world) if m <= micro)}"
         for d in picks
     ]
     why = (
@@ -69,7 +65,7 @@ def batch_problems(cfg: RunConfig) -> list[str]:
         b_step = mini // math.gcd(mini, n)
         world = cfg.world_size
         per_rank = micro if cfg.train.micro_batch_tokens is None else 1
-        fits = [d for d in _divisors(samples) if d % (world * per_rank) == 0]
+        fits = [d for d in divisors(samples) if d % (world * per_rank) == 0]
         mini_fix = (
             f"train.mini_batch_size in {choices(fits, more=False)}"
             if fits
@@ -93,7 +89,7 @@ def _check_ranks(cfg: RunConfig) -> list[str]:
     mini = cfg.train.mini_batch_size or samples
     if not mini % world:
         return []
-    fits = [w for w in _divisors(mini) if w <= 4 * world]
+    fits = [w for w in divisors(mini) if w <= 4 * world]
     return [
         f"{world} training ranks (cluster.nodes={c.nodes} x {cfg.ranks_per_node} per node) "
         f"cannot split a mini-batch of {mini} samples evenly (train.mini_batch_size="
@@ -124,7 +120,7 @@ def _check_micro_batch(cfg: RunConfig) -> list[str]:
     split = f"{named} / world size {world} ({ranks}) = {share} samples"
     if micro > share:
         least = micro * world
-        bigger = [m for m in _divisors(samples) if m % least == 0]
+        bigger = [m for m in divisors(samples) if m % least == 0]
         raise_fix = f"raise data.batch_size x rollout.n (now {samples}) to a multiple of {least}"
         if bigger and t.mini_batch_size is not None:
             raise_fix = f"raise train.mini_batch_size to one of {choices(bigger, more=False)}"
@@ -138,7 +134,7 @@ def _check_micro_batch(cfg: RunConfig) -> list[str]:
             f"train.micro_batch_size={micro} counts samples per forward/backward on each "
             f"rank, but a rank's share of a mini-batch is only {split}, so no pass could "
             f"hold {micro}. Lower train.micro_batch_size to {share} or fewer (one of "
-            f"{choices(_divisors(share), more=False)}), or {raise_fix}."
+            f"{choices(divisors(share), more=False)}), or {raise_fix}."
         ]
     if share % micro:
         of = named if world == 1 else f"a rank's share of {named} ({split})"
@@ -146,6 +142,6 @@ def _check_micro_batch(cfg: RunConfig) -> list[str]:
             f"train.micro_batch_size={micro} does not divide {of}: {share} / {micro} = "
             f"{share / micro:.3g}; each rank's gradient accumulation needs a whole number of "
             f"micro-batches. Choose train.micro_batch_size in "
-            f"{choices(_divisors(share), more=False)}."
+            f"{choices(divisors(share), more=False)}."
         ]
     return []

@@ -13,13 +13,14 @@ import difflib
 import math
 import string
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 
 from grouprl.assets.datasets import BUILTIN_DATASETS, split_sizes
 from grouprl.config.algo_checks import algo_problems
 from grouprl.config.batch_checks import batch_problems
 from grouprl.config.env_keys import env_key_problems
-from grouprl.config.errors import ConfigError, show
+from grouprl.config.errors import raise_problems, show
 from grouprl.config.ignored_keys import ignored_key_problems
 from grouprl.config.model_data import DataSource
 from grouprl.config.replica_checks import replica_problems
@@ -76,18 +77,8 @@ def config_problems(cfg: RunConfig) -> list[str]:
         *_check_trainer(cfg),
         *run_problems(cfg),
         *_check_cluster(cfg),
-        *_check_server(cfg),
         *replica_problems(cfg),
     ]
-
-
-def raise_problems(problems: list[str]) -> None:
-    """One ``ConfigError`` naming every problem (numbered when there are several)."""
-    if len(problems) == 1:
-        raise ConfigError(problems[0])
-    if problems:
-        listed = "\n".join(f"{i}. {p}" for i, p in enumerate(problems, start=1))
-        raise ConfigError(f"{len(problems)} problems in the run configuration:\n{listed}")
 
 
 def check_config(cfg: RunConfig) -> None:
@@ -240,13 +231,8 @@ def _check_data(cfg: RunConfig) -> list[str]:
                 f"{', '.join(sizes)}; set {key}.split to one of them."
             )
     train, held = cfg.data.train, cfg.data.eval
-    if held is not None and (held.source, held.split, held.subset, held.seed, held.size) == (
-        train.source,
-        train.split,
-        train.subset,
-        train.seed,  # a reasoning_gym:<task> source's items (data/reasoning_gym.py)
-        train.size,
-    ):
+    rows = attrgetter("source", "split", "subset", "seed", "size")  # seed, size: reasoning_gym
+    if held is not None and rows(held) == rows(train):
         problems.append(
             f"data.eval reads the same rows as data.train ({train.label}, split "
             f"{show(train.split)}), so validation would measure memorisation; set "
@@ -346,17 +332,6 @@ def _check_cluster(cfg: RunConfig) -> list[str]:
             f"{training_gpus}, or null (one worker per GPU)."
         )
     return problems
-
-
-def _check_server(cfg: RunConfig) -> list[str]:
-    r = cfg.rollout
-    if r.engine == "server" and not r.server_url:
-        return [
-            "rollout.engine=server needs rollout.server_url (an OpenAI-compatible vLLM "
-            "server, e.g. http://gen-node:8000, started with VLLM_SERVER_DEV_MODE=1 and "
-            "--logprobs-mode processed_logprobs), or use rollout.engine=vllm."
-        ]
-    return []
 
 
 def _check_trainer(cfg: RunConfig) -> list[str]:

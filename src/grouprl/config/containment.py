@@ -1,6 +1,5 @@
 """How user code is contained, shared by the `reward` and `env` sections: the `sandbox`
-block, what becomes of a failed call (`on_error`), and the validators both sections run.
-Imports no torch."""
+block, what becomes of a failed call (`on_error`), and the validators both sections run."""
 
 from __future__ import annotations
 

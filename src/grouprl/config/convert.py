@@ -4,15 +4,14 @@
                                                            (units, values)   + a comment
                                                                                per key left
 
-The verl key -> grouprl key mapping is the alias table's (``config/aliases.py``), the
-same table the unknown-key errors read; this module holds only how values translate.
-Only what is certain is converted: a key whose meaning and unit are the same is copied
-(the table marks it ``same``), one whose unit or values differ is translated by its rule
-(``ppo_mini_batch_size`` x ``rollout.n``, ``loss_agg_mode: token-mean`` ->
-``token_mean``), and the KL settings, spread over six verl keys, become ``algo.beta``,
-``algo.kl_in`` and ``algo.kl_estimator``. Every other
-key (no equivalent, an interpolation, a value with no grouprl counterpart) is listed at
-the top of the recipe with the alias table's note, never dropped silently.
+The verl key -> grouprl key mapping is the alias table's (``config/aliases.py``); this
+module holds only how values translate. Only what is certain is converted: a key whose
+meaning and unit are the same is copied (the table marks it ``same``), one whose unit or
+values differ is translated by its rule (``ppo_mini_batch_size`` x ``rollout.n``,
+``loss_agg_mode: token-mean`` -> ``token_mean``), and the KL settings, spread over six
+verl keys, become ``algo.beta``, ``algo.kl_in`` and ``algo.kl_estimator``. Every other key
+(no equivalent, an interpolation, a value with no grouprl counterpart) is listed at the
+top of the recipe with the alias table's note, never dropped silently.
 """
 
 from __future__ import annotations

@@ -38,19 +38,14 @@ class AgentConfig(Section):
         keys = [f"env.agent.{key}" for key in data if key != "name"]
         if not keys:
             return data  # pydantic's own: env.agent.name is required
-        raise ValueError(_unnamed_agent(keys))
-
-
-def _unnamed_agent(keys: list[str]) -> str:
-    """The message for ``keys`` of ``env.agent`` given without its name."""
-    listed = ", ".join(
-        key + (f" (old name {OLD_NAMES[key]})" if key in OLD_NAMES else "") for key in keys
-    )
-    return (
-        f"{listed} would be ignored: no agent is named (env.agent.name), so env.name's "
-        "environment runs the episodes. Fix: name your agent (env.agent=FILE.py:solve) or "
-        f"remove {', '.join(keys)}."
-    )
+        listed = ", ".join(
+            key + (f" (old name {OLD_NAMES[key]})" if key in OLD_NAMES else "") for key in keys
+        )
+        raise ValueError(
+            f"{listed} would be ignored: no agent is named (env.agent.name), so env.name's "
+            "environment runs the episodes. Fix: name your agent (env.agent=FILE.py:solve) or "
+            f"remove {', '.join(keys)}."
+        )
 
 
 def agent_shorthand(value: object) -> object:

@@ -1,8 +1,7 @@
-"""The one exception type for configuration mistakes.
+"""The one exception type for configuration mistakes, and what its messages share.
 
-A ``ConfigError`` message names the key path, the value given, what is allowed
-and how to fix it. The CLI prints it in red without a traceback and exits 2;
-any other exception class that sets ``user_error = True`` is treated the same.
+A ``ConfigError`` message names the key path, the value given, what is allowed and how
+to fix it; the CLI prints it without a traceback (``cli/app.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +13,21 @@ class ConfigError(ValueError):
     user_error = True
 
 
+def raise_problems(
+    problems: list[str], *, where: str = "the run configuration", bullets: bool = False
+) -> None:
+    """One ``ConfigError`` naming every problem found in ``where`` (none: return): numbered,
+    or with ``bullets`` each under a dash, its further lines indented."""
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    if problems:
+        if bullets:
+            listed = ["  - " + p.replace("\n", "\n    ") for p in problems]
+        else:
+            listed = [f"{i}. {p}" for i, p in enumerate(problems, start=1)]
+        raise ConfigError(f"{len(problems)} problems in {where}:\n" + "\n".join(listed))
+
+
 def show(value: object) -> str:
     """A value as the user would write it in YAML (short, one line)."""
     if value is None:
@@ -22,6 +36,10 @@ def show(value: object) -> str:
         return "true" if value else "false"
     text = repr(value) if isinstance(value, str) else str(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def choices(values: list[int], *, more: bool) -> str:

@@ -51,19 +51,15 @@ def type_text(annotation: object) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
-def bounds_text(field: FieldInfo) -> str:
-    """The numeric bounds of ``field`` (``>= 1``, ``> 0, <= 1``); empty when it has none."""
-    parts = []
-    for item in field.metadata:
-        for kind, attr, sign in _BOUNDS:
-            if isinstance(item, kind):
-                parts.append(f"{sign} {getattr(item, attr)}")
-    return ", ".join(parts)
-
-
 def allowed_text(field: FieldInfo) -> str:
     """What ``field`` accepts: its type with its bounds (``integer >= 1, or null``)."""
-    text, bounds = type_text(field.annotation), bounds_text(field)
+    text = type_text(field.annotation)
+    bounds = ", ".join(  # ``>= 1``, ``> 0, <= 1``
+        f"{sign} {getattr(item, attr)}"
+        for item in field.metadata
+        for kind, attr, sign in _BOUNDS
+        if isinstance(item, kind)
+    )
     if not bounds:
         return text
     head, null, _ = text.partition(", or null")
@@ -72,10 +68,8 @@ def allowed_text(field: FieldInfo) -> str:
 
 def yaml_text(value: object) -> str:
     """One value as a recipe writes it: ``null``, ``true``, ``8``, ``builtin:arith``, ``[a, b]``."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
+    if value is None or isinstance(value, bool):
+        return show(value)
     if isinstance(value, BaseModel):
         return yaml_text(value.model_dump())
     if isinstance(value, list | tuple):

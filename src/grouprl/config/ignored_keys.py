@@ -5,7 +5,6 @@ with ``algo.advantage=reinforce_pp`` (which does not discount) or
 ``algo.kl_bias_correction=true`` with the KL in the reward would otherwise train
 exactly as without them. Which estimator reads which key is the ``reads`` column of
 ``algo/traits.py``; the other keys here are read only when a switch turns them on.
-Imports no torch.
 """
 
 from __future__ import annotations
@@ -40,17 +39,14 @@ def _estimator_problems(algo: AlgoConfig) -> list[str]:
             fix = "algo.scale_by_std=true to divide by it"
         else:
             readers = [name for name, t in ESTIMATORS.items() if key in t.reads]
-            why = f"does not read it (it reads {_listed(sorted(reads))})"
+            listed = ", ".join(f"algo.{k}" for k in sorted(reads)) or "none of them"
+            why = f"does not read it (it reads {listed})"
             fix = f"an estimator that reads it: algo.advantage={' or '.join(readers)}"
         problems.append(
             f"algo.{key}={show(value)} would be ignored: {chosen} {why}. Set "
             f"algo.{key}={show(default)} (its default) or {fix}."
         )
     return problems
-
-
-def _listed(keys: list[str]) -> str:
-    return ", ".join(f"algo.{k}" for k in keys) if keys else "none of them"
 
 
 def _switches(algo: AlgoConfig) -> list[tuple[str, bool, str, str]]:

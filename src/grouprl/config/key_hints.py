@@ -40,9 +40,8 @@ def model_in(annotation: object) -> type[BaseModel] | None:
 
 
 def is_list(annotation: object) -> bool:
-    if typing.get_origin(annotation) is list:
-        return True
-    return any(is_list(arg) for arg in typing.get_args(annotation))
+    """Whether ``annotation`` is, or holds, a ``list[...]``."""
+    return typing.get_origin(annotation) is list or any(map(is_list, typing.get_args(annotation)))
 
 
 def all_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
@@ -69,7 +68,7 @@ def _foreign_sections() -> frozenset[str]:
     return frozenset(tops - set(RunConfig.model_fields))
 
 
-def find_alias(path: str, *, grouprl_leaves: set[str]) -> tuple[Alias, bool] | None:
+def find_alias(path: str) -> tuple[Alias, bool] | None:
     """The entry a bad key most likely means, and whether the key is (the tail of) its key
     rather than a guess from the last part alone.
 
@@ -78,14 +77,12 @@ def find_alias(path: str, *, grouprl_leaves: set[str]) -> tuple[Alias, bool] | N
     then, for a key placed in a grouprl section (``algo.adv_estimator``), its last part,
     when that is no grouprl key's name and every entry with that name means the same.
     """
-    for alias in ALIASES:
-        if alias.key == path:
-            return alias, True
-    for alias in ALIASES:
-        if alias.key.endswith("." + path):
-            return alias, True
+    exact = [alias for alias in ALIASES if alias.key == path]
+    tail = [alias for alias in ALIASES if alias.key.endswith("." + path)]
+    if exact or tail:
+        return (exact or tail)[0], True
     leaf = path.rpartition(".")[2]
-    if leaf in grouprl_leaves:
+    if leaf in _grouprl_leaves():
         return None
     same_leaf = [alias for alias in ALIASES if alias.leaf == leaf]
     if same_leaf and len({alias.grouprl for alias in same_leaf}) == 1:
@@ -93,38 +90,33 @@ def find_alias(path: str, *, grouprl_leaves: set[str]) -> tuple[Alias, bool] | N
     return None
 
 
-def explain_alias(alias: Alias, *, given: str, exact: bool) -> str:
-    """The unknown-key message's hint: the grouprl key, and any unit change."""
+def alias_hint(given: str, *, origin: str) -> str | None:
+    """The message for a key that moved or is verl's or TRL's, naming the grouprl key and
+    any unit change; None when it is neither."""
+    if given in MOVED:
+        return (
+            f"{given} (in {origin}) has moved to {MOVED[given]}; rename the key (the "
+            "`checkpoint:` section sets each tier: memory, disk, s3)"
+        )
+    found = find_alias(given)
+    if found is None:
+        return None
+    alias, exact = found
     if not exact:
         head = f"it looks like {alias.framework}'s {alias.key}"
     elif given == alias.key:
         head = f"it is {alias.framework}'s key"
     else:
         head = f"it is {alias.framework}'s {alias.key}"
-    if not alias.grouprl:
-        return f"{head}; grouprl has no equivalent: {alias.note}; remove the key."
-    *first, last = alias.grouprl
-    keys = f"{', '.join(first)} and {last}" if first else last
-    noun = "keys are" if len(alias.grouprl) > 1 else "key is"
-    note = f"; {alias.note}" if alias.note else ""
-    return f"{head}; grouprl's {noun} {keys}{note}."
-
-
-def alias_hint(given: str, *, origin: str) -> str | None:
-    """The message for a key that moved or is verl's or TRL's; None when it is neither."""
-    if given in MOVED:
-        return (
-            f"{given} (in {origin}) has moved to {MOVED[given]}; rename the key (the "
-            "`checkpoint:` section sets each tier: memory, disk, s3)"
-        )
-    found = find_alias(given, grouprl_leaves=set(_grouprl_leaves()))
-    if found is None:
-        return None
-    alias, exact = found
-    return (
-        f"unknown key {given!r} in {origin}: {explain_alias(alias, given=given, exact=exact)} "
-        f"{MIGRATION_DOC} maps verl's and TRL's keys."
-    )
+    if alias.grouprl:
+        *first, last = alias.grouprl
+        keys = f"{', '.join(first)} and {last}" if first else last
+        noun = "keys are" if len(alias.grouprl) > 1 else "key is"
+        note = f"; {alias.note}" if alias.note else ""
+        hint = f"{head}; grouprl's {noun} {keys}{note}."
+    else:
+        hint = f"{head}; grouprl has no equivalent: {alias.note}; remove the key."
+    return f"unknown key {given!r} in {origin}: {hint} {MIGRATION_DOC} maps verl's and TRL's keys."
 
 
 def spelling_hint(*, path: str, model: type[BaseModel], origin: str) -> str:
@@ -145,12 +137,6 @@ def spelling_hint(*, path: str, model: type[BaseModel], origin: str) -> str:
     return (
         f"unknown key {path!r} in {origin}.{hint}\n  Keys allowed in {owner}: {', '.join(fields)}"
     )
-
-
-def unknown_override(*, given: str, path: str, model: type[BaseModel], origin: str) -> str:
-    """An override's key ``given`` (whole, as written) fails at ``path``, a key ``model``
-    (the section holding it) lacks."""
-    return alias_hint(given, origin=origin) or spelling_hint(path=path, model=model, origin=origin)
 
 
 def unknown_in_recipe(

@@ -27,14 +27,9 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from grouprl.config.env import agent_shorthand
-from grouprl.config.errors import ConfigError, show
+from grouprl.config.errors import ConfigError, raise_problems, show
 from grouprl.config.field_text import reason_text, yaml_text
-from grouprl.config.key_hints import (
-    is_list,
-    model_in,
-    unknown_in_recipe,
-    unknown_override,
-)
+from grouprl.config.key_hints import alias_hint, is_list, model_in, spelling_hint, unknown_in_recipe
 from grouprl.config.model_data import source_shorthand
 from grouprl.config.renamed import RENAMED, rename_hint, renamed_to_new
 from grouprl.config.schema import RunConfig
@@ -42,12 +37,13 @@ from grouprl.config.schema import RunConfig
 logger = logging.getLogger(__name__)
 
 RECIPE_SUFFIXES = (".yaml", ".yml")
+RECIPES_DIR = resources.files("grouprl") / "recipes"
 
 
 def list_recipes() -> list[tuple[str, str]]:
     """Packaged recipes as ``(name, description)``, sorted by name."""
     found = []
-    for entry in _recipes_dir().iterdir():
+    for entry in RECIPES_DIR.iterdir():
         if entry.name.endswith(RECIPE_SUFFIXES):
             data = yaml.safe_load(entry.read_text()) or {}
             found.append((entry.name.rsplit(".", 1)[0], str(data.get("description", ""))))
@@ -75,20 +71,11 @@ def load_config(recipe: str | Mapping[str, Any], overrides: list[str]) -> RunCon
             problem = str(err)
         if problem is not None:
             problems.append(problem)
-    _raise_all(problems)
+    raise_problems(problems, where="the recipe and overrides", bullets=True)
     try:
         return RunConfig.model_validate(data)
     except ValidationError as err:
         raise _explain(err, origin=origin, set_by=set_by) from None
-
-
-def _raise_all(problems: list[str]) -> None:
-    """One ``ConfigError`` listing every problem found before validation (none: return)."""
-    if len(problems) == 1:
-        raise ConfigError(problems[0])
-    if problems:
-        body = "\n".join("  - " + p.replace("\n", "\n    ") for p in problems)
-        raise ConfigError(f"{len(problems)} problems in the recipe and overrides:\n{body}")
 
 
 # --- recipes -----------------------------------------------------------------
@@ -134,7 +121,10 @@ def _load_recipe(
         )
     data.setdefault("name", stem)
     base_name = data.pop("extends", None)
-    problems = _renamed_keys(data, origin=f"recipe {origin}")
+    env = data.get("env")
+    if isinstance(env, dict) and isinstance(env.get("agent"), str):
+        env["agent"] = agent_shorthand(env["agent"])  # env.agent_timeout_s goes inside it
+    problems = renamed_to_new(data, origin=f"recipe {origin}")  # old keys moved, with a hint
     problems += _check_keys(data, model=RunConfig, prefix="", origin=f"recipe {origin}")
     if base_name is None:
         return data, origin, problems
@@ -146,15 +136,6 @@ def _load_recipe(
     base, _, base_problems = _load_recipe(base_name, chain=(*chain, recipe))
     base.pop("name"), base.pop("description", None)
     return _merged(base, data), origin, base_problems + problems
-
-
-def _renamed_keys(data: dict, *, origin: str) -> list[str]:
-    """Move the recipe's renamed keys to their new place (a hint for each); a problem for
-    each set under both names."""
-    env = data.get("env")
-    if isinstance(env, dict) and isinstance(env.get("agent"), str):
-        env["agent"] = agent_shorthand(env["agent"])  # env.agent_timeout_s goes inside it
-    return renamed_to_new(data, origin=origin)
 
 
 def _renamed_override(parts: list[str], *, origin: str) -> list[str]:
@@ -179,10 +160,6 @@ def _merged(base: dict, over: dict, *, prefix: str = "") -> dict:
     return out
 
 
-def _recipes_dir() -> Any:
-    return resources.files("grouprl") / "recipes"
-
-
 def _read_recipe(recipe: str) -> tuple[str, str, str]:
     """``(origin shown in errors, YAML text, default run name)``."""
     path = Path(recipe).expanduser()
@@ -194,7 +171,7 @@ def _read_recipe(recipe: str) -> tuple[str, str, str]:
             )
         return str(path), path.read_text(), path.stem
     for suffix in RECIPE_SUFFIXES:
-        entry = _recipes_dir() / f"{recipe}{suffix}"
+        entry = RECIPES_DIR / f"{recipe}{suffix}"
         if entry.is_file():
             return f"{recipe} (packaged)", entry.read_text(), recipe
     names = [name for name, _ in list_recipes()]
@@ -254,7 +231,7 @@ def _delete_hint(override: str, *, key: str) -> str:
             f"{head} Write KEY=null to turn off an optional section or value (e.g. "
             "data.eval=null, critic=null); docs/config.md lists every key and its default."
         )
-    if field.is_required() or not _allows_null(field.annotation):
+    if field.is_required() or type(None) not in typing.get_args(field.annotation):
         return (
             f"{head} {key} cannot be turned off; set it to a value ({key}=VALUE), or leave "
             f"it out of the recipe for its default ({default})."
@@ -277,14 +254,6 @@ def _field_at(parts: list[str]) -> FieldInfo | None:
         field = model.model_fields[part]
         model = model_in(field.annotation)
     return field
-
-
-def _is_mapping(annotation: object) -> bool:
-    return typing.get_origin(annotation) is dict
-
-
-def _allows_null(annotation: object) -> bool:
-    return type(None) in typing.get_args(annotation)
 
 
 def _set_path(data: dict, *, parts: list[str], value: object, override: str) -> None:
@@ -363,12 +332,13 @@ def _check_path(parts: list[str], *, origin: str) -> str | None:
                 f"write {parent}=VALUE"
             )
         if part not in model.model_fields:
-            given = ".".join(parts)
-            return unknown_override(given=given, path=path, model=model, origin=origin)
+            given = ".".join(parts)  # a verl or TRL key is named whole
+            hint = alias_hint(given, origin=origin)
+            return hint or spelling_hint(path=path, model=model, origin=origin)
         annotation = model.model_fields[part].annotation
         model = model_in(annotation)
         i += 1
-        if _is_mapping(annotation):
+        if typing.get_origin(annotation) is dict:
             return None  # its own keys (env.args.KEY): checked by whoever reads them
         if is_list(annotation) and i < len(parts):
             if not parts[i].isdigit():

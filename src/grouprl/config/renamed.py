@@ -2,7 +2,7 @@
 ``config/aliases.py``'s verl and TRL tables share. Imports no torch.
 
 Unlike a verl or TRL key, an old grouprl key still works: the loader and the sections move
-it to its new place (``move_renamed``) and a hint names the new key.
+it to its new place (``renamed_to_new``) and a hint names the new key.
 """
 
 from __future__ import annotations
@@ -63,12 +63,12 @@ OLD_NAMES = {alias.grouprl[0]: alias.key for alias in RENAMED}
 """A key's old name (``env.sandbox.workers`` -> ``env.workers``), to name both."""
 
 
-def move_renamed(data: dict[str, Any], *, prefix: str = "") -> tuple[list[Alias], list[Alias]]:
+def renamed_to_new(data: dict[str, Any], *, origin: str, prefix: str = "") -> list[str]:
     """Move every old key (``RENAMED``) found in ``data``, the nested mapping of the section
     at ``prefix`` (``""``: the whole run, ``"env."``: the env section), to its new key, in
-    place. Returns the entries moved, and those whose new key was set as well (the old one
-    is then dropped: the new key wins)."""
-    moved, clashes = [], []
+    place, with a warning (``rename_hint``) for each. Returns a problem for each key set
+    under both its old and new name in ``origin`` (the old one is dropped: the new key wins)."""
+    problems = []
     for alias in RENAMED:
         if not alias.key.startswith(prefix):
             continue
@@ -80,24 +80,14 @@ def move_renamed(data: dict[str, Any], *, prefix: str = "") -> tuple[list[Alias]
         *new_parents, new_leaf = alias.grouprl[0].removeprefix(prefix).split(".")
         target = _section_at(data, new_parents, create=True)
         if target is None or new_leaf in target:
-            clashes.append(alias)
+            problems.append(
+                f"{alias.key} and {alias.grouprl[0]} (in {origin}) are the same key under its "
+                f"old and new name; remove {alias.key}"
+            )
             continue
         target[new_leaf] = value
-        moved.append(alias)
-    return moved, clashes
-
-
-def renamed_to_new(data: dict[str, Any], *, origin: str, prefix: str = "") -> list[str]:
-    """``move_renamed``, with a warning (``rename_hint``) for each key moved; returns a
-    problem for each key set under both its old and new name (in ``origin``)."""
-    moved, clashes = move_renamed(data, prefix=prefix)
-    for alias in moved:
         logger.warning(rename_hint(alias, origin=origin))
-    return [
-        f"{alias.key} and {alias.grouprl[0]} (in {origin}) are the same key under its old "
-        f"and new name; remove {alias.key}"
-        for alias in clashes
-    ]
+    return problems
 
 
 def _section_at(data: dict[str, Any], parts: list[str], *, create: bool) -> dict | None:

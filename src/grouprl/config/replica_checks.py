@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from grouprl.config.errors import choices
+from grouprl.config.errors import choices, divisors
 from grouprl.config.schema import RunConfig
 
 
@@ -49,8 +49,8 @@ def replicas_text(cfg: RunConfig) -> str:
 
 
 def replica_problems(cfg: RunConfig) -> list[str]:
-    """A server with replicas, a driver engine beside several ranks, and replicas that do
-    not fit the GPUs they are placed on."""
+    """A server without its URL or with replicas, a driver engine beside several ranks, and
+    replicas that do not fit the GPUs they are placed on."""
     r = cfg.rollout
     if r.engine == "server":
         return _server(cfg)
@@ -63,15 +63,21 @@ def replica_problems(cfg: RunConfig) -> list[str]:
 
 
 def _server(cfg: RunConfig) -> list[str]:
-    replicas = cfg.rollout.replicas
-    if replicas is None or replicas == 1:
-        return []
-    return [
-        f"rollout.replicas={replicas} with rollout.engine=server: every generation goes to "
-        "the one server at rollout.server_url, so this engine allows 1 replica. Set "
-        "rollout.replicas=1 (or null), or rollout.engine=vllm to run "
-        f"{replicas} engines of grouprl's own."
-    ]
+    problems, replicas = [], cfg.rollout.replicas
+    if not cfg.rollout.server_url:
+        problems.append(
+            "rollout.engine=server needs rollout.server_url (an OpenAI-compatible vLLM "
+            "server, e.g. http://gen-node:8000, started with VLLM_SERVER_DEV_MODE=1 and "
+            "--logprobs-mode processed_logprobs), or use rollout.engine=vllm."
+        )
+    if replicas is not None and replicas != 1:
+        problems.append(
+            f"rollout.replicas={replicas} with rollout.engine=server: every generation goes "
+            "to the one server at rollout.server_url, so this engine allows 1 replica. Set "
+            "rollout.replicas=1 (or null), or rollout.engine=vllm to run "
+            f"{replicas} engines of grouprl's own."
+        )
+    return problems
 
 
 def _driver(cfg: RunConfig) -> list[str]:
@@ -98,12 +104,11 @@ def _colocated(cfg: RunConfig) -> list[str]:
     tp, per_node, world = cfg.rollout.tensor_parallel_size, cfg.ranks_per_node, cfg.world_size
     replicas = cfg.rollout_replicas
     if per_node % tp:
-        divisors = [d for d in range(1, per_node + 1) if per_node % d == 0]
         return [
             f"rollout.tensor_parallel_size={tp} must divide the {per_node} training ranks per "
             "node: a colocated replica (rollout.gpus=0) shares the GPUs of "
             "tensor_parallel_size ranks on one node. Choose rollout.tensor_parallel_size in "
-            f"{choices(divisors, more=False)}, or give the engines GPUs of their own "
+            f"{choices(divisors(per_node), more=False)}, or give the engines GPUs of their own "
             f"(rollout.gpus={tp})."
         ]
     if replicas * tp > world:
@@ -149,13 +154,12 @@ def _dedicated(cfg: RunConfig) -> list[str]:
             "share the training GPUs and sleep while they train)."
         ]
     if tp > kept:
-        divisors = [d for d in range(1, kept + 1) if kept % d == 0]
         return [
             f"rollout.tensor_parallel_size={tp} spreads a replica over {tp} GPUs of one "
             f"node, more than the rollout.gpus={kept} each node keeps for generation. Raise "
             f"rollout.gpus to {tp} (it must stay below cluster.gpus_per_node="
             f"{c.gpus_per_node}), or choose rollout.tensor_parallel_size in "
-            f"{choices(divisors, more=False)}."
+            f"{choices(divisors(kept), more=False)}."
         ]
     per_node, replicas = replicas_per_node(cfg), cfg.rollout_replicas
     if per_node * tp <= kept:

@@ -1,7 +1,6 @@
 """The typed run configuration, ``RunConfig``: a YAML recipe plus dotted overrides
 validates into it before any model loads. Its sections live in modules by concern (field
 docstrings are the reference documentation), cross-field checks in ``config/checks.py``.
-Imports no torch.
 """
 
 from __future__ import annotations
@@ -87,14 +86,11 @@ class RunConfig(Section):
         return self.reward.correct_function is not None or self.env.agent is not None
 
     @model_validator(mode="after")
-    def _fill_norm_tokens(self) -> RunConfig:
+    def _fill_algo(self) -> RunConfig:
+        """``algo.norm_tokens: null`` and ``algo.correction: auto`` as the run resolves them
+        (the saved config shows which)."""
         if self.algo.norm_tokens is None:
             self.algo.norm_tokens = self.rollout.max_tokens
-        return self
-
-    @model_validator(mode="after")
-    def _choose_correction(self) -> RunConfig:
-        """``algo.correction: auto`` as the run resolves it (the saved config shows which)."""
         if self.algo.correction == "auto":
             stale = self.rollout.max_staleness > 0
             self.algo.correction = auto_correction(tis_cap=self.algo.tis_cap, stale=stale)

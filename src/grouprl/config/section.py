@@ -28,15 +28,12 @@ class Section(BaseModel):
     itself); None for a section made on its own."""
 
     def __setattr__(self, name: str, value: object) -> None:
-        if name.startswith("_"):
-            super().__setattr__(name, value)
-            return
         try:
             super().__setattr__(name, value)
-        except ValidationError as err:
+        except ValidationError as err:  # a field's value; private attributes are not validated
             message = assignment_message(err, owner=type(self), path=self._path)
             raise ConfigError(message) from None
-        if self._path is not None:
+        if self._path is not None and not name.startswith("_"):
             name_sections(getattr(self, name), path=_join(self._path, name))
 
 

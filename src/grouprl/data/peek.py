@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from grouprl.assets.datasets import BUILTIN_DATASETS, builtin_rows, split_sizes
-from grouprl.config.model_data import DataConfig, DataSource
+from grouprl.config.model_data import DATA_FILE_SUFFIXES, DataConfig, DataSource
 from grouprl.data.prompts import PLACEHOLDER
-from grouprl.data.sources import FILE_SUFFIXES, get_field, unlike_columns
+from grouprl.data.sources import get_field, unlike_columns
 
 PEEK_ROWS = 100
 LIST = "list"
@@ -141,7 +141,7 @@ def _peek(source: DataSource, *, missing_ok: bool) -> Columns | None:
         rows, _ = builtin_rows(name, split=source.split, size=1)
         return _columns_of(rows)
     path = Path(name).expanduser()
-    if path.suffix in FILE_SUFFIXES:
+    if path.suffix in DATA_FILE_SUFFIXES:
         if path.is_file():
             return _file_columns(path)
         if missing_ok:

@@ -41,7 +41,6 @@ from grouprl.data.row_values import RowValueError, json_row, refusal
 
 logger = logging.getLogger(__name__)
 
-FILE_SUFFIXES = DATA_FILE_SUFFIXES
 MISSING = object()
 """Returned by ``get_field`` when a key does not resolve."""
 
@@ -131,10 +130,7 @@ def load_rows(
         max_staleness=max_staleness,
         answer_fields=answer_fields,
     )
-    if report.skipped:
-        logger.warning("%s", report.summary())
-    else:
-        logger.info("%s", report.summary())
+    logger.log(logging.WARNING if report.skipped else logging.INFO, "%s", report.summary())
     return rows
 
 
@@ -319,7 +315,7 @@ def _read_source(
             source = source.model_copy(update={"size": max_rows})
         return read_task_rows(source, config_key=config_key)
     path = Path(name).expanduser()
-    if path.suffix in FILE_SUFFIXES:
+    if path.suffix in DATA_FILE_SUFFIXES:
         if not path.is_file():
             raise DataError(
                 f"{config_key}.source={name!r}: file not found (looked in {path.resolve()}). "

@@ -100,10 +100,6 @@ def note_validation(c: Components, validation: dict[str, float]) -> bool:
     return True
 
 
-def checkpointed_roles(c: Components) -> list[str]:
-    return ["policy"] + ["critic"] * (c.critic is not None)
-
-
 def resume(c: Components, ckpt: Checkpointer, run_dir: Path) -> dict[str, float] | None:
     """Restores the checkpoint ``trainer.resume`` asks for; returns its eval_before."""
     found = find_resume(c.cfg.trainer.resume, ckpt, restore_dir=run_dir / "cache" / "restore")

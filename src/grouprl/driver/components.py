@@ -4,7 +4,7 @@ changes as it goes (``RunState``, which a checkpoint saves and restores whole)."
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from torch import Tensor
@@ -47,7 +47,7 @@ class RunState:
             "weight_version": self.weight_version,
             "sampler": self.sampler.state_dict() if sampler is None else sampler,
             "algo": self.kl.state_dict(),
-            "best": None if self.best is None else self.best.to_dict(),
+            "best": None if self.best is None else asdict(self.best),
             "idle_steps": self.idle_steps,
         }
 

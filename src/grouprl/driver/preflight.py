@@ -65,7 +65,7 @@ def input_problems(
                 answer_fields=answer_fields(cfg),
             )
     if not sources:  # the rows themselves, once the sources read
-        rows = row_findings(cfg, missing_ok=missing_ok)
+        rows = row_findings(cfg)
         sources = rows.problems
         if notes is not None:
             notes += rows.notes

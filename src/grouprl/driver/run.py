@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,6 @@ from grouprl.config.schema import RunConfig
 from grouprl.data.sampler import PromptSampler
 from grouprl.device import resolve_device
 from grouprl.driver.checkpointing import (
-    checkpointed_roles,
     finished_run,
     make_checkpointer,
     note_validation,
@@ -311,7 +310,8 @@ def _train_session(cfg: RunConfig) -> dict[str, Any]:
         closes_ckpt.callback(ckpt.close, abandon_uploads=True)
         c = stack.enter_context(build(cfg))
         stack.callback(closes_ckpt.close)
-        ckpt.attach(c.group, checkpointed_roles(c))  # a memory tier on the ranks' nodes
+        roles = ["policy"] + ["critic"] * (c.critic is not None)
+        ckpt.attach(c.group, roles)  # a memory tier on the ranks' nodes
         eval_before = resume(c, ckpt, run_dir)
         sinks = make_sinks(
             cfg.metrics,
@@ -481,7 +481,7 @@ def _summarize(c: Components, run_dir: Path, *, eval_before: dict[str, float], m
     summary["held_out_accuracy_before"] = before
     summary["held_out_accuracy_after"] = after if summary["finished"] else None
     if c.state.best is not None:  # checkpoint.keep_best
-        summary["best"] = c.state.best.to_dict()
+        summary["best"] = asdict(c.state.best)
     if not summary["finished"]:  # the loop ends early only at trainer.stop_after
         reason = f"trainer.stop_after={c.cfg.trainer.stop_after}: continue with trainer.resume=auto"
         summary["stopped"] = {"kind": "stop_after", "step": c.state.step, "reason": reason}

@@ -5,8 +5,3 @@ vLLM server, an engine in a Ray actor), replicas of an engine, and weight transf
 ``make_engine`` picks the backend from ``rollout.engine``; transformers and vllm are
 imported only when a backend is built.
 """
-
-from grouprl.engines.base import RolloutEngine, SamplingSettings
-from grouprl.engines.build import EngineUnavailableError, make_engine
-
-__all__ = ["EngineUnavailableError", "RolloutEngine", "SamplingSettings", "make_engine"]

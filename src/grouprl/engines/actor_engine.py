@@ -103,12 +103,8 @@ class RolloutHost:
         self.engine.close()
 
 
-PUSH_GROUP = "push"
-"""The actor's concurrency group (one thread) for staging calls; ``generate``,
-``apply_weights``, sleeps and wake-ups share the default group's one thread, so Ray runs
-them one at a time, and a stage never waits for a generation."""
+PUSH_GROUP = "push"  # staging calls' thread (the module docstring)
 CONCURRENCY_GROUPS = {PUSH_GROUP: 1}
-"""``concurrency_groups`` for the ``RolloutHost`` actor's options."""
 
 
 @dataclass

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from torch import Tensor
@@ -62,6 +62,20 @@ class SamplingSettings:
                 f"{count} prompts; give one per prompt, or None"
             )
         return list(self.max_tokens_each)
+
+
+def replicate(completion: Completion, n: int) -> list[Completion]:
+    """``n`` independent copies, their lists too (greedy decoding gives every sample of a
+    group the same tokens)."""
+    return [
+        replace(
+            completion,
+            token_ids=list(completion.token_ids),
+            logprobs=list(completion.logprobs),
+            versions=list(completion.versions),
+        )
+        for _ in range(n)
+    ]
 
 
 class RolloutEngine(Protocol):
@@ -228,6 +242,10 @@ class TwoStepPush(ABC):
         """Stages the whole push in one call, then applies it."""
         self.stage_weights(named_tensors, version=version, last=True)
         self.apply_weights(version)
+
+    def released(self) -> AbstractContextManager[None]:
+        """Nothing to release (an engine whose memory is its own, or small)."""
+        return nullcontext()
 
 
 class OneCallPush(TwoStepPush):

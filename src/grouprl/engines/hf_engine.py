@@ -18,12 +18,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
 
 import torch
 from torch import Tensor
 
-from grouprl.engines.base import NamedTensors, PushLedger, SamplingSettings, TwoStepPush
+from grouprl.engines.base import NamedTensors, PushLedger, SamplingSettings, TwoStepPush, replicate
 from grouprl.seeds import request_seed
 from grouprl.types import Completion
 
@@ -131,10 +130,6 @@ class HFEngine(TwoStepPush):
             self._staged[key] = torch.empty_like(param)
             self._unique[key] = param
         return self._staged[key]
-
-    def released(self) -> AbstractContextManager[None]:
-        """Nothing to release: the copy is small and generation does not reserve memory."""
-        return nullcontext()
 
     def close(self) -> None:
         self.model = None
@@ -245,16 +240,6 @@ def _draw(
         [torch.empty_like(probs_BV[0]).exponential_(generator=g) for g in generators]
     )
     return (probs_BV / q_BV).argmax(-1)
-
-
-def replicate(completion: Completion, n: int) -> list[Completion]:
-    """``n`` independent copies (greedy decoding gives every sample the same tokens)."""
-    return [
-        dataclasses.replace(
-            completion, token_ids=list(completion.token_ids), logprobs=list(completion.logprobs)
-        )
-        for _ in range(n)
-    ]
 
 
 def _top_k_top_p(logits_BV: Tensor, *, top_k: int, top_p: float) -> Tensor:

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 
-from grouprl.engines.base import SamplingSettings
+from grouprl.engines.base import SamplingSettings, replicate
 from grouprl.seeds import segment_seed
 from grouprl.types import Completion
 
@@ -264,15 +264,5 @@ def generate_in_segments(
         running = [s for s in running if not s.done]
     done = [s.completion(decode) for s in samples]
     if settings.is_greedy:
-        return [[_copy(c) for _ in range(n)] for c in done], segments
+        return [replicate(c, n) for c in done], segments
     return [done[i * n : (i + 1) * n] for i in range(len(prompts))], segments
-
-
-def _copy(completion: Completion) -> Completion:
-    """An independent copy (its lists too), for each sample of a greedy group."""
-    return replace(
-        completion,
-        token_ids=list(completion.token_ids),
-        logprobs=list(completion.logprobs),
-        versions=list(completion.versions),
-    )

@@ -30,22 +30,20 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import save_file
 from torch import Tensor
 
 from grouprl.device import DtypeName, resolve_dtype
-from grouprl.engines.base import NamedTensors, PushLedger, SamplingSettings, TwoStepPush
-from grouprl.engines.hf_engine import replicate
+from grouprl.engines.base import NamedTensors, PushLedger, SamplingSettings, TwoStepPush, replicate
 from grouprl.engines.weights import (
-    PushPacker,
     add_tied_lm_head,
     check_complete,
+    expected_push,
     pack_for_transfer,
-    write_weights,
 )
 from grouprl.seeds import request_seed
 from grouprl.types import Completion
@@ -89,10 +87,8 @@ class ServerEngine(TwoStepPush):
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="rollout-server")
         models = self._request("GET", "/v1/models")["data"]
         self.model = models[0]["id"]
-        # pushes are cast to the engine's dtype
-        self._push = PushPacker(
-            model_dir, dtype=resolve_dtype(dtype, torch.device("cpu")), engine="server"
-        )
+        self._dtype = resolve_dtype(dtype, torch.device("cpu"))  # what pushes are cast to
+        self._expected, self._tied = expected_push(model_dir)
         self._mode_checked = False
         self._ledger = PushLedger("server")
         self._packed: dict[str, Tensor] = {}  # the staged push's tensors, until its last call
@@ -141,7 +137,7 @@ class ServerEngine(TwoStepPush):
             with self._ledger.stage(version, last=last) as new:
                 if new:
                     self._discard_staged()
-                for name, tensor in pack_for_transfer(merged, dtype=self._push.dtype).items():
+                for name, tensor in pack_for_transfer(merged, dtype=self._dtype).items():
                     self._ledger.add(name, tuple(tensor.shape))
                     self._packed[name] = tensor
                 if last:
@@ -152,12 +148,12 @@ class ServerEngine(TwoStepPush):
 
     def _write_packed(self) -> None:
         """The whole push, checked, as a file where the server reads it."""
-        add_tied_lm_head(self._packed, tie_word_embeddings=self._push.tied)
+        add_tied_lm_head(self._packed, tie_word_embeddings=self._tied)
         shapes = {n: tuple(t.shape) for n, t in self._packed.items()}
-        check_complete(shapes, self._push.expected, engine="server")
+        check_complete(shapes, self._expected, engine="server")
         Path(self.weights_dir).mkdir(parents=True, exist_ok=True)
         self._directory = tempfile.mkdtemp(prefix="grouprl-weights-", dir=self.weights_dir)
-        write_weights(self._packed, self._directory)
+        save_file(self._packed, str(Path(self._directory, "model.safetensors")))
         self._packed = {}
 
     def apply_weights(self, version: int, *, nbytes: int = 0) -> None:
@@ -224,10 +220,6 @@ class ServerEngine(TwoStepPush):
             f"{RESET_TRIES * RESET_WAIT_S:.0f} s: requests held its KV blocks); stop other "
             "clients' requests during training or give the run a server of its own"
         )
-
-    def released(self) -> AbstractContextManager[None]:
-        """The server's GPUs are its own: nothing to release."""
-        return nullcontext()
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

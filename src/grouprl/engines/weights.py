@@ -9,16 +9,12 @@ tensors that share memory (tied embeddings) and views into bigger buffers.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 from torch import Tensor
-
-WEIGHTS_FILE = "model.safetensors"
 
 
 def pack_for_transfer(
@@ -61,13 +57,6 @@ def add_tied_lm_head(packed: dict[str, Tensor], *, tie_word_embeddings: bool) ->
         embed = packed.get("model.embed_tokens.weight")
         if embed is not None:
             packed["lm_head.weight"] = embed.clone()
-
-
-def write_weights(packed: dict[str, Tensor], directory: str) -> str:
-    """Write ``packed`` as one safetensors file in ``directory``; returns its path."""
-    path = os.path.join(directory, WEIGHTS_FILE)
-    save_file(packed, path)
-    return path
 
 
 def checkpoint_shapes(model_dir: str) -> dict[str, tuple[int, ...]]:
@@ -126,21 +115,3 @@ def expected_push(model_dir: str) -> tuple[dict[str, tuple[int, ...]], bool]:
     if tied and "model.embed_tokens.weight" in expected:
         expected["lm_head.weight"] = expected["model.embed_tokens.weight"]
     return expected, tied
-
-
-class PushPacker:
-    """What an engine over a model directory accepts as a weight push: every checkpoint
-    name with its shape (a tied head given as its own ``lm_head.weight``), cast to the
-    engine's dtype. ``pack`` returns the transfer-ready tensors or raises."""
-
-    def __init__(self, model_dir: str, *, dtype: torch.dtype | None, engine: str) -> None:
-        self.dtype, self.engine = dtype, engine
-        self.expected, self.tied = expected_push(model_dir)
-
-    def pack(self, named_tensors: Iterable[tuple[str, Tensor]]) -> dict[str, Tensor]:
-        packed = pack_for_transfer(named_tensors, dtype=self.dtype)
-        add_tied_lm_head(packed, tie_word_embeddings=self.tied)
-        check_complete(
-            {n: tuple(t.shape) for n, t in packed.items()}, self.expected, engine=self.engine
-        )
-        return packed

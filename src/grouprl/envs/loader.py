@@ -28,6 +28,7 @@ from grouprl.config.model_data import DataConfig
 from grouprl.config.renamed import RENAMED
 from grouprl.envs.base import EnvContext, Environment
 from grouprl.envs.registry import BUILT_IN, ENVS
+from grouprl.rewards.args import type_problem  # a reward's args get the same check
 
 EnvKind = Literal["built_in", "registered", "import_path"]
 
@@ -145,7 +146,7 @@ def args_problems(cls: type, args: dict[str, Any]) -> list[str]:
     hints = _hints(cls)
     for key, value in args.items():
         if key in takes and key in hints:
-            problem = _type_problem(hints[key], value)
+            problem = type_problem(hints[key], value)
             if problem:
                 problems.append(f"env.args.{key}={value!r}: {shown} expects {problem}")
     return problems
@@ -163,19 +164,6 @@ def _hints(cls: type) -> dict[str, Any]:
         return typing.get_type_hints(cls.__init__, include_extras=True)  # Annotated bounds
     except Exception:  # an annotation that does not evaluate: leave the values unchecked
         return {}
-
-
-def _type_problem(annotation: Any, value: object) -> str | None:
-    from pydantic import TypeAdapter, ValidationError
-
-    try:
-        TypeAdapter(annotation).validate_python(value, strict=True)
-    except ValidationError as err:
-        first = err.errors()[0]
-        return f"{inspect.formatannotation(annotation)} ({first['msg']})"
-    except Exception:  # an annotation pydantic cannot check (a user class): accept
-        return None
-    return None
 
 
 def env_context(cfg: EnvConfig, data: DataConfig, *, cache_dir: str | Path) -> EnvContext:

@@ -63,13 +63,8 @@ ENVS = UserCode(
     uncontained=", or set env.sandbox.workers=0 to run episodes in this process, uncontained",
     built_in=BUILT_IN,
 )
-"""Environments: the built-ins (made in ``envs/factory.py``), ``register_env``'s
+"""Environments: the built-ins (made in ``envs/factory.py``), ``grouprl.register_env``'s
 factories, or classes by import path (``envs/loader.py``)."""
 
 ENVIRONMENTS: dict[str, EnvFactory] = ENVS.registry
-"""Environments registered with ``register_env`` (the built-ins are not listed here)."""
-
-
-def register_env(name: str, factory: EnvFactory) -> EnvFactory:
-    """Makes ``factory`` the environment ``env.name=name``; a name is registered once."""
-    return ENVS.register(name, factory)
+"""Environments registered with ``grouprl.register_env`` (the built-ins are not listed here)."""

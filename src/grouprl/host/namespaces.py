@@ -2,8 +2,7 @@
 (``unshare(CLONE_NEWUSER | CLONE_NEWNET)`` as an unprivileged user) and then load a
 seccomp filter (what keeps it off host Unix sockets: ``sandbox/seccomp.py``), tried once
 in a child process. ``grouprl plan`` shows it; the sandbox's workers rely on it when a
-pool is asked for no network (``sandbox/isolation.py``, which re-exports
-``network_isolation``).
+pool is asked for no network (``sandbox/isolation.py``).
 """
 
 from __future__ import annotations
@@ -21,8 +20,6 @@ CLONE_NEWNET = 0x40000000
 OWN_NETWORK = "own user+network namespace"
 """Where a worker without network runs, where the kernel allows it."""
 
-FILTER_ARCHES = ("x86_64", "aarch64")
-"""Machines ``sandbox/seccomp.py`` has a seccomp filter for."""
 NO_HOST_SOCKETS = "no Unix or vsock sockets (seccomp)"
 """What else keeps a worker without network off the host, where the kernel allows it."""
 
@@ -76,8 +73,8 @@ def host_socket_isolation() -> tuple[bool, str]:
     allowed, why = network_isolation()
     if not allowed:
         return False, why
-    if platform.machine() not in FILTER_ARCHES:
-        return False, f"no socket filter for {platform.machine()} (x86_64, aarch64 only)"
+    if (why := filter_support()) is not None:
+        return False, why
     probed = _probe()
     assert not isinstance(probed, str)  # network_isolation read it
     if probed[1] != 0:
@@ -87,6 +84,16 @@ def host_socket_isolation() -> tuple[bool, str]:
             f"the kernel refused a seccomp filter ({name}): host Unix sockets stay reachable",
         )
     return True, f"{NO_HOST_SOCKETS}: path-named and abstract Unix sockets unreachable"
+
+
+def filter_support() -> str | None:
+    """None where ``sandbox/seccomp.py`` has a filter for this machine (Linux on x86_64
+    or aarch64), else why not, in a phrase."""
+    if not sys.platform.startswith("linux"):
+        return f"seccomp is Linux only (this is {sys.platform})"
+    if platform.machine() not in ("x86_64", "aarch64"):
+        return f"no socket filter for {platform.machine()} (x86_64, aarch64 only)"
+    return None
 
 
 def refusal(code: int) -> str:

@@ -74,8 +74,8 @@ def descendants(pid: int) -> list[int]:
     by_parent: dict[int, list[int]] | None = None
     while parents:
         parent = parents.pop()
-        kids = _children(parent)
-        if kids is None:  # no /proc/<pid>/task/*/children (CONFIG_PROC_CHILDREN off)
+        kids = children(parent)
+        if kids is None:
             by_parent = by_parent if by_parent is not None else _every_parent()
             kids = by_parent.get(parent, [])
         found += kids
@@ -83,7 +83,9 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def _children(pid: int) -> list[int] | None:
+def children(pid: int) -> list[int] | None:
+    """The children of ``pid`` ([] when it is gone); None where the kernel does not list
+    them (no ``/proc/<pid>/task/*/children``: CONFIG_PROC_CHILDREN off)."""
     kids: list[int] = []
     try:
         tasks = list((_PROC / str(pid) / "task").iterdir())
@@ -163,7 +165,7 @@ def _siblings(pid: int) -> list[int]:
     stat = _stat(pid)
     if stat is None or not _PROC.is_dir():
         return []
-    kids = _children(stat[1])
+    kids = children(stat[1])
     if kids is None:
         kids = _every_parent().get(stat[1], [])
     return [k for k in kids if k != pid and (s := _stat(k)) is not None and pid in s[2:]]

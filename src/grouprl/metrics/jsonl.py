@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+METRICS_FILE = "metrics.jsonl"
 RESERVED_KEYS = frozenset({"step", "wall_time"})
 
 

@@ -26,7 +26,6 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from grouprl.config.observe import MetricsConfig
 from grouprl.metrics.console import (
     ConsoleSink,
     StepTracker,
@@ -36,11 +35,8 @@ from grouprl.metrics.console import (
 
 
 class TrainProgress:
-    """Training progress: a live bar on a TTY, concise lines elsewhere.
-
-    ``update(step, metrics)`` takes the same mappings as the metrics sinks
-    (validation-only mappings update the shown eval accuracy and print a line).
-    """
+    """``update(step, metrics)`` takes the same mappings as the metrics sinks
+    (validation-only mappings update the shown eval accuracy and print a line)."""
 
     def __init__(
         self,
@@ -62,19 +58,6 @@ class TrainProgress:
         self._tracker: StepTracker = self._lines.tracker
         self._progress: Progress | None = None
         self._task: TaskID | None = None
-
-    @classmethod
-    def from_config(
-        cls,
-        cfg: MetricsConfig,
-        *,
-        total_steps: int,
-        start_step: int = 0,
-        console: Console | None = None,
-    ) -> TrainProgress:
-        return cls(
-            total_steps=total_steps, start_step=start_step, show_bar=cfg.progress, console=console
-        )
 
     def start(self) -> None:
         if not self.live or self._progress is not None:

@@ -15,9 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from grouprl.metrics.jsonl import read_jsonl
+from grouprl.metrics.jsonl import METRICS_FILE, read_jsonl
 
-METRICS_FILE = "metrics.jsonl"
 CURVE_FILE = "reward_curve.png"
 REPORT_FILE = "report.html"
 

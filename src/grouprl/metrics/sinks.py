@@ -4,8 +4,7 @@
  trainer ── log(step, {name: float}) ──► MetricsFanout ──► JsonlSink        run_dir/metrics.jsonl
                                                       ├──► TensorBoardSink  run_dir/tensorboard/
                                                       ├──► WandbSink        (metrics.wandb.project)
-                                                      ├──► MlflowSink       (metrics.mlflow.enabled)
-                                                      └──► ConsoleSink ...  (added with .add)
+                                                      └──► MlflowSink       (metrics.mlflow.enabled)
 ```
 """
 
@@ -16,9 +15,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from grouprl.config.observe import MetricsConfig
-from grouprl.metrics.jsonl import RESERVED_KEYS, JsonlSink
+from grouprl.metrics.jsonl import METRICS_FILE, RESERVED_KEYS, JsonlSink
 
-METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 NO_CHECKPOINT = -1
 """``make_sinks``' ``resume_step`` when a resuming run found no checkpoint: it starts from
@@ -41,13 +39,8 @@ class MetricsFanout:
     raises too: a run whose metrics are not being recorded should not go on.
     """
 
-    def __init__(self, sinks: list[MetricsSink], *, jsonl: JsonlSink | None = None) -> None:
+    def __init__(self, sinks: list[MetricsSink]) -> None:
         self.sinks = list(sinks)
-        self.jsonl = jsonl
-        """The run's metrics.jsonl sink, for reading back or ``truncate_after``."""
-
-    def add(self, sink: MetricsSink) -> None:
-        self.sinks.append(sink)
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
@@ -125,16 +118,15 @@ def make_sinks(
         for sink in sinks:
             sink.close()
         raise
-    return MetricsFanout(sinks, jsonl=jsonl)
+    return MetricsFanout(sinks)
 
 
 def _as_float(name: str, value: Any) -> float:
     if name in RESERVED_KEYS:
         raise ValueError(f"metric name {name!r} is reserved in metrics.jsonl; rename it")
     try:
-        result = float(value)
+        return float(value)
     except (TypeError, ValueError):
         raise TypeError(
             f"metric {name!r} must be a number, got {type(value).__name__}: {value!r:.80}"
         ) from None
-    return result

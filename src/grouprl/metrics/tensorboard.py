@@ -23,15 +23,12 @@ class TensorBoardSink:
         *,
         purge_step: int | None = None,
         config_dict: Mapping[str, Any] | None = None,
-        flush_secs: int = 10,
     ) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         Path(log_dir).mkdir(parents=True, exist_ok=True)
         self.log_dir = Path(log_dir)
-        self._writer = SummaryWriter(
-            log_dir=str(log_dir), purge_step=purge_step, flush_secs=flush_secs
-        )
+        self._writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step, flush_secs=10)
         if config_dict is not None and not purge_step:  # a new run, or one from scratch
             text = json.dumps(config_dict, indent=2, sort_keys=True, default=str)
             # Four-space indent renders as a code block in TensorBoard's markdown view.

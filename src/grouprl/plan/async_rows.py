@@ -14,8 +14,7 @@ from __future__ import annotations
 from grouprl.config.errors import show
 from grouprl.config.replica_checks import colocated
 from grouprl.config.schema import RunConfig
-
-Row = tuple[str, str, str]  # quantity, value, how it follows from the config
+from grouprl.plan.rows import Row
 
 CORRECTIONS = {
     "none": "no importance weight: the loss takes the samples as on-policy",

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from grouprl.config.checks import Derived
 from grouprl.config.schema import RunConfig
-
-Row = tuple[str, str, str]  # quantity, value, how it follows from the config
+from grouprl.plan.rows import Row
 
 
 def batch_rows(cfg: RunConfig, d: Derived) -> list[Row]:

@@ -22,8 +22,8 @@ from typing import Any
 from grouprl.config.checks import Derived
 from grouprl.config.schema import RunConfig
 from grouprl.plan.check import Checked
-from grouprl.plan.gpu_memory import GpuPlan, plan_for_run
-from grouprl.plan.memory import MemoryRow, SizeUnknown
+from grouprl.plan.gpu_memory import plan_for_run
+from grouprl.plan.memory import SizeUnknown
 from grouprl.plan.render import plan_sections
 from grouprl.plan.target import plan_target
 
@@ -62,11 +62,8 @@ def memory_json(cfg: RunConfig, derived: Derived) -> dict[str, Any]:
         plan = plan_for_run(cfg, derived, advise=False)  # the problems come from the checks
     except SizeUnknown as err:
         return {"checked": False, "why": f"a model's size is {err}"}
-    return {"checked": True, **_plan_json(plan)}
-
-
-def _plan_json(plan: GpuPlan) -> dict[str, Any]:
     return {
+        "checked": True,
         "gpu": plan.gpu,
         "gpu_bytes": plan.gpu_bytes,
         "fits": plan.fits,
@@ -78,10 +75,6 @@ def _plan_json(plan: GpuPlan) -> dict[str, Any]:
         "trainer_peak_bytes": plan.trainer_peak,
         "reserved_bytes": plan.reserved,
         "colocated": plan.colocated,
-        "training_gpu": [_row(r) for r in plan.training_gpu],
-        "generation_gpu": [_row(r) for r in plan.generation_gpu],
+        "training_gpu": [asdict(r) for r in plan.training_gpu],
+        "generation_gpu": [asdict(r) for r in plan.generation_gpu],
     }
-
-
-def _row(row: MemoryRow) -> dict[str, Any]:
-    return {"what": row.what, "bytes": row.bytes, "how": row.how}

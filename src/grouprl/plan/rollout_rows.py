@@ -12,9 +12,9 @@ from grouprl.config.schema import RunConfig
 from grouprl.plan.engine_memory import engine_plan
 from grouprl.plan.gpu_memory import parse_gpu
 from grouprl.plan.memory import SizeUnknown, human_bytes, model_config, plural
+from grouprl.plan.rows import Row
 from grouprl.plan.target import Target
 
-Row = tuple[str, str, str]  # quantity, value, how it follows from the config
 MEMORY = "engine memory per replica"
 
 

@@ -78,7 +78,7 @@ def _setting_problems(fn: Any, args: dict[str, Any], *, key: str, name: str) -> 
                 f"{arg!r}; its settings are {', '.join(settings)}. {_close(arg, settings)}"
                 f"Fix: remove {key}.{arg}, or set one of those"
             )
-        elif (wrong := _type_problem(hints.get(arg), value)) is not None:
+        elif (wrong := type_problem(hints.get(arg), value)) is not None:
             problems.append(
                 f"{key}.{arg}={value!r}: {cls.__name__}.{arg} is {wrong}. Fix: give {key}.{arg} "
                 "a value of that type"
@@ -136,7 +136,7 @@ def _keyword_problems(fn: Any, args: dict[str, Any], *, key: str, name: str) -> 
                 f"{allowed}). {_close(arg, takes)}Fix: remove {key}.{arg}, or add the "
                 "parameter (a keyword-only one: `*, " + f"{arg}=...`) to the function"
             )
-        elif (wrong := _type_problem(hints.get(arg), value)) is not None:
+        elif (wrong := type_problem(hints.get(arg), value)) is not None:
             problems.append(
                 f"{key}.{arg}={value!r}: {name!r} annotates {arg} as {wrong}. Fix: give "
                 f"{key}.{arg} a value of that type"
@@ -158,7 +158,7 @@ def _hints(obj: object) -> dict[str, Any]:
         return {}
 
 
-def _type_problem(annotation: Any, value: object) -> str | None:
+def type_problem(annotation: Any, value: object) -> str | None:
     """``annotation`` with pydantic's reason when ``value`` does not fit it (strict: "3" is
     no int, 3 is a float), else None; no annotation, or one pydantic cannot check: None."""
     if annotation is None or annotation is Any:

@@ -175,9 +175,7 @@ class _Alarm:
 
     def start(self) -> None:
         self._thread = threading.get_ident()
-        watcher = threading.Thread(target=self._watch, name="grouprl-math-verify-alarm")
-        watcher.daemon = True
-        watcher.start()
+        threading.Thread(target=self._watch, name="grouprl-math-verify-alarm", daemon=True).start()
 
     def _watch(self) -> None:
         if self._left.wait(self._seconds):
@@ -206,18 +204,13 @@ def _raise_in(thread: int, exception: type[BaseException] | None) -> None:
     )
 
 
-class _TimeoutWarnings(logging.Filter):
+def _not_timeout_warning(record: logging.LogRecord) -> bool:
     """Drops math-verify's warning that its timeout is off: this module times the calls."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Timeout is disabled")
-
-
-_FILTER = _TimeoutWarnings()
+    return not record.getMessage().startswith("Timeout is disabled")
 
 
 def _quiet_timeout_warnings() -> None:
     for name in ("math_verify.parser", "math_verify.grader"):
         logger = logging.getLogger(name)
-        if _FILTER not in logger.filters:
-            logger.addFilter(_FILTER)
+        if _not_timeout_warning not in logger.filters:
+            logger.addFilter(_not_timeout_warning)

@@ -11,7 +11,7 @@
                   │     CategoryBound), shown per sample in samples.jsonl
                   │ None (trl): not applicable ──► parts[name][i] = None, not in total[i];
                   │     a sample every function returned None for fails ("no function applied")
-                  │ raises / NaN / not a number / past timeout_s (killed) /
+                  │ raises / NaN / not a number / past timeout_s (killed, even in C code) /
                   │ worker crash / out of memory / past step_timeout_s (abandoned)
                   ▼
         RewardFailure per failed call (failures.py), parts[name][i] = 0.0:
@@ -23,9 +23,6 @@
                                       (any errors, whenever in the run) ──► CannotTrain
                   ▼
         total[i] = sum over the functions that applied of weight * parts[name][i]
-
-A call past ``timeout_s`` (even inside C code) is killed with its worker's process tree
-(``grouprl.sandbox.WorkerPool``); past ``step_timeout_s`` the rest are abandoned.
 """
 
 from __future__ import annotations
@@ -33,7 +30,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -52,13 +49,7 @@ from grouprl.rewards.declares import declared_categories
 from grouprl.rewards.extras import CategoryBound, Extra, Scored, tally
 from grouprl.rewards.failures import CannotTrain, FailureBrake, RewardFailure, log_failures
 from grouprl.rewards.registry import Reward, RewardError, resolve_rewards, unsendable
-from grouprl.rewards.scores import (  # noqa: F401 (re-exported: the step's metrics)
-    OWN_METRICS,
-    RewardScores,
-    extra_metrics,
-    metric_names,
-    metrics,
-)
+from grouprl.rewards.scores import RewardScores, extra_metrics, metrics  # noqa: F401 (re-exported)
 from grouprl.sandbox import CallFailed, WorkerPool
 
 if TYPE_CHECKING:
@@ -157,11 +148,10 @@ class RewardScorer:
         for f in self.functions:
             ref = function_ref(f)
             if f.style == "verl" or (f.style == "grouprl" and f.scope == "sample"):
-                one = _one_verl if f.style == "verl" else _one_score
+                score = score_verl if f.style == "verl" else score_sample
                 for i, text in enumerate(completions):
-                    future = pool.submit(
-                        one, ref, text, deadline_s=timeout_s, reference=references[i], row=rows[i]
-                    )
+                    sample = {"reference": references[i], "row": rows[i]}
+                    future = pool.submit(_one, score, ref, text, deadline_s=timeout_s, **sample)
                     yield _Call(f.name, i, 1, future)
                 continue
             for start, stop in _groups(rows, group_size):
@@ -278,12 +268,11 @@ def _trl_call(
     return (sent,), {"prompts": prompts, "columns": columns}
 
 
-def _one_score(ref: FunctionRef, text: str, *, reference: object, row: dict) -> list[Scored]:
-    return [score_sample(ref, text, reference=reference, row=row)]
-
-
-def _one_verl(ref: FunctionRef, text: str, *, reference: object, row: dict) -> list[Scored]:
-    return [score_verl(ref, text, reference=reference, row=row)]
+def _one(
+    score: Callable[..., Scored], ref: FunctionRef, text: str, *, reference: object, row: dict
+) -> list[Scored]:
+    """``score_sample`` or ``score_verl`` of one sample, as a list (a group's shape)."""
+    return [score(ref, text, reference=reference, row=row)]
 
 
 def _groups(rows: list[dict[str, Any]], group_size: int | None) -> list[tuple[int, int]]:

@@ -1,6 +1,2 @@
-"""Rollout: prompts in, scored trajectories out.
-
-``setup`` loads the prompt set and builds the rollout function; ``episodes`` runs an
-environment's turns against an engine (grouprl.engines); ``runner`` scores the
-trajectories; ``gateway`` serves an agent of the user's own (env.agent).
-"""
+"""Rollout: prompts in, scored trajectories out (``builder`` starts the parts; ``episodes``
+runs an environment's turns; ``gateway`` serves the user's own agent, env.agent)."""

@@ -34,7 +34,7 @@ from grouprl.envs.base import (
     render_observation,
     template_kwargs_of,
 )
-from grouprl.envs.contained import EnvFailure
+from grouprl.envs.contained import Closes, EnvFailure
 from grouprl.rollout.gateway.record import gateway_metrics
 from grouprl.rollout.turns import TurnEngine, TurnLimits, first_version
 from grouprl.sandbox.user_code import awaited_call
@@ -100,9 +100,8 @@ def run_episodes(
                 trajectories[i].turns.append(Turn(completion))
     finally:
         for episode in episodes:
-            close = getattr(episode, "close", None)
-            if close is not None:
-                awaited_call(close)
+            if isinstance(episode, Closes):
+                awaited_call(episode.close)
     return trajectories
 
 

@@ -52,9 +52,10 @@ def answer_fields(cfg: RunConfig) -> tuple[str, ...]:
     return ROW_FIELDS if reads_code_tests(cfg.reward.functions) else ()
 
 
-def row_findings(cfg: RunConfig, *, missing_ok: bool = False) -> RowFindings:
+def row_findings(cfg: RunConfig) -> RowFindings:
     """The checks of the module docstring on each local source of ``cfg``. A source that
-    does not read is left to ``data/peek.source_problems``, which names why."""
+    does not read is left to ``data/peek.source_problems``, which names why; one not on
+    this machine is not read (``_read_here``), so ``grouprl submit`` needs no flag here."""
     found = RowFindings()
     for key, source in (("data.train", cfg.data.train), ("data.eval", cfg.data.eval)):
         if source is None or not _read_here(source):

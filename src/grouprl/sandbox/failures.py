@@ -40,9 +40,8 @@ class CallFailed(Exception):
         self.exit_code = exit_code
         self.own = own
 
-    def __reduce__(self):
-        args = (self.kind, self.message, self.error_type, self.exit_code, self.own)
-        return (_call_failed, args)
+    def __reduce__(self):  # its __init__ takes more than ``args``: the rest as state
+        return (CallFailed, (self.kind, self.message), self.__dict__)
 
 
 _DEFAULT_TYPES = {
@@ -51,10 +50,6 @@ _DEFAULT_TYPES = {
     "memory": "MemoryError",
     "error": "Exception",
 }
-
-
-def _call_failed(kind, message, error_type, exit_code, own=True) -> CallFailed:
-    return CallFailed(kind, message, error_type=error_type, exit_code=exit_code, own=own)
 
 
 def death(

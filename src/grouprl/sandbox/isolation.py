@@ -42,15 +42,6 @@ from grouprl.host.namespaces import (  # the probe sits below the sandbox: plan 
     refusal,
 )
 
-__all__ = [
-    "containment",
-    "enter_own_network",
-    "host_socket_isolation",
-    "isolation_problems",
-    "network_isolation",
-    "refusal",
-]
-
 
 def enter_own_network() -> str | None:
     """Move this (single-threaded) process into a new user and network namespace; None

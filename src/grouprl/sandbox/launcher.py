@@ -140,7 +140,7 @@ def _build_root(spec: dict, files: dict[str, bytes]) -> None:
     _mount("tmpfs", ROOT, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
     for path in spec["links"]:
         if os.path.islink(path):
-            _make_parents(ROOT + path)
+            os.makedirs(os.path.dirname(ROOT + path), exist_ok=True)
             os.symlink(os.readlink(path), ROOT + path)
     for path in spec["binds"]:
         if os.path.exists(path) and not os.path.islink(path):
@@ -184,10 +184,8 @@ def _init(spec, status, stdin_fd, layers, files, *, staged: bool) -> None:
     except OSError as err:
         layers["proc"] = f"no /proc: {err}"  # Python runs without it
     os.chdir(ROOT)
-    if _libc.syscall(SYS_PIVOT_ROOT[os.uname().machine], b".", b".") != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"pivot_root: {os.strerror(err)}")
-    _umount(".", MNT_DETACH)  # the host's root, stacked on the new one
+    _ok(_libc.syscall(SYS_PIVOT_ROOT[os.uname().machine], b".", b"."), "pivot_root")
+    _ok(_libc.umount2(b".", MNT_DETACH), "umount .")  # the host's root, stacked on the new one
     os.chdir("/")
     layers["mount_ns"] = True
     _libc.sethostname(b"sandbox", 7)
@@ -360,14 +358,10 @@ def _write_tree(top: str, files: dict[str, bytes]) -> None:
         os.chmod(path, 0o666)
 
 
-def _make_parents(path: str) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-
-
 def _bind(source: str, target: str, *, read_only: bool, device: bool) -> None:
     """Bind ``source`` onto ``target``, then remount it nosuid (and read-only, nodev where
     asked), keeping the flags the kernel locks (a remount may not clear them)."""
-    _make_parents(target)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
     if os.path.isdir(source):
         os.makedirs(target, exist_ok=True)
     else:
@@ -386,15 +380,15 @@ def _bind(source: str, target: str, *, read_only: bool, device: bool) -> None:
 
 def _mount(source, target, fstype, flags, data=None) -> None:
     enc = lambda s: None if s is None else s.encode()
-    if _libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")
+    done = _libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data))
+    _ok(done, f"mount {source} on {target}")
 
 
-def _umount(target: str, flags: int) -> None:
-    if _libc.umount2(target.encode(), flags) != 0:
+def _ok(result: int, what: str) -> None:
+    """Raise ``OSError`` with the errno and its words where a libc call returned non-zero."""
+    if result != 0:
         err = ctypes.get_errno()
-        raise OSError(err, f"umount {target}: {os.strerror(err)}")
+        raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
 def _prctl(option: int, value: int) -> None:

@@ -128,7 +128,7 @@ class Manager:
                     if self._closed:
                         break
                     self._start_wanted()
-                    self._dispatch(resolved)
+                    self._dispatch()
                     waitables, timeout = self._waitables()
                 resolve(resolved)
                 ready = set(multiprocessing.connection.wait(waitables, timeout))
@@ -227,7 +227,7 @@ class Manager:
         slot.restart_wanted = False
         slot.generation += 1
 
-    def _dispatch(self, resolved: Resolved) -> None:
+    def _dispatch(self) -> None:
         progress = True
         while progress:
             progress = False

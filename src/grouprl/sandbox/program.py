@@ -103,12 +103,12 @@ class ProgramResult:
     program exited on a MemoryError); ``signal`` with "signaled" (SIGXCPU: cpu_s)."""
 
     outcome: Outcome
-    exit_code: int | None
-    signal: int | None
-    stdout: bytes
-    stderr: bytes
-    wall_s: float
-    cpu_s: float
+    exit_code: int | None = None
+    signal: int | None = None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
     detail: str = ""
 
 
@@ -219,11 +219,12 @@ def _result(run: Watched, limits: ProgramLimits, start: float) -> ProgramResult:
     """What the watch saw, as a ``ProgramResult``: a kill by the watch first, then the
     launcher's report (an ``error`` line wins: the program never holds that pipe)."""
     wall_s = time.monotonic() - start
-    made = functools.partial(ProgramResult, stdout=run.stdout, stderr=run.stderr, wall_s=wall_s)
-    made = functools.partial(made, cpu_s=run.cpu_s)
+    made = functools.partial(
+        ProgramResult, stdout=run.stdout, stderr=run.stderr, wall_s=wall_s, cpu_s=run.cpu_s
+    )
     if run.killed is not None:
         outcome, why, sig = run.killed
-        return made(outcome=outcome, exit_code=None, signal=sig, detail=why)
+        return made(outcome=outcome, signal=sig, detail=why)
     ended = [line for line in run.lines() if not line.startswith("layers ")]
     errors = [line for line in ended if line.startswith("error ")]  # (the program cannot
     last = (errors or ended or [""])[-1]  # write on the status pipe: it never holds it)
@@ -232,14 +233,14 @@ def _result(run: Watched, limits: ProgramLimits, start: float) -> ProgramResult:
         code = int(value)
         if code != 0 and b"MemoryError" in run.stderr[-4096:]:
             why = f"MemoryError: address space past memory_mb={limits.memory_mb} + 1024"
-            return made(outcome="memory", exit_code=code, signal=None, detail=why)
-        return made(outcome="exited", exit_code=code, signal=None)
+            return made(outcome="memory", exit_code=code, detail=why)
+        return made(outcome="exited", exit_code=code)
     if kind == "signal":
         sig = int(value)
         why = _signal_words(sig, limits)
-        return made(outcome="signaled", exit_code=None, signal=sig, detail=why)
+        return made(outcome="signaled", signal=sig, detail=why)
     why = value if kind == "error" else "the launcher ended without a report"
-    return made(outcome="sandbox_error", exit_code=None, signal=None, detail=why)
+    return made(outcome="sandbox_error", detail=why)
 
 
 def _signal_words(sig: int, limits: ProgramLimits) -> str:
@@ -257,16 +258,7 @@ def _signal_words(sig: int, limits: ProgramLimits) -> str:
 
 def _error(why: str, start: float) -> ProgramResult:
     """A ``sandbox_error``: the sandbox could not be set up (``why``)."""
-    return ProgramResult(
-        outcome="sandbox_error",
-        exit_code=None,
-        signal=None,
-        stdout=b"",
-        stderr=b"",
-        wall_s=time.monotonic() - start,
-        cpu_s=0.0,
-        detail=why,
-    )
+    return ProgramResult("sandbox_error", wall_s=time.monotonic() - start, detail=why)
 
 
 @functools.cache

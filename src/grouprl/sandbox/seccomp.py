@@ -44,11 +44,10 @@ import ctypes
 import errno
 import platform
 import struct
-import sys
 
-from grouprl.host.namespaces import FILTER_ARCHES
+from grouprl.host.namespaces import filter_support
 
-__all__ = ["assemble", "filter_support", "load_worker_filter"]
+__all__ = ["assemble", "load_worker_filter"]
 
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK, AF_PACKET, AF_ALG = 1, 2, 10, 16, 17, 38
 ALLOWED_FAMILIES = (AF_INET, AF_INET6, AF_NETLINK, AF_PACKET, AF_ALG)
@@ -80,16 +79,6 @@ _ARCHES = {
 IO_URING, PIDFD_GETFD, CLONE3 = (425, 426, 427), 438, 435  # the same on every arch
 CLONE_PARENT = 0x00008000
 _X32_BIT = 0x40000000
-
-
-def filter_support() -> str | None:
-    """None where ``load_worker_filter`` can work here (Linux on x86_64 or aarch64),
-    else why not, in a phrase."""
-    if not sys.platform.startswith("linux"):
-        return f"seccomp is Linux only (this is {sys.platform})"
-    if platform.machine() not in FILTER_ARCHES:
-        return f"no socket filter for {platform.machine()} (x86_64, aarch64 only)"
-    return None
 
 
 def load_worker_filter() -> str | None:

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from grouprl.host.tree import descendants, kill_tree
+from grouprl.host.tree import children, descendants, kill_tree
 
 Outcome = Literal["exited", "timeout", "memory", "output_limit", "signaled", "sandbox_error"]
 """How a program run ended (``sandbox/program.ProgramResult.outcome``)."""
@@ -147,7 +147,7 @@ def _over_usage(run: Watched) -> bool:
     memory is left out, their CPU time (~0.03 s) counted."""
     ours = {run.proc.pid}
     if run.layers().get("pid_ns"):
-        ours.update(int(p) for p in _children_of(run.proc.pid))
+        ours.update(children(run.proc.pid) or ())  # init
     pids = [run.proc.pid, *descendants(run.proc.pid)]
     rss_kb, ticks = 0, 0
     held: set[tuple[int, int]] = set()
@@ -204,15 +204,6 @@ def _memfd_kb(pid: int, counted: set[tuple[int, int]]) -> int:
                     counted.add((st.st_dev, st.st_ino))
                     kb += st.st_blocks // 2  # 512-byte blocks
     return kb
-
-
-def _children_of(pid: int) -> list[str]:
-    """The direct children of ``pid`` (with a pid namespace: init)."""
-    kids: list[str] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        with contextlib.suppress(OSError):
-            kids += (task / "children").read_text().split()
-    return kids
 
 
 def _reap(proc: subprocess.Popen) -> float:

@@ -147,9 +147,9 @@ def _describe(error: ValidationError) -> list[str]:
     instance: Any = error.instance
     wanted: Any = error.validator_value
     schema: Mapping[str, Any] = error.schema if isinstance(error.schema, Mapping) else {}
+    properties = schema.get("properties") or {}
     keyword = error.validator
     if keyword == "required":
-        properties = schema.get("properties") or {}
         missing = [name for name in wanted if name not in instance]
         lead = "missing required argument" if not error.path else f"{where} is missing required"
         return [
@@ -159,7 +159,6 @@ def _describe(error: ValidationError) -> list[str]:
             for name in missing
         ]
     if keyword == "additionalProperties" and wanted is False:
-        properties = schema.get("properties") or {}
         patterns = schema.get("patternProperties") or {}
         extra = [
             name

@@ -29,8 +29,6 @@ from typing import Any
 from grouprl.tools.arguments import clip, json_type
 from grouprl.tools.spec import Tool, ToolSet
 
-# --- parsing the model's calls --------------------------------------------------------------
-
 
 @dataclass(frozen=True)
 class ToolCall:

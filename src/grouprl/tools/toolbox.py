@@ -48,7 +48,7 @@ class ToolTurn:
 
 
 class Toolbox:
-    """The tools an environment offers: typed, documented Python functions (``tools.py``
+    """The tools an environment offers: typed, documented Python functions (``spec.py``
     turns their signatures and docstrings into JSON schemas).
 
     ``fmt``: how the model writes calls, ``xml`` (``<add><a>1</a><b>2</b></add>``; explain

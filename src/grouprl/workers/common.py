@@ -75,12 +75,6 @@ def autocast(cfg: RunConfig, rank: Rank) -> Callable[[], AbstractContextManager]
     return autocast_for(torch.device(rank.device), compute_dtype(cfg, rank))
 
 
-def my_rows(batch: TrainingBatch, rank: Rank) -> TrainingBatch:
-    """This rank's contiguous block of the batch, on its device (for no-grad passes whose
-    results the driver concatenates in rank order)."""
-    return batch.select(rank.block(len(batch))).to(torch.device(rank.device))
-
-
 def my_scores(
     score: Callable[[TrainingBatch], Tensor],
     batch: TrainingBatch,
@@ -89,9 +83,10 @@ def my_scores(
     cfg: RunConfig,
     autocast: Callable[[], AbstractContextManager],
 ) -> Tensor:
-    """``score`` (``no_grad_scores``) of this rank's block of ``batch``, on the CPU."""
+    """``score`` (``no_grad_scores``) of this rank's contiguous block of ``batch``, on the
+    CPU (the driver concatenates the blocks in rank order)."""
     micro = MicroBatching.of(cfg.train)
-    rows = my_rows(batch, rank)
+    rows = batch.select(rank.block(len(batch))).to(torch.device(rank.device))
     return no_grad_scores(score, rows, micro=micro, autocast=autocast, rank=rank).cpu()
 
 

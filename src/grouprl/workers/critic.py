@@ -18,14 +18,10 @@ from grouprl.workers.common import (
     place_optimizer_states,
     prepare,
 )
+from grouprl.workers.optim import make_optimizer
 from grouprl.workers.rank import Rank
 from grouprl.workers.update import MicroBatching
-from grouprl.workers.value_model import (
-    ValueScorer,
-    critic_update,
-    load_critic,
-    make_critic_optimizer,
-)
+from grouprl.workers.value_model import ValueScorer, critic_update, load_critic
 
 
 class CriticWorker:
@@ -39,7 +35,7 @@ class CriticWorker:
         )
         self.scorer = ValueScorer(self.model, packed=cfg.train.packing)
         prepare(self.scorer, self.model, rank=rank, cfg=cfg)
-        self.optimizer = make_critic_optimizer(self.model, cfg.critic)
+        self.optimizer = make_optimizer(self.model, cfg.critic)
         place_optimizer_states(self.optimizer, rank=rank, cfg=cfg)
         self.autocast = autocast(cfg, rank)
 

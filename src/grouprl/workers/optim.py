@@ -15,7 +15,7 @@ import re
 
 import torch
 
-from grouprl.config.train import TrainConfig
+from grouprl.config.train import CriticConfig, TrainConfig
 
 NO_DECAY_NAMES = [
     re.compile(p)
@@ -52,7 +52,10 @@ def decay_param_groups(model: torch.nn.Module, *, weight_decay: float) -> list[d
     return [g for g in groups if g["params"]]
 
 
-def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+def make_optimizer(
+    model: torch.nn.Module, cfg: TrainConfig | CriticConfig
+) -> torch.optim.Optimizer:
+    """AdamW with the weight decay above: the policy's (``train``) or the critic's."""
     groups = decay_param_groups(model, weight_decay=cfg.weight_decay)
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
 

@@ -3,6 +3,7 @@ schedule, and the update of one training step."""
 
 from __future__ import annotations
 
+import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -12,13 +13,13 @@ from torch import Tensor
 
 from grouprl.ckpt.resume import load_part, part_state
 from grouprl.config.schema import RunConfig
-from grouprl.device import resolve_dtype
 from grouprl.engines.base import RolloutEngine
 from grouprl.engines.push import Staged
 from grouprl.metrics.telemetry import Hardware, ModelShape, memory_now, peak_flops
 from grouprl.types import TrainingBatch
 from grouprl.workers.common import (
     autocast,
+    compute_dtype,
     loads_weights,
     my_scores,
     place_optimizer_states,
@@ -30,7 +31,7 @@ from grouprl.workers.model import load_causal_lm
 from grouprl.workers.optim import make_optimizer, make_scheduler
 from grouprl.workers.rank import Rank
 from grouprl.workers.update import policy_update
-from grouprl.workers.weight_export import hf_files, stage_weights, weight_buckets
+from grouprl.workers.weight_export import stage_weights, weight_buckets
 
 
 class PolicyWorker:
@@ -91,7 +92,7 @@ class PolicyWorker:
     def hardware(self) -> Hardware:
         """The model's shape and this device's peak FLOP/s (a CPU measures its own)."""
         device = torch.device(self.rank.device)
-        peak, source = peak_flops(device, resolve_dtype(self.cfg.model.dtype, device))
+        peak, source = peak_flops(device, compute_dtype(self.cfg, self.rank))
         return Hardware(ModelShape.of(self.model), peak, source)
 
     def memory(self) -> dict[str, float]:
@@ -126,7 +127,11 @@ class PolicyWorker:
 
     def hf_files(self) -> dict[str, bytes]:
         """The model's config and generation-config files (for export), by file name."""
-        return hf_files(self.model)
+        with tempfile.TemporaryDirectory() as tmp:
+            self.model.config.save_pretrained(tmp)
+            if self.model.generation_config is not None:
+                self.model.generation_config.save_pretrained(tmp)
+            return {p.name: p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}
 
     # --- checkpoints ----------------------------------------------------------------
 

@@ -70,13 +70,14 @@ def all_sum(values: dict[str, float]) -> dict[str, float]:
     return dict(zip(names, summed.tolist(), strict=True))
 
 
-def all_max(value: int) -> int:
-    """The largest ``value`` over the ranks."""
+def all_max(value: float, device: str = "cpu") -> float:
+    """The largest ``value`` over the ranks (in float64, exact for counts), reduced on
+    ``device`` (the rank's: NCCL reduces GPU tensors)."""
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return value
-    top = torch.tensor([value], dtype=torch.int64)
+    top = torch.tensor([value], dtype=torch.float64, device=device)
     dist.all_reduce(top, op=dist.ReduceOp.MAX)
-    return int(top.item())
+    return float(top.item())
 
 
 def free_port() -> int:

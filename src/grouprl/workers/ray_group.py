@@ -28,7 +28,6 @@ from grouprl.cluster.connection import (
     start_actors,
 )
 from grouprl.config.schema import RunConfig
-from grouprl.config.train import ClusterConfig
 from grouprl.workers.group import Role, W, build_role
 from grouprl.workers.rank import Rank, free_port, join_process_group
 
@@ -128,7 +127,7 @@ class RayGroup:
                         "max_concurrency": 2,  # a checkpoint write runs beside the training calls
                     },
                     {"rank": rank, "world_size": world, "device": device, "threads": threads},
-                    _worker_env(c),
+                    _worker_env(threads),
                 )
                 for rank in range(world)
             ],
@@ -148,7 +147,7 @@ class RayGroup:
         nodes = {p["node"] for p in workers.places}
         log_started(
             f"{len(hosts)} training ranks ({backend}) on {len(nodes)} node(s)",
-            [f"rank {p['rank']} {p['ip']}" for p in workers._described()],
+            [f"rank {r} {p['ip']}" for r, p in enumerate(workers.places)],
             [p["pid"] for p in workers.places],
         )
         return workers
@@ -185,9 +184,6 @@ class RayGroup:
 
     # --- failures ---------------------------------------------------------------------
 
-    def _described(self) -> list[dict[str, Any]]:
-        return [{"rank": r, **p} for r, p in enumerate(self.places)]
-
     def gather(self, refs: list, *, what: str) -> list[Any]:
         """All results in rank order; the first failure kills the group and raises."""
         import ray
@@ -211,9 +207,8 @@ class RayGroup:
         return ray.get(refs)
 
 
-def _worker_env(c: ClusterConfig) -> dict[str, str]:
-    threads = str(max(1, int(c.cpus_per_worker)))
-    env = {"OMP_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false"}
+def _worker_env(threads: int) -> dict[str, str]:
+    env = {"OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
     for key in ("HF_HUB_OFFLINE", "HF_HOME", "TRANSFORMERS_VERBOSITY"):
         if key in os.environ:
             env[key] = os.environ[key]

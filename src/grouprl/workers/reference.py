@@ -14,9 +14,8 @@ import torch
 from torch import Tensor
 
 from grouprl.config.schema import RunConfig
-from grouprl.device import resolve_dtype
 from grouprl.types import TrainingBatch
-from grouprl.workers.common import autocast, loads_weights, my_scores, prepare
+from grouprl.workers.common import autocast, compute_dtype, loads_weights, my_scores, prepare
 from grouprl.workers.logprobs import TokenScorer
 from grouprl.workers.model import load_causal_lm
 from grouprl.workers.rank import Rank
@@ -27,7 +26,7 @@ class ReferenceWorker:
 
     def __init__(self, rank: Rank, *, cfg: RunConfig) -> None:
         self.rank, self.cfg = rank, cfg
-        dtype = resolve_dtype(cfg.model.dtype, torch.device(rank.device))
+        dtype = compute_dtype(cfg, rank)
         self.model = load_causal_lm(
             cfg.model, dtype=dtype, device=torch.device("cpu"), weights=loads_weights(rank)
         )

@@ -254,14 +254,6 @@ def _sum_over_ranks(values_BT: Tensor, rank: Rank) -> Tensor:
     return values_BT
 
 
-def _max_over_ranks(value: float, rank: Rank) -> float:
-    if not (rank.distributed and dist.is_initialized()):
-        return value
-    top = torch.tensor([value], dtype=torch.float64, device=rank.device)
-    dist.all_reduce(top, op=dist.ReduceOp.MAX)
-    return float(top.item())
-
-
 def _proximal_logprobs(
     scorer: TokenScorer,
     batch: TrainingBatch,
@@ -366,7 +358,7 @@ def policy_update(
         max_grad_norm=train.max_grad_norm,
         rank=rank,
     )
-    ratio_max = _max_over_ranks(peak[0], rank)
+    ratio_max = all_max(peak[0], rank.device) if rank.distributed else peak[0]
     if ratio_max > -math.inf:  # the largest r_t of the step's loss tokens, every rank's
         metrics["offpolicy/ratio_max"] = ratio_max
     return offpolicy_stats(replica_gaps(metrics))

@@ -25,7 +25,6 @@ from grouprl.config.model_data import ModelConfig
 from grouprl.config.train import CriticConfig
 from grouprl.types import TrainingBatch
 from grouprl.workers.model import ModelLoadError
-from grouprl.workers.optim import decay_param_groups
 from grouprl.workers.packing import Packing, decoder_states, use_packed_attention
 from grouprl.workers.rank import SINGLE, Rank
 from grouprl.workers.update import MicroBatching, run_updates
@@ -56,12 +55,6 @@ def load_critic(
             "step_N/critic)."
         ) from None
     return critic.to(device)
-
-
-def make_critic_optimizer(critic: torch.nn.Module, cfg: CriticConfig) -> torch.optim.Optimizer:
-    """AdamW with the policy's weight-decay convention (``workers/optim.py``)."""
-    groups = decay_param_groups(critic, weight_decay=cfg.weight_decay)
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
 
 
 def token_values(critic: PreTrainedModel, batch: TrainingBatch, *, packed: bool = False) -> Tensor:

@@ -5,25 +5,20 @@ push's stage from the node leader ranks to their replicas (``engines/push.stage`
 
 from __future__ import annotations
 
-import tempfile
 from collections import deque
 from collections.abc import Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor
 
 from grouprl.config.schema import RunConfig
-from grouprl.device import resolve_dtype
 from grouprl.engines.base import RolloutEngine
 from grouprl.engines.push import Staged, stage
 from grouprl.lora_weights import merged_weights
+from grouprl.workers.common import compute_dtype
 from grouprl.workers.lora import has_lora, lora_scaling
 from grouprl.workers.rank import Rank
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel
 
 MiB = 1 << 20
 LoraPush = Literal["merged", "base", "adapters"]
@@ -89,7 +84,7 @@ def stage_weights(
     ``rollout.lora_push=adapters``: the adapters only, plus the base weights when a
     replica of the node is not in ``lora_bases`` (it keeps none yet). Returns what
     it staged (None on the other ranks)."""
-    dtype = resolve_dtype(cfg.model.dtype, torch.device(rank.device))
+    dtype = compute_dtype(cfg, rank)
     mine = targets.get(rank.rank, [])
     # the server engine loads a checkpoint-format file: it is pushed merged weights
     adapters = (
@@ -120,15 +115,6 @@ def stage_weights(
     )
     bases = frozenset(k for k, _ in mine) if lora == "base" else frozenset()
     return Staged(moved, weight_bytes, bases)
-
-
-def hf_files(model: PreTrainedModel) -> dict[str, bytes]:
-    """The model's config and generation-config files (for export), by file name."""
-    with tempfile.TemporaryDirectory() as tmp:
-        model.config.save_pretrained(tmp)
-        if model.generation_config is not None:
-            model.generation_config.save_pretrained(tmp)
-        return {p.name: p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}
 
 
 def _weight_groups(

@@ -4,14 +4,12 @@ KodCode, MBPP, HumanEval) in one sandboxed run per sample (``run_harness``, with
 ``harness.py`` inside the sandbox), judged honestly (``judge``). docs/code.md."""
 
 from grouprl.rewards.code.extract import extract_code
-from grouprl.rewards.code.judge import OUTCOMES, SandboxFailure, Verdict, judge
+from grouprl.rewards.code.judge import SandboxFailure, Verdict, judge
 from grouprl.rewards.code.reward import CodeTests, code_tests
-from grouprl.rewards.code.tests_format import ProblemTests, TestsError, load_tests
+from grouprl.rewards.code.tests_format import TestsError, load_tests
 
 __all__ = [
-    "OUTCOMES",
     "CodeTests",
-    "ProblemTests",
     "SandboxFailure",
     "TestsError",
     "Verdict",

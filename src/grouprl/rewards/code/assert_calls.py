@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import ast
 import json
-import math
 from typing import Any
 
-__all__ = ["as_call_tests", "plain"]
+from grouprl.rewards.code.harness_child import plain
+
+__all__ = ["as_call_tests"]
 
 
 def as_call_tests(lines: list[str]) -> tuple[str, tuple[dict[str, Any], ...]] | None:
@@ -76,21 +77,3 @@ def _call_line(line: str) -> tuple[str, list[Any], Any] | None:
     except (ValueError, RecursionError):
         return None
     return test.left.func.id, args, expected
-
-
-def plain(value: object, depth: int = 0) -> bool:
-    """Whether ``value`` holds only JSON's plain values: None, bool, int, finite float,
-    str, list, dict with str keys (no tuple, set, bytes), so that it means the same
-    after a JSON round trip and compares as Python would. The sandbox's child applies it
-    to a strict case's returned value (its copy in ``harness_child.py``)."""
-    if depth > 100:
-        return False
-    if value is None or isinstance(value, bool | int | str):
-        return True
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, list):
-        return all(plain(v, depth + 1) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and plain(v, depth + 1) for k, v in value.items())
-    return False

@@ -65,9 +65,6 @@ def same_value(got, expected, *, wrapped: bool) -> bool:
     return wrapped and isinstance(expected, list) and len(expected) == 1 and got == expected[0]
 
 
-# --- the parent ------------------------------------------------------------------------------
-
-
 class Parent:
     """The harness: holds the nonce and the expected results, starts the children, judges
     each case and writes the report; it never runs the program's code itself."""
@@ -412,22 +409,13 @@ def needs_fixture(node, *, method: bool) -> bool:
     required = positional[: len(positional) - len(args.defaults)]
     required = required[1:] if method else required
     required += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is None]
-    given: set[str] = set()
+    given: set[object] = set()  # (a name that is no str matches no parameter)
     for deco in node.decorator_list:
-        if isinstance(deco, ast.Call) and deco.args and isinstance(deco.args[0], ast.Constant):
-            names = deco.args[0].value
-            if isinstance(names, str):
-                given |= {n.strip() for n in names.split(",")}
-        elif (
-            isinstance(deco, ast.Call)
-            and deco.args
-            and isinstance(deco.args[0], ast.List | ast.Tuple)
-        ):
-            given |= {
-                e.value
-                for e in deco.args[0].elts
-                if isinstance(e, ast.Constant) and isinstance(e.value, str)
-            }
+        first = deco.args[0] if isinstance(deco, ast.Call) and deco.args else None
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            given |= {n.strip() for n in first.value.split(",")}
+        elif isinstance(first, ast.List | ast.Tuple):
+            given |= {e.value for e in first.elts if isinstance(e, ast.Constant)}
     return any(name not in given for name in required)
 
 

@@ -70,9 +70,10 @@ def call_cases(job: dict, send) -> None:
 
 
 def plain(value, depth: int = 0) -> bool:
-    """Only JSON's plain values (None, bool, int, finite float, str, list, dict with str
-    keys): a strict case's returned value, compared as ``==`` would (the host's copy is
-    ``assert_calls.plain``)."""
+    """Whether ``value`` holds only JSON's plain values: None, bool, int, finite float,
+    str, list, dict with str keys (no tuple, set, bytes), so that it means the same after a
+    JSON round trip and compares as Python would: an assert line's literals on the host
+    (``assert_calls``, which imports it), a strict case's returned value here."""
     if depth > 100:
         return False
     if value is None or isinstance(value, bool | int | str):

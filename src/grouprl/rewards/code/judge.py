@@ -90,11 +90,9 @@ def judge(run: HarnessRun) -> Verdict:
     if run.error:
         return Verdict("sandbox_error", total=run.total, detail=f"the harness failed: {run.error}")
     if not run.ready:
-        return Verdict(
-            "sandbox_error",
-            total=run.total,
-            detail=f"the harness did not start ({_ended(run)}): {_stderr(run)}",
-        )
+        stderr = program.stderr.decode("utf-8", errors="replace").strip()[-300:]
+        detail = f"the harness did not start ({_ended(run)}): {stderr}"
+        return Verdict("sandbox_error", total=run.total, detail=detail)
     if run.complete:
         first = next((c for c in run.cases if c.status != "passed"), None)
         if first is None:
@@ -118,7 +116,3 @@ def _ended(run: HarnessRun) -> str:
     if p.outcome == "signaled":
         return f"killed by signal {p.signal}"
     return f"{p.outcome} after {p.wall_s:.2f}s{': ' + p.detail if p.detail else ''}"
-
-
-def _stderr(run: HarnessRun) -> str:
-    return run.program.stderr.decode("utf-8", errors="replace").strip()[-300:]

@@ -50,13 +50,11 @@ class MarkGenerator:
 mark = MarkGenerator()
 
 
-class ParameterSet:
+class param:  # pytest's name
+    """One parameter set of a ``parametrize`` mark (its ``id`` and ``marks`` ignored)."""
+
     def __init__(self, *values: object, **kwargs: object) -> None:
         self.values = values
-
-
-def param(*values: object, **kwargs: object) -> ParameterSet:
-    return ParameterSet(*values, **kwargs)
 
 
 def fixture(*args: object, **kwargs: object):

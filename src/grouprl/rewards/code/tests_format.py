@@ -164,18 +164,13 @@ def _from_dict(value: dict, row: dict[str, Any], *, where: str) -> ProblemTests 
 
 
 def input_output(value: dict, *, where: str) -> ProblemTests:
-    """APPS/TACO/PRIME ``{"inputs", "outputs", "fn_name"}``."""
+    """APPS/TACO/PRIME ``{"inputs", "outputs", "fn_name"}``, as ``case_list`` reads them."""
     inputs, outputs, fn_name = value["inputs"], value["outputs"], value.get("fn_name")
     if len(inputs) != len(outputs) or not inputs:
         raise TestsError(f"{where}: {len(inputs)} inputs for {len(outputs)} outputs")
-    if fn_name:
-        return ProblemTests(
-            "call", tuple(_call_case(i, o) for i, o in zip(inputs, outputs, strict=True)), fn_name
-        )
-    cases = tuple(
-        {"stdin": _text(i), "expected": _text(o)} for i, o in zip(inputs, outputs, strict=True)
-    )
-    return ProblemTests("stdio", cases)
+    kind = "functional" if fn_name else "stdin"
+    cases = [{"input": i, "output": o, "type": kind} for i, o in zip(inputs, outputs, strict=True)]
+    return case_list(cases, fn_name=fn_name, where=where)
 
 
 def _call_case(args: str | Sequence[object], expected: object) -> dict[str, Any]:

@@ -173,19 +173,13 @@ class AgentRollout:
         kwargs = {"model": "grouprl-policy", "api_key": key}
         network = self.cfg.env.network  # what a failed start's message may blame
         pool = self._started_pool()
+        args = (self.spec, base_url, task, kwargs)
         if isinstance(pool, ThreadPoolExecutor):
-            return pool.submit(run_agent, self.spec, base_url, task, kwargs, network=network)
+            return pool.submit(run_agent, *args, network=network)
         # an agent whose worker died under another agent runs again, alone (Gateway.start
         # starts its episode over) rather than failing with it
         return pool.submit(
-            run_agent,
-            self.spec,
-            base_url,
-            task,
-            kwargs,
-            network=network,
-            deadline_s=self.timeout_s,
-            retry_lost=True,
+            run_agent, *args, network=network, deadline_s=self.timeout_s, retry_lost=True
         )
 
     def _started_pool(self) -> WorkerPool | ThreadPoolExecutor:

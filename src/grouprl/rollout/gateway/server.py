@@ -257,11 +257,8 @@ class Gateway:
             record.tool_call_errors += len(reply.errors)
             info = {"tool_calls": reply.calls_found, "tool_errors": len(reply.errors)}
             self._record(record, plan, completion, reply.message(), info)
-        finish = completion.finish_reason
-        if reply.tool_calls:
-            finish = "tool_calls"
-        message = reply.message()
-        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
+        finish = "tool_calls" if reply.tool_calls else completion.finish_reason
+        choice: dict[str, Any] = {"index": 0, "message": reply.message(), "finish_reason": finish}
         choice["logprobs"] = self._logprobs(completion) if body.get("logprobs") else None
         return self._envelope("chat.completion", choice, plan, completion)
 
