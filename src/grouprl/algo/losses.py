@@ -38,6 +38,12 @@ class ClipParams(Protocol):
     def clip_eps_high(self) -> float: ...
     @property
     def dual_clip_c(self) -> float | None: ...
+    @property
+    def cov_ratio(self) -> float: ...
+    @property
+    def clip_cov_bounds(self) -> tuple[float, float]: ...
+    @property
+    def kl_cov_coef(self) -> float: ...
 
 
 @dataclass
@@ -153,3 +159,85 @@ def gspo_token(
     ratio_BT = log_ratio_BT.clamp(max=SEQUENCE_LOG_RATIO_MAX).exp()
     loss_BT, clipped_BT = _clipped_surrogate(ratio_BT, advantages_BT, cfg)
     return PolicyLoss(loss_BT=loss_BT, clipped_BT=clipped_BT & mask_BT, ratio_BT=ratio_BT)
+
+
+def _centred_cov(logprobs_BT: Tensor, advantages_BT: Tensor, mask_BT: Tensor) -> Tensor:
+    """Each loss token's (A_t - mean A) (logp_t - mean logp), the means over the mask's
+    tokens, without gradient; -inf off the mask."""
+    logp_BT = logprobs_BT.detach()
+    n = mask_BT.sum().clamp(min=1)
+    mean_adv = (advantages_BT * mask_BT).sum() / n
+    mean_logp = (logp_BT * mask_BT).sum() / n
+    cov_BT = (advantages_BT - mean_adv) * (logp_BT - mean_logp)
+    return torch.where(mask_BT, cov_BT, -torch.inf)
+
+
+@POLICY_LOSSES.register("clip_cov")
+def clip_cov(
+    *,
+    logprobs_BT: Tensor,
+    old_logprobs_BT: Tensor,
+    advantages_BT: Tensor,
+    loss_mask_BT: Tensor,
+    cfg: ClipParams,
+) -> PolicyLoss:
+    """Clip-Cov (Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for
+    Reasoning Language Models", arXiv:2505.22617): ``ppo_clip``'s loss, and besides, of the
+    tokens the clip left active whose covariance
+
+        cov_t = (A_t - mean A) (logp_t - mean logp)        (means over the loss tokens)
+
+    lies strictly inside ``cfg.clip_cov_bounds``, k = max(1, int(cov_ratio * n)) drawn at
+    random (n: the loss tokens) lose their loss and gradient: the updates that lower the
+    entropy most. The draw is seeded by n, so a run repeats. Means and n are the
+    micro-batch's, as in verl."""
+    base = ppo_clip(
+        logprobs_BT=logprobs_BT,
+        old_logprobs_BT=old_logprobs_BT,
+        advantages_BT=advantages_BT,
+        loss_mask_BT=loss_mask_BT,
+        cfg=cfg,
+    )
+    mask_BT = loss_mask_BT.bool()
+    low, high = cfg.clip_cov_bounds
+    cov_BT = _centred_cov(logprobs_BT, advantages_BT, mask_BT)
+    band_N = (mask_BT & ~base.clipped_BT & (cov_BT > low) & (cov_BT < high)).flatten()
+    candidates = band_N.nonzero().squeeze(1)
+    n = int(mask_BT.sum())
+    k = min(max(int(cfg.cov_ratio * n), 1), candidates.numel())
+    draw = torch.randperm(candidates.numel(), generator=torch.Generator().manual_seed(n))
+    held_N = torch.zeros_like(band_N)
+    held_N[candidates[draw[:k].to(candidates.device)]] = True
+    held_BT = held_N.view_as(mask_BT)
+    return PolicyLoss(
+        loss_BT=torch.where(held_BT, 0.0, base.loss_BT),
+        clipped_BT=base.clipped_BT | held_BT,
+        ratio_BT=base.ratio_BT,
+    )
+
+
+@POLICY_LOSSES.register("kl_cov")
+def kl_cov(
+    *,
+    logprobs_BT: Tensor,
+    old_logprobs_BT: Tensor,
+    advantages_BT: Tensor,
+    loss_mask_BT: Tensor,
+    cfg: ClipParams,
+) -> PolicyLoss:
+    """KL-Cov (Cui et al. 2025, arXiv:2505.22617): no clip; every token's loss is the
+    policy gradient's -ratio * A, and the k = max(1, int(cov_ratio * n)) loss tokens of
+    largest covariance (``clip_cov``'s cov_t) add ``cfg.kl_cov_coef`` * |logp - logp_old|,
+    holding back the updates that lower the entropy most."""
+    mask_BT = loss_mask_BT.bool()
+    log_ratio_BT = (logprobs_BT - old_logprobs_BT).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    ratio_BT = log_ratio_BT.exp()
+    loss_BT = -ratio_BT * advantages_BT
+    n = int(mask_BT.sum())
+    held_N = torch.zeros(mask_BT.numel(), dtype=torch.bool, device=mask_BT.device)
+    if n:
+        k = max(int(cfg.cov_ratio * n), 1)
+        held_N[_centred_cov(logprobs_BT, advantages_BT, mask_BT).flatten().topk(k).indices] = True
+    held_BT = held_N.view_as(mask_BT)
+    loss_BT = torch.where(held_BT, loss_BT + cfg.kl_cov_coef * log_ratio_BT.abs(), loss_BT)
+    return PolicyLoss(loss_BT=loss_BT, clipped_BT=torch.zeros_like(mask_BT), ratio_BT=ratio_BT)

@@ -1,6 +1,6 @@
 """The training objective for one micro-batch, assembled from the registries.
 
-    loss = agg(w * policy_loss_BT + beta * c * kl_BT)
+    loss = agg(h * w * policy_loss_BT + beta * c * kl_BT) - e * agg(H_BT)
 
 ``w`` is the off-policy correction's weight (``algo.correction``, registry
 ``algo.corrections.CORRECTIONS``: a function of pi_prox / pi_behav per token, without
@@ -8,8 +8,10 @@ gradient; 1 for ``none``) and the KL term is present when ``algo.kl_in=loss``. `
 ``algo.kl_bias_correction`` the policy loss's importance ratio pi / pi_old with its
 gradient (TRL's ``use_bias_correction_kl``, on by default in TRL 1.16; DeepSeek-V3.2):
 the KL gradient is then the unbiased reverse-KL gradient. The ``kl`` metric is the
-estimate before that factor. The loop calls ``micro_batch_loss`` without knowing which
-estimator, loss or aggregation the config chose.
+estimate before that factor. ``h`` keeps only the high-entropy tokens
+(``algo.top_entropy_quantile``; 1 on every token by default) and ``e`` is the entropy
+bonus's coefficient on the policy's token entropy H (``algo/entropy.py``). The loop calls
+``micro_batch_loss`` without knowing which estimator, loss or aggregation the config chose.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from grouprl.algo.corrections import (
     CorrectionParams,
     correction_name,
 )
+from grouprl.algo.entropy import high_entropy_mask
 from grouprl.algo.kl import KL_ESTIMATORS
 from grouprl.algo.losses import POLICY_LOSSES, ClipParams
 
@@ -47,6 +50,8 @@ class ObjectiveParams(ClipParams, CorrectionParams, Protocol):
     def kl_bias_correction(self) -> bool: ...
     @property
     def correction(self) -> str: ...
+    @property
+    def top_entropy_quantile(self) -> float: ...
 
 
 def micro_batch_loss(
@@ -61,12 +66,16 @@ def micro_batch_loss(
     cfg: ObjectiveParams,
     beta: float,
     m2po_cutoff: float | None = None,
+    entropy_BT: Tensor | None = None,
+    entropy_coef: float = 0.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Loss to backpropagate, plus metrics already divided by the mini-batch's
     token count (so the micro-batches' metrics add up to mini-batch means).
     ``beta`` is the current KL coefficient (``algo.beta``, or the adaptive one).
     ``old_logprobs_BT`` is pi_prox and ``engine_logprobs_BT`` pi_behav of the correction;
-    ``m2po_cutoff`` is ``algo.correction=m2po``'s bound over the whole step's batch."""
+    ``m2po_cutoff`` is ``algo.correction=m2po``'s bound over the whole step's batch.
+    ``entropy_BT``: the policy's token entropy (with its gradient when ``entropy_coef`` > 0),
+    needed by the bonus and by ``algo.top_entropy_quantile`` < 1."""
     mask_BT = loss_mask_BT.to(logprobs_BT.dtype)
     policy = POLICY_LOSSES[cfg.policy_loss](
         logprobs_BT=logprobs_BT,
@@ -82,6 +91,10 @@ def micro_batch_loss(
     )
     weight_BT = correction.weight_BT.to(mask_BT.dtype)
     loss_BT = policy.loss_BT * weight_BT  # x * 1.0 is x: `none` leaves the loss as it was
+    if cfg.top_entropy_quantile < 1.0:
+        assert entropy_BT is not None, "algo.top_entropy_quantile needs the token entropy"
+        high_BT = high_entropy_mask(entropy_BT, loss_mask_BT, keep=cfg.top_entropy_quantile)
+        loss_BT = loss_BT * high_BT
     metrics = {
         "correction/weight": token_mean(weight_BT, mask_BT, norm=norm),
         "correction/masked_frac": token_mean(
@@ -103,6 +116,9 @@ def micro_batch_loss(
             kl_BT = kl_BT * policy.ratio_BT
         loss_BT = loss_BT + beta * kl_BT
     loss = AGGREGATIONS[cfg.loss_agg](loss_BT, mask_BT, norm=norm)
+    if entropy_coef > 0:
+        assert entropy_BT is not None, "the entropy bonus needs the token entropy"
+        loss = loss - entropy_coef * AGGREGATIONS[cfg.loss_agg](entropy_BT, mask_BT, norm=norm)
     with torch.no_grad():
         metrics["clip_frac"] = token_mean(policy.clipped_BT.to(mask_BT.dtype), mask_BT, norm=norm)
         metrics["policy_loss"] = token_mean(policy.loss_BT.detach(), mask_BT, norm=norm)

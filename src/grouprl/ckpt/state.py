@@ -34,6 +34,7 @@ class TrainerState:
     algo: dict[str, float] = field(default_factory=dict)  # e.g. the adaptive KL coefficient
     best: dict[str, Any] | None = None  # checkpoint.keep_best: ckpt.best.Best as a dict
     idle_steps: int = 0  # steps in a row that trained no sample (trainer.max_idle_steps)
+    exploration: dict[str, Any] | None = None  # algo/entropy.ExplorationWatch's points
     stream: dict[str, Any] | None = None
     """rollout.max_staleness >= 1: the rollout stream (``driver/stream.Stream.state_dict``):
     its finished groups, the prompts admitted but unfinished, its counters; JSON too."""

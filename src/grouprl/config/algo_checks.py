@@ -73,11 +73,18 @@ def _loss_problems(cfg: RunConfig) -> list[str]:
     KL and the overlong buffer."""
     algo = cfg.algo
     problems = []
-    if algo.dual_clip_c is not None and algo.policy_loss != "ppo_clip":
+    if algo.dual_clip_c is not None and algo.policy_loss not in ("ppo_clip", "clip_cov"):
         problems.append(
             f"algo.dual_clip_c={show(algo.dual_clip_c)} applies to token ratios "
-            f"(algo.policy_loss=ppo_clip), not to algo.policy_loss={algo.policy_loss}; set "
-            "algo.dual_clip_c=null."
+            f"(algo.policy_loss=ppo_clip or clip_cov), not to algo.policy_loss="
+            f"{algo.policy_loss}; set algo.dual_clip_c=null."
+        )
+    problems += _ignored_keys(algo, chooser="policy_loss", table=LOSS_KEYS)
+    if algo.entropy_target is None and "entropy_coef_delta" in algo.model_fields_set:
+        problems.append(
+            f"algo.entropy_coef_delta={show(algo.entropy_coef_delta)} would be ignored: it is "
+            "the adaptive entropy coefficient's step, which algo.entropy_target turns on. Set "
+            "algo.entropy_target (e.g. 0.2) or remove algo.entropy_coef_delta."
         )
     if algo.dynamic_sampling and cfg.rollout.n < 2:
         problems.append(
@@ -124,7 +131,7 @@ def _correction_problems(cfg: RunConfig) -> list[str]:
                 "each batch after the last update, with nothing in flight. Set "
                 f"rollout.max_staleness >= 1 or remove rollout.{key}."
             )
-    problems += _ignored_correction_keys(algo)
+    problems += _ignored_keys(algo, chooser="correction", table=CORRECTION_KEYS)
     low, high = algo.is_band
     if not 0 <= low < 1 < high:
         problems.append(
@@ -157,17 +164,28 @@ CORRECTION_KEYS = {
 }
 """The ``algo`` keys each correction reads; set with another correction they are ignored."""
 
+LOSS_KEYS = {
+    "cov_ratio": ("clip_cov", "kl_cov"),
+    "clip_cov_bounds": ("clip_cov",),
+    "kl_cov_coef": ("kl_cov",),
+}
+"""The ``algo`` keys each policy loss reads; set with another loss they are ignored."""
 
-def _ignored_correction_keys(algo: AlgoConfig) -> list[str]:
-    """A correction setting given with a correction that does not read it is refused."""
+
+def _ignored_keys(
+    algo: AlgoConfig, *, chooser: str, table: dict[str, tuple[str, ...]]
+) -> list[str]:
+    """A setting of ``table`` given with a choice of ``algo.<chooser>`` that does not read
+    it is refused."""
     defaults, values = AlgoConfig.model_fields, algo.model_dump()
+    chosen = values[chooser]
     problems = []
-    for key, users in CORRECTION_KEYS.items():
+    for key, users in table.items():
         value = values[key]
-        if algo.correction not in users and value != defaults[key].default:
+        if chosen not in users and value != defaults[key].default:
             problems.append(
-                f"algo.{key}={value} would be ignored: algo.correction={algo.correction} "
+                f"algo.{key}={show(value)} would be ignored: algo.{chooser}={chosen} "
                 f"does not read it (only {', '.join(users)} do). Remove algo.{key} or "
-                f"choose one of those corrections."
+                f"choose one of those."
             )
     return problems

@@ -49,13 +49,41 @@ class AlgoConfig(Section):
     """`gae`: lambda, trading the critic's bias (0) against return variance (1)."""
     turn_advantage_coef: float = Field(default=1.0, ge=0)
     """`mt_grpo`: weight of the turn-level advantage (0 gives plain GRPO on the outcome)."""
-    policy_loss: Literal["ppo_clip", "gspo", "gspo_token"] = "ppo_clip"
+    policy_loss: Literal["ppo_clip", "gspo", "gspo_token", "clip_cov", "kl_cov"] = "ppo_clip"
     """Policy loss (registry `algo.losses.POLICY_LOSSES`): `ppo_clip` (token ratios), `gspo`
-    (sequence ratio, sequence clip), `gspo_token` (GSPO with per-token advantages)."""
+    (sequence ratio, sequence clip), `gspo_token` (GSPO with per-token advantages),
+    `clip_cov` (`ppo_clip`, and a few tokens of high covariance between advantage and
+    logprob held back: Clip-Cov), `kl_cov` (no clip; a KL penalty on the tokens of highest
+    covariance: KL-Cov). The last two keep the entropy from collapsing (docs/entropy.md)."""
     clip_eps_low: float = Field(default=0.2, ge=0)
     """Ratio clip below 1 - eps_low."""
     clip_eps_high: float = Field(default=0.2, ge=0)
     """Ratio clip above 1 + eps_high (DAPO's clip-higher: larger than eps_low)."""
+    cov_ratio: float = Field(default=2e-4, gt=0, le=1)
+    """`clip_cov`, `kl_cov`: the share of the loss tokens held back (Cui et al. 2025: 2e-4
+    for Clip-Cov; 2e-3 for KL-Cov at 7B, 2e-4 at 32B)."""
+    clip_cov_bounds: tuple[float, float] = (1.0, 5.0)
+    """`clip_cov`: the band [low, high] of covariance the held-back tokens are drawn from."""
+    kl_cov_coef: float = Field(default=1.0, ge=0)
+    """`kl_cov`: the coefficient of the penalty |log pi - log pi_old| on the held-back tokens."""
+    entropy_coef: float = Field(default=0.0, ge=0)
+    """Entropy bonus: the loss gains -c x the policy's token entropy (aggregated as
+    `loss_agg`), which pushes the entropy up (verl's `entropy_coeff`); 0: none. With
+    `entropy_target`, the adaptive coefficient's start."""
+    entropy_target: float | None = Field(default=None, gt=0)
+    """Adaptive entropy coefficient (Skywork-OR1): after each step the coefficient grows by
+    `entropy_coef_delta` while the mean token entropy is below this target and shrinks (to
+    0 at least) while above, and the bonus acts only below it; null: the coefficient stays
+    `entropy_coef`."""
+    entropy_coef_delta: float = Field(default=0.005, gt=0)
+    """`entropy_target`: the coefficient's change per step."""
+    top_entropy_quantile: float = Field(default=1.0, gt=0, le=1)
+    """Train on the high-entropy tokens only ("Beyond the 80/20 Rule", TRL's key of the same
+    name): the policy loss keeps this share of each micro-batch's generated tokens, those
+    of highest entropy (the paper: 0.2); 1 keeps every token."""
+    entropy_threshold: float = Field(default=0.672, gt=0)
+    """The token entropy above which `entropy/high_frac` (logged every step) counts a token
+    (0.672: the 80th percentile of the tokens in "Beyond the 80/20 Rule")."""
     dual_clip_c: float | None = Field(default=None, gt=1)
     """Dual-clip PPO: for negative advantages the `ppo_clip` loss is capped at -c * A
     (c > 1, the paper uses 3); null disables it."""

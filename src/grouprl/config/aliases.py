@@ -96,10 +96,15 @@ VERL: tuple[Alias, ...] = (
        "seq-mean-token-sum-norm -> seq_mean_token_sum_norm (its constant: algo.norm_tokens, "
        "default rollout.max_tokens); seq-mean-token-sum has none"),
     _v(f"{AR}.actor.policy_loss.loss_mode", "algo.policy_loss",
-       "vanilla -> ppo_clip, gspo -> gspo (or algo.name=gspo); the others have none"),
-    _v(f"{AR}.actor.entropy_coeff", (),
-       "no entropy bonus (verl's default is 0); the policy's entropy is logged every step "
-       "(`entropy`)"),
+       "vanilla -> ppo_clip, gspo -> gspo (or algo.name=gspo), clip_cov -> clip_cov, "
+       "kl_cov -> kl_cov; the others have none"),
+    _v(f"{AR}.actor.policy_loss.clip_cov_ratio", "algo.cov_ratio", same=True),
+    _v(f"{AR}.actor.policy_loss.clip_cov_lb", "algo.clip_cov_bounds", "its first entry"),
+    _v(f"{AR}.actor.policy_loss.clip_cov_ub", "algo.clip_cov_bounds", "its second entry"),
+    _v(f"{AR}.actor.policy_loss.kl_cov_ratio", "algo.cov_ratio", same=True),
+    _v(f"{AR}.actor.policy_loss.ppo_kl_coef", "algo.kl_cov_coef", same=True),
+    _v(f"{AR}.actor.entropy_coeff", "algo.entropy_coef",
+       "0 in both; the policy's entropy is logged every step (`entropy`)", same=True),
     _v(f"{AR}.actor.use_kl_loss", ("algo.beta", "algo.kl_in"),
        "KL in the loss is algo.kl_in=loss (the default) with algo.beta > 0; algo.beta=0 turns it "
        "off and loads no reference model"),
@@ -305,7 +310,8 @@ TRL: tuple[Alias, ...] = (
     _t("use_bias_correction_kl", "algo.kl_bias_correction",
        "TRL 1.16 defaults it to on, grouprl's algo.kl_bias_correction to off: set "
        "algo.kl_bias_correction=true for TRL's KL gradient"),
-    _t("top_entropy_quantile", (), "every generated token is in the loss"),
+    _t("top_entropy_quantile", "algo.top_entropy_quantile",
+       "the same share, of each micro-batch's tokens (TRL: of each forward pass's)"),
     _t("sync_ref_model", (), "the reference model stays frozen"),
     _t("disable_dropout", (), "the model's own dropout settings are kept (0 in Qwen2.5)"),
     _t("reward_weights", "reward.functions",

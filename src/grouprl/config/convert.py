@@ -272,7 +272,9 @@ RULES: dict[str, Rule] = {
     f"{AR}.actor.ppo_max_token_len_per_gpu": _read_elsewhere,  # by use_dynamic_bsz
     f"{AR}.actor.clip_ratio": _clip_ratio,
     f"{AR}.actor.loss_agg_mode": _mapped(LOSS_AGG),
-    f"{AR}.actor.policy_loss.loss_mode": _mapped({"vanilla": "ppo_clip", "gspo": "gspo"}),
+    f"{AR}.actor.policy_loss.loss_mode": _mapped(
+        {"vanilla": "ppo_clip", "gspo": "gspo", "clip_cov": "clip_cov", "kl_cov": "kl_cov"}
+    ),
     f"{AR}.actor.optim.lr_warmup_steps": _positive,
     f"{AR}.actor.optim.warmup_style": _mapped(SCHEDULES),
     f"{AR}.actor.optim.lr_scheduler_type": _mapped(SCHEDULES),

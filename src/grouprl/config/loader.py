@@ -134,7 +134,8 @@ def _load_recipe(
         cycle = " -> ".join((*chain, recipe, base_name))
         raise ConfigError(f"recipe {origin}: extends makes a cycle ({cycle}); remove one link")
     base, _, base_problems = _load_recipe(base_name, chain=(*chain, recipe))
-    base.pop("name"), base.pop("description", None)
+    base.pop("name")
+    base.pop("description", None)
     return _merged(base, data), origin, base_problems + problems
 
 

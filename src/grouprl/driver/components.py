@@ -4,11 +4,12 @@ changes as it goes (``RunState``, which a checkpoint saves and restores whole)."
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from torch import Tensor
 
+from grouprl.algo.entropy import EntropyController, ExplorationWatch
 from grouprl.algo.kl import KLController
 from grouprl.ckpt.best import Best
 from grouprl.config.schema import RunConfig
@@ -28,8 +29,9 @@ from grouprl.workers.policy import PolicyWorker
 @dataclass
 class RunState:
     """What changes as the run goes, saved and restored whole by a checkpoint: the step,
-    the weight version the engine serves, the sampler's position, the KL controller, the
-    best validation so far (``checkpoint.keep_best``), the steps in a row that trained no
+    the weight version the engine serves, the sampler's position, the KL and entropy
+    coefficients, the entropy-reward points (``algo/entropy.ExplorationWatch``), the best
+    validation so far (``checkpoint.keep_best``), the steps in a row that trained no
     sample (``driver/idle.py``)."""
 
     sampler: PromptSampler
@@ -38,6 +40,8 @@ class RunState:
     weight_version: int = 0
     best: Best | None = None
     idle_steps: int = 0
+    entropy: EntropyController = field(default_factory=lambda: EntropyController(0.0))
+    exploration: ExplorationWatch = field(default_factory=ExplorationWatch)
 
     def state_dict(self, *, sampler: dict[str, Any] | None = None) -> dict[str, Any]:
         """``sampler``: the sampler's position to record instead of its current one (before
@@ -46,7 +50,8 @@ class RunState:
             "step": self.step,
             "weight_version": self.weight_version,
             "sampler": self.sampler.state_dict() if sampler is None else sampler,
-            "algo": self.kl.state_dict(),
+            "algo": self.kl.state_dict() | self.entropy.state_dict(),
+            "exploration": self.exploration.state_dict(),
             "best": None if self.best is None else asdict(self.best),
             "idle_steps": self.idle_steps,
         }
@@ -55,6 +60,9 @@ class RunState:
         self.step, self.weight_version = state["step"], state["weight_version"]
         self.sampler.load_state_dict(state["sampler"])
         self.kl.load_state_dict(state["algo"])
+        self.entropy.load_state_dict(state["algo"])
+        if state.get("exploration") is not None:  # none in older checkpoints
+            self.exploration.load_state_dict(state["exploration"])
         self.best = Best.from_dict(state.get("best"))
         self.idle_steps = int(state.get("idle_steps", 0))  # none in older checkpoints
 

@@ -135,6 +135,7 @@ def _update_policy(
             PolicyWorker.update,
             batch,
             beta=c.state.kl.beta,
+            entropy_coef=c.state.entropy.coef,
             mini_batch_size=c.mini_batch_size,
             version=c.state.weight_version,
         )
@@ -143,6 +144,21 @@ def _update_policy(
         logger.warning("step %d: %s", step, alarm)
     metrics.update(_update_perf(c, batch, time.perf_counter() - started))
     _warn_of_odd_replicas(metrics, step)
+
+
+def _watch_entropy(c: Components, metrics: dict[str, float], step: int) -> None:
+    """After the update: the entropy bonus's coefficient it used (``entropy_coef``) and the
+    next one, and the reward ceiling that the entropy predicts (``entropy/reward_ceiling``,
+    with a warning once the run nears it: ``algo/entropy.py``)."""
+    algo, entropy = c.cfg.algo, metrics.get("entropy")
+    if algo.entropy_coef > 0 or algo.entropy_target is not None:
+        metrics["entropy_coef"] = c.state.entropy.coef
+    c.state.entropy.update(entropy)
+    ceiling, warning = c.state.exploration.add(entropy, metrics.get("reward/mean"))
+    if ceiling is not None:
+        metrics["entropy/reward_ceiling"] = ceiling
+    if warning is not None:
+        logger.warning("step %d: %s", step, warning)
 
 
 def _equal_groups_frac(scores_B: Tensor, valid_B: Tensor, group_size: int) -> float:
@@ -307,6 +323,7 @@ def one_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, floa
     t1 = time.perf_counter()
     with c.engine.released():  # a colocated engine sleeps while training uses the GPU
         metrics.update(train_step(c, trajectories, step))
+    _watch_entropy(c, metrics, step)
     t2 = time.perf_counter()
     version = c.state.weight_version + 1
     # staged while the stream's generation goes on with the old weights; applied under

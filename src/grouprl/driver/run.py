@@ -14,6 +14,7 @@ import torch
 from rich.text import Text
 from torch import Tensor
 
+from grouprl.algo.entropy import EntropyController
 from grouprl.algo.kl import KLController
 from grouprl.ckpt.checkpointer import Checkpointer
 from grouprl.ckpt.preempt import Preempted, Preemption
@@ -120,6 +121,11 @@ def build(cfg: RunConfig) -> Iterator[Components]:
                 sampler=sampler,
                 kl=KLController(
                     cfg.algo.beta, target=cfg.algo.kl_target, horizon=cfg.algo.kl_horizon
+                ),
+                entropy=EntropyController(
+                    cfg.algo.entropy_coef,
+                    target=cfg.algo.entropy_target,
+                    delta=cfg.algo.entropy_coef_delta,
                 ),
             ),
             checkpoint_files=small_files(cfg, policy=policy, tokenizer=tokenizer),

@@ -40,6 +40,7 @@ def _chunk_logprobs(
     weight_VH: Tensor,
     bias_V: Tensor | None,
     temperature: float,
+    entropy_grad: bool,
 ) -> tuple[Tensor, Tensor]:
     logits_NV = F.linear(hidden_NH, weight_VH, bias_V).float()
     if temperature != 1.0:
@@ -48,7 +49,7 @@ def _chunk_logprobs(
         logits_NV = logits_NV.div_(temperature)
     logp_NV = torch.log_softmax(logits_NV, dim=-1)
     picked_N = logp_NV.gather(-1, targets_N.unsqueeze(-1)).squeeze(-1)
-    with torch.no_grad():
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
         entropy_N = -(logp_NV.exp() * logp_NV).sum(-1)
     return picked_N, entropy_N
 
@@ -62,9 +63,11 @@ def token_logprobs(
     score_mask_BT: Tensor | None = None,
     packed: bool = False,
     temperature: float = 1.0,
+    entropy_grad: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Logprob of each token given its prefix, and the policy's entropy there, both of
-    ``softmax(logits / temperature)`` (the sampling temperature: module docstring).
+    ``softmax(logits / temperature)`` (the sampling temperature: module docstring); the
+    entropy with its gradient only with ``entropy_grad`` (an entropy bonus).
 
     Entry ``[b, t]`` is about token ``input_ids[b, t]`` predicted from positions
     ``< t``; column 0 is 0 (nothing predicts the first token). Right padding.
@@ -96,6 +99,7 @@ def token_logprobs(
             head.weight,
             head.bias,
             temperature,
+            entropy_grad,
         )
         if torch.is_grad_enabled():
             p, e = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
@@ -121,7 +125,8 @@ def token_logprobs(
 class TokenScorer(torch.nn.Module):
     """``token_logprobs`` of a causal LM as one module (see the module docstring).
     ``temperature``: the sampling temperature, ``rollout.temperature`` for every role
-    that scores sampled tokens (policy, old, reference)."""
+    that scores sampled tokens (policy, old, reference). ``entropy_grad``: the entropy
+    keeps its gradient (an entropy bonus trains through it)."""
 
     def __init__(
         self,
@@ -130,22 +135,27 @@ class TokenScorer(torch.nn.Module):
         chunk_tokens: int,
         packed: bool = False,
         temperature: float = 1.0,
+        entropy_grad: bool = False,
     ) -> None:
         super().__init__()
         self.model = model
         self.chunk_tokens, self.packed, self.temperature = chunk_tokens, packed, temperature
+        self.entropy_grad = entropy_grad
         if packed:
             use_packed_attention(model)
 
     @classmethod
     def of(cls, model: PreTrainedModel, cfg: RunConfig) -> TokenScorer:
         """The run's scorer of ``model``: ``train``'s chunks and packing, at the sampling
-        temperature (policy, old and reference logprobs are all of it)."""
+        temperature (policy, old and reference logprobs are all of it), with the entropy's
+        gradient when the run has an entropy bonus."""
+        algo = cfg.algo
         return cls(
             model,
             chunk_tokens=cfg.train.logprob_chunk_tokens,
             packed=cfg.train.packing,
             temperature=cfg.rollout.temperature,
+            entropy_grad=algo.entropy_coef > 0 or algo.entropy_target is not None,
         )
 
     def loss_logprobs(self, batch: TrainingBatch) -> Tensor:
@@ -164,4 +174,5 @@ class TokenScorer(torch.nn.Module):
             score_mask_BT=score_mask_BT,
             packed=self.packed,
             temperature=self.temperature,
+            entropy_grad=self.entropy_grad,
         )

@@ -66,11 +66,18 @@ class PolicyWorker:
             )
 
     def update(
-        self, batch: TrainingBatch, *, beta: float, mini_batch_size: int, version: int
+        self,
+        batch: TrainingBatch,
+        *,
+        beta: float,
+        mini_batch_size: int,
+        version: int,
+        entropy_coef: float = 0.0,
     ) -> dict[str, float]:
         """The policy's optimizer steps for one training step, then one LR-schedule step.
         ``version`` is the weight version being trained (staleness per token is measured
-        from it). Metrics are summed over the ranks (the same on every rank)."""
+        from it); ``beta`` and ``entropy_coef``: the step's KL and entropy-bonus
+        coefficients. Metrics are summed over the ranks (the same on every rank)."""
         batch = batch.to(torch.device(self.rank.device))
         self.scorer.train()
         metrics = policy_update(
@@ -81,6 +88,7 @@ class PolicyWorker:
             train=self.cfg.train,
             mini_batch_size=mini_batch_size,
             beta=beta,
+            entropy_coef=entropy_coef,
             version=version,
             autocast=self.autocast,
             rank=self.rank,

@@ -314,6 +314,7 @@ def policy_update(
     train: TrainConfig,
     mini_batch_size: int,
     beta: float = 0.0,
+    entropy_coef: float = 0.0,
     version: int | None = None,
     autocast: Callable[[], AbstractContextManager] = nullcontext,
     rank: Rank = SINGLE,
@@ -321,7 +322,8 @@ def policy_update(
     """Runs the policy's update and returns metrics averaged over its optimizer steps.
     ``version`` is the weight version being trained: a token's staleness is ``version``
     minus the version that sampled it (``batch.version_BT``), and the off-policy
-    statistics are logged per staleness level (``offpolicy/lag<k>/...``)."""
+    statistics are logged per staleness level (``offpolicy/lag<k>/...``). ``beta`` and
+    ``entropy_coef`` are the step's KL and entropy-bonus coefficients."""
     correction = correction_name(algo)
     whole_old_BT = _set_old_logprobs(
         scorer,
@@ -350,7 +352,12 @@ def policy_update(
         optimizer=optimizer,
         batch=batch,
         micro_loss=_policy_micro_loss(
-            scorer, algo=algo, beta=beta, cutoff=cutoff, autocast=autocast, first_pass=first_pass
+            scorer,
+            algo=algo,
+            coefs=(beta, entropy_coef),
+            cutoff=cutoff,
+            autocast=autocast,
+            first_pass=first_pass,
         ),
         num_iterations=algo.num_iterations,
         mini_batch_size=mini_batch_size,
@@ -410,14 +417,16 @@ def _policy_micro_loss(
     scorer: TokenScorer,
     *,
     algo: AlgoConfig,
-    beta: float,
+    coefs: tuple[float, float],
     cutoff: float | None,
     autocast: Callable[[], AbstractContextManager],
     first_pass: Callable[..., dict[str, Tensor]],
 ) -> MicroLoss:
-    """The policy's loss on a micro-batch (``algo/objective.micro_batch_loss``) with its
-    entropy, and in the first iteration ``first_pass``'s metrics of the logprobs before
-    the update."""
+    """The policy's loss on a micro-batch (``algo/objective.micro_batch_loss``, with the
+    KL and entropy-bonus coefficients ``coefs``) with its entropy (the mean, and the share
+    of tokens above ``algo.entropy_threshold``), and in the first iteration
+    ``first_pass``'s metrics of the logprobs before the update."""
+    beta, entropy_coef = coefs
 
     def micro_loss(micro: TrainingBatch, norm: LossNorm, iteration: int):
         with autocast():
@@ -438,8 +447,13 @@ def _policy_micro_loss(
             cfg=algo,
             beta=beta,
             m2po_cutoff=cutoff,
+            entropy_BT=entropy_BT.float(),
+            entropy_coef=entropy_coef,
         )
+        entropy_BT = entropy_BT.detach()
         metrics["entropy"] = token_mean(entropy_BT, micro.loss_mask_BT, norm=norm)
+        high_BT = (entropy_BT > algo.entropy_threshold).to(entropy_BT.dtype)
+        metrics["entropy/high_frac"] = token_mean(high_BT, micro.loss_mask_BT, norm=norm)
         if iteration == 0:
             before_BT = logprobs_BT.detach() if algo.old_logprobs == "engine" else old_BT
             metrics.update(first_pass(micro, before_BT, norm=norm))
