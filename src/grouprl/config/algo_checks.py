@@ -80,7 +80,8 @@ def _loss_problems(cfg: RunConfig) -> list[str]:
             f"{algo.policy_loss}; set algo.dual_clip_c=null."
         )
     problems += _ignored_keys(algo, chooser="policy_loss", table=LOSS_KEYS)
-    if algo.entropy_target is None and "entropy_coef_delta" in algo.model_fields_set:
+    delta_default = AlgoConfig.model_fields["entropy_coef_delta"].default
+    if algo.entropy_target is None and algo.entropy_coef_delta != delta_default:
         problems.append(
             f"algo.entropy_coef_delta={show(algo.entropy_coef_delta)} would be ignored: it is "
             "the adaptive entropy coefficient's step, which algo.entropy_target turns on. Set "
