@@ -2,7 +2,7 @@
 each of grouprl's entropy controls (docs/entropy.md), one `grouprl train` each.
 
 Per variant: the policy's mean token entropy on the first step and over the last three,
-the share of tokens above `algo.entropy_threshold` (`entropy/high_frac`) at the end, the
+the share of tokens above `algo.entropy_threshold` (`entropy_high_frac`) at the end, the
 training reward over the last three steps, and the held-out accuracy after the run.
 Saves a PNG of entropy and reward per step (one line per variant) beside the runs. The
 last line is the end entropy of the variant that keeps the most, over plain GRPO's.
@@ -82,7 +82,7 @@ def run(name: str, args: argparse.Namespace, work: Path) -> Result:
     return Result(
         name,
         entropy=[m["entropy"] for m in steps],
-        high_frac=[m["entropy/high_frac"] for m in steps],
+        high_frac=[m["entropy_high_frac"] for m in steps],
         reward=[m["reward/mean"] for m in steps],
         accuracy_after=summary.get("held_out_accuracy_after"),
     )

@@ -42,6 +42,8 @@ def test_the_high_entropy_mask_keeps_the_top_share_of_the_masked_tokens():
     # ceil(0.34 * 3) = 2 kept: the threshold is 0.5, and both tokens at it stay
     ties = high_entropy_mask(T([[0.5, 0.5, 0.1]]), T([[1, 1, 1]]), keep=0.34)
     assert ties.tolist() == [[True, True, False]]
+    # 0.7 * 10 is 7.000000000000001 in floating point: still 7 kept
+    assert int(high_entropy_mask(torch.arange(10.0)[None], torch.ones(1, 10), keep=0.7).sum()) == 7
     # one token at least, however small the share
     assert high_entropy_mask(T([[0.2, 0.4]]), T([[1, 1]]), keep=0.01).tolist() == [[False, True]]
 

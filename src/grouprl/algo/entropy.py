@@ -46,7 +46,7 @@ def high_entropy_mask(entropy_BT: Tensor, mask_BT: Tensor, *, keep: float) -> Te
     n = values_N.numel()
     if keep >= 1.0 or n == 0:
         return mask_BT
-    kept = max(math.ceil(keep * n), 1)
+    kept = max(math.ceil(keep * n - 1e-9), 1)  # 0.7 * 10 is 7.000000000000001: keep 7
     threshold = values_N.float().kthvalue(n - kept + 1).values
     return mask_BT & (entropy_BT.detach() >= threshold)
 
@@ -98,7 +98,7 @@ def fit_ceiling(entropies: list[float], rewards: list[float]) -> tuple[float, fl
 @dataclass
 class ExplorationWatch:
     """Each step's (entropy, mean reward); once ``MIN_POINTS`` are in, the fitted
-    ceiling b - a (``entropy/reward_ceiling``) and, once, a warning when the last reward
+    ceiling b - a (``entropy_reward_ceiling``) and, once, a warning when the last reward
     has covered ``EXHAUSTED`` of the way from the first to it."""
 
     entropies: list[float] = field(default_factory=list)

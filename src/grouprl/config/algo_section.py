@@ -82,7 +82,7 @@ class AlgoConfig(Section):
     name): the policy loss keeps this share of each micro-batch's generated tokens, those
     of highest entropy (the paper: 0.2); 1 keeps every token."""
     entropy_threshold: float = Field(default=0.672, gt=0)
-    """The token entropy above which `entropy/high_frac` (logged every step) counts a token
+    """The token entropy above which `entropy_high_frac` (logged every step) counts a token
     (0.672: the 80th percentile of the tokens in "Beyond the 80/20 Rule")."""
     dual_clip_c: float | None = Field(default=None, gt=1)
     """Dual-clip PPO: for negative advantages the `ppo_clip` loss is capped at -c * A

@@ -148,7 +148,7 @@ def _update_policy(
 
 def _watch_entropy(c: Components, metrics: dict[str, float], step: int) -> None:
     """After the update: the entropy bonus's coefficient it used (``entropy_coef``) and the
-    next one, and the reward ceiling that the entropy predicts (``entropy/reward_ceiling``,
+    next one, and the reward ceiling that the entropy predicts (``entropy_reward_ceiling``,
     with a warning once the run nears it: ``algo/entropy.py``)."""
     algo, entropy = c.cfg.algo, metrics.get("entropy")
     if algo.entropy_coef > 0 or algo.entropy_target is not None:
@@ -156,7 +156,7 @@ def _watch_entropy(c: Components, metrics: dict[str, float], step: int) -> None:
     c.state.entropy.update(entropy)
     ceiling, warning = c.state.exploration.add(entropy, metrics.get("reward/mean"))
     if ceiling is not None:
-        metrics["entropy/reward_ceiling"] = ceiling
+        metrics["entropy_reward_ceiling"] = ceiling
     if warning is not None:
         logger.warning("step %d: %s", step, warning)
 

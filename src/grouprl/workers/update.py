@@ -453,7 +453,7 @@ def _policy_micro_loss(
         entropy_BT = entropy_BT.detach()
         metrics["entropy"] = token_mean(entropy_BT, micro.loss_mask_BT, norm=norm)
         high_BT = (entropy_BT > algo.entropy_threshold).to(entropy_BT.dtype)
-        metrics["entropy/high_frac"] = token_mean(high_BT, micro.loss_mask_BT, norm=norm)
+        metrics["entropy_high_frac"] = token_mean(high_BT, micro.loss_mask_BT, norm=norm)
         if iteration == 0:
             before_BT = logprobs_BT.detach() if algo.old_logprobs == "engine" else old_BT
             metrics.update(first_pass(micro, before_BT, norm=norm))
