@@ -15,6 +15,12 @@ Three seeded stages, all on CPU in a few minutes:
    completions (of two completions the checker tells apart, the share the model orders
    the same way).
 
+4. normalisation: the mean and std of its scores over the training completions, stored in
+   ``config.json`` as ``mean`` and ``std`` (OpenRLHF's keys), which ``reward_model``'s
+   ``normalize: true`` reads. ``--stats-only`` computes just these for the model already
+   in ``--out`` (stage 1 draws the same completions: the same seed), leaving its weights
+   and held-out figures as they are.
+
 The result loads with ``AutoModelForSequenceClassification.from_pretrained(DIR)`` like any
 Hugging Face reward model. It has learned what the checker rewards only as far as these
 samples show it, so a policy trained against it can learn to please it instead: a run
@@ -29,6 +35,7 @@ import random
 from pathlib import Path
 
 import torch
+from tiny_models import sampled_answers
 from transformers import AutoTokenizer, Qwen2ForCausalLM, Qwen2ForSequenceClassification
 
 from grouprl.assets.arith import arith_split
@@ -40,42 +47,12 @@ DEFAULT_OUT = ROOT / "src/grouprl/assets/tiny-arith-rm"
 SEED = 0
 
 
-def sample(policy, tok, problems, *, samples: int, max_new_tokens: int = 64):
+def sample(policy, tok, problems, *, samples: int):
     """(prompt + completion ids, label, problem index) for K sampled answers to each problem."""
-    policy.eval()
     rows = []
-    prompts = [
-        tok.apply_chat_template(
-            [{"role": "user", "content": p.question}], add_generation_prompt=True, tokenize=False
-        )
-        for p in problems
-    ]
-    with torch.no_grad():
-        for start in range(0, len(prompts), 64):
-            enc = tok(
-                prompts[start : start + 64],
-                return_tensors="pt",
-                padding=True,
-                add_special_tokens=False,
-            )
-            out = policy.generate(
-                **enc,
-                max_new_tokens=max_new_tokens,
-                do_sample=True,
-                temperature=1.0,
-                top_k=0,
-                num_return_sequences=samples,
-                pad_token_id=tok.pad_token_id,
-                eos_token_id=tok.eos_token_id,
-            )
-            width = enc["input_ids"].shape[1]
-            for j, ids in enumerate(out):
-                i = start + j // samples
-                prompt = enc["input_ids"][j // samples][enc["attention_mask"][j // samples] == 1]
-                completion = [t for t in ids[width:].tolist() if t != tok.pad_token_id]
-                text = tok.decode(completion, skip_special_tokens=True)
-                label = math_answer(text, reference=problems[i].answer)
-                rows.append((prompt.tolist() + completion, label, i))
+    for i, prompt, completion in sampled_answers(policy, tok, problems, samples=samples):
+        text = tok.decode(completion, skip_special_tokens=True)
+        rows.append((prompt + completion, math_answer(text, reference=problems[i].answer), i))
     return rows
 
 
@@ -126,6 +103,18 @@ def agreement(rows, values: list[float]) -> tuple[float, float]:
     return right / len(rows), same / max(pairs, 1)
 
 
+def store_stats(out: Path, model, rows, *, pad_id: int) -> tuple[float, float]:
+    """The mean and (population) std of ``model``'s scores of ``rows``, written into
+    ``out/config.json`` as ``mean`` and ``std``."""
+    values = torch.tensor(scores(model, rows, pad_id=pad_id))
+    mean, std = values.mean().item(), values.std(correction=0).item()
+    path = out / "config.json"
+    config = json.loads(path.read_text())
+    config["mean"], config["std"] = mean, std
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return mean, std
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -135,6 +124,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--stats-only", action="store_true", help="only stage 4, on --out")
     args = parser.parse_args()
 
     torch.manual_seed(SEED)
@@ -143,6 +133,11 @@ def main() -> None:
     tok = AutoTokenizer.from_pretrained(POLICY)
     policy = Qwen2ForCausalLM.from_pretrained(POLICY)
     train = sample(policy, tok, arith_split("train")[: args.problems], samples=args.samples)
+    if args.stats_only:
+        model = Qwen2ForSequenceClassification.from_pretrained(args.out)
+        mean, std = store_stats(args.out, model, train, pad_id=tok.pad_token_id)
+        print(f"{len(train)} training completions: mean {mean:.4f}, std {std:.4f}")
+        return
     held = sample(policy, tok, arith_split("test")[: args.held_out], samples=args.samples)
     right = sum(label for _, label, _ in train) / len(train)
     print(f"{len(train)} completions to learn from ({right:.2f} right), {len(held)} held out")
@@ -190,6 +185,8 @@ def main() -> None:
         indent=2,
     )
     (args.out / "TRAINING.json").write_text(record)
+    mean, std = store_stats(args.out, model, train, pad_id=tok.pad_token_id)
+    print(f"scores over the training completions: mean {mean:.4f}, std {std:.4f}")
     print(f"saved to {args.out}")
 
 

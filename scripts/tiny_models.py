@@ -122,16 +122,22 @@ def train_sft(
             report(step, loss.item(), time.time() - start)
 
 
-def greedy_answers(model, tok, problems, *, max_new_tokens: int = 64) -> list[str]:
-    """The model's greedy answers to ``problems`` (each has a ``question``), in batches
-    of 100 through the chat template; the model is left in training mode."""
-    model.eval()
-    prompts = [
+def chat_prompts(tok, problems) -> list[str]:
+    """Each problem's question as the policy sees it: one user message, chat-templated,
+    with the generation prompt."""
+    return [
         tok.apply_chat_template(
             [{"role": "user", "content": p.question}], add_generation_prompt=True, tokenize=False
         )
         for p in problems
     ]
+
+
+def greedy_answers(model, tok, problems, *, max_new_tokens: int = 64) -> list[str]:
+    """The model's greedy answers to ``problems`` (each has a ``question``), in batches
+    of 100 through the chat template; the model is left in training mode."""
+    model.eval()
+    prompts = chat_prompts(tok, problems)
     texts: list[str] = []
     with torch.no_grad():
         for start in range(0, len(prompts), 100):
@@ -151,3 +157,40 @@ def greedy_answers(model, tok, problems, *, max_new_tokens: int = 64) -> list[st
             texts += tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     model.train()
     return texts
+
+
+def sampled_answers(
+    model, tok, problems, *, samples: int, max_new_tokens: int = 64
+) -> list[tuple[int, list[int], list[int]]]:
+    """``samples`` answers to each of ``problems`` drawn as the rollouts draw them
+    (temperature 1, no top-k), 64 problems per generate call: (problem index, prompt ids,
+    completion ids without padding) each. The model is left in eval mode."""
+    model.eval()
+    prompts = chat_prompts(tok, problems)
+    out: list[tuple[int, list[int], list[int]]] = []
+    with torch.no_grad():
+        for start in range(0, len(prompts), 64):
+            enc = tok(
+                prompts[start : start + 64],
+                return_tensors="pt",
+                padding=True,
+                add_special_tokens=False,
+            )
+            generated = model.generate(
+                **enc,
+                max_new_tokens=max_new_tokens,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                num_return_sequences=samples,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+            )
+            width = enc["input_ids"].shape[1]
+            for j, ids in enumerate(generated):
+                row = j // samples
+                prompt = enc["input_ids"][row][enc["attention_mask"][row] == 1].tolist()
+                completion = [t for t in ids[width:].tolist() if t != tok.pad_token_id]
+                out.append((start + row, prompt, completion))
+            print(f"sampled {len(out)} of {len(problems) * samples}", flush=True)
+    return out

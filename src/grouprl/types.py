@@ -139,6 +139,10 @@ class Trajectory:
     correct: bool = False
     row: dict[str, Any] = field(default_factory=dict)
     stop_reason: str = ""
+    teacher_logprobs: list[float] | None = None
+    """On-policy distillation: the teacher's logprob of each of the model's generated
+    tokens, turn after turn (``generated_tokens`` of them; tool and environment tokens
+    have none); None without a teacher, or where the teacher failed on the sample."""
 
     @property
     def trains(self) -> bool:
@@ -176,6 +180,7 @@ class TrainingBatch:
     engine_logprobs_BT: Tensor  # the engine's sampled-token logprobs, aligned to input_ids
     old_logprobs_BT: Tensor | None = None  # trainer logprobs of the sampling policy
     ref_logprobs_BT: Tensor | None = None  # frozen reference, when algo.beta > 0
+    teacher_logprobs_BT: Tensor | None = None  # the teacher's, when algo.teacher_coef > 0
     old_values_BT: Tensor | None = None  # critic values the advantages were computed with
     returns_BT: Tensor | None = None  # the critic's regression targets
     replica_BT: Tensor | None = None  # long: the replica that sampled each generated token
@@ -239,7 +244,7 @@ def trajectory_to_dict(t: Trajectory) -> dict[str, Any]:
         "correct": t.correct,
         "row": _json_value(t.row, where="row"),
         "stop_reason": t.stop_reason,
-    }
+    } | _teacher_to_dict(t.teacher_logprobs)
 
 
 def trajectory_from_dict(d: dict[str, Any]) -> Trajectory:
@@ -269,6 +274,7 @@ def trajectory_from_dict(d: dict[str, Any]) -> Trajectory:
             correct=bool(d.get("correct", False)),
             row=_json_unvalue(d.get("row", {})),
             stop_reason=d.get("stop_reason", ""),
+            teacher_logprobs=_teacher_from_dict(d.get("teacher_logprobs")),
         )
     except (KeyError, TypeError, AttributeError, ValueError) as err:
         head = f"prompt_index={d.get('prompt_index')!r}" if isinstance(d, dict) else repr(d)
@@ -277,6 +283,16 @@ def trajectory_from_dict(d: dict[str, Any]) -> Trajectory:
             "written by grouprl.types.trajectory_to_dict: the checkpoint's rollout state is "
             "damaged or from another program (resume from an earlier checkpoint)"
         ) from err
+
+
+def _teacher_to_dict(logprobs: list[float] | None) -> dict[str, Any]:
+    """The teacher's logprobs as a record's key, none when there are none (a record
+    without a teacher is written as before the key existed)."""
+    return {} if logprobs is None else {"teacher_logprobs": [_float(v) for v in logprobs]}
+
+
+def _teacher_from_dict(logprobs: list[object] | None) -> list[float] | None:
+    return None if logprobs is None else [_unfloat(v) for v in logprobs]
 
 
 def _turn_to_dict(turn: Turn, *, where: str) -> dict[str, Any]:

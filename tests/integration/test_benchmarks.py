@@ -195,6 +195,47 @@ def entropy_figures(out: str) -> None:
     assert "plot: " in out and "entropy.png" in out
 
 
+def distill_figures(out: str) -> None:
+    """The teacher scored, two tiny runs (--smoke: 2 steps each, hf), the samples each
+    needed, and their quotient last."""
+    assert "at most 2 steps per run, held-out accuracy on 4 problems every 1 steps" in out
+    (teacher,) = figures(out, r"teacher builtin:tiny-arith-teacher: held-out accuracy #; .*")
+    assert_range(teacher, 0, 1, "the teacher's accuracy")
+    samples = {}
+    for name in ("grpo", "distill"):
+        before, last, best, needed = figures(out, name + r" +# +# +# +(?:step \d+|never) +#")
+        for accuracy in (before, last, best):
+            assert_range(accuracy, 0, 1, f"{name}'s held-out accuracy")
+        samples[name] = needed
+    (ratio,) = figures(out, r"distillation sample advantage: #x")
+    if float(samples["distill"]) > 0:
+        assert_quotient(ratio, samples["grpo"], samples["distill"])
+    assert "plot: " in out and "distill.png" in out
+
+
+def reward_model_figures(out: str) -> None:
+    """Two tiny runs (--smoke: the checker and the reward model as the reward, 2 steps
+    each, hf): accuracies are shares, the ratio is the two held-out accuracies after."""
+    assert "tiny-arith, 2 steps per run, engine hf" in out
+    after = {}
+    for name in ("checker", "reward_model"):
+        before, end, train_accuracy = figures(out, re.escape(name) + r" +# +# +# .*")
+        for share in (before, end, train_accuracy):
+            assert_range(share, 0, 1, f"{name}'s accuracy")
+        after[name] = end
+    line = re.search(r"^agreement per step: (.*)$", out, re.MULTILINE)
+    assert line, out
+    for agreement in line.group(1).split():  # n/a: a step whose checker told no pair apart
+        if agreement != "n/a":
+            assert_range(agreement, 0, 1, "the reward model's agreement")
+    ratio, rm, checker, _ = figures(
+        out, r"held-out accuracy after, reward model / checker: #x \(# vs #; both from #\)"
+    )
+    assert (rm, checker) == (after["reward_model"], after["checker"])
+    assert_quotient(ratio, rm, checker)
+    assert "plot: " in out and "reward_model.png" in out
+
+
 def step_time_figures(out: str, *, steps: int = 1, overrides: str = "") -> None:
     """The work asked for (--smoke: 2 prompts x 2 x 4 tokens), every completion forced to
     its full length: tokens per step is exact."""
@@ -272,6 +313,14 @@ SMOKES = {
     "sandbox": Smoke("sandbox.py", rf"sandbox/bare: {NUMBER}x", figures=sandbox_figures),
     "entropy": Smoke(
         "entropy.py", rf"most entropy kept: {NUMBER}x \(.*\)", figures=entropy_figures
+    ),
+    "reward_model": Smoke(
+        "reward_model.py",
+        rf"held-out accuracy after, reward model / checker: {NUMBER}x \(.*\)",
+        figures=reward_model_figures,
+    ),
+    "distill": Smoke(
+        "distill.py", rf"distillation sample advantage: {NUMBER}x", figures=distill_figures
     ),
 }
 ROLLOUT = Smoke("rollout.py", rf"grouprl / raw vLLM tokens/s: {NUMBER}", figures=rollout_figures)

@@ -1,6 +1,6 @@
 """The ``algo`` section's cross-field checks: what the advantage estimator needs (a critic,
 per-sequence advantages, turns), the loss's keys, the off-policy correction against the
-rollout's staleness, and the critic's warmup. No torch here."""
+rollout's staleness, the critic's warmup, and the teacher term's teacher. No torch here."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ def algo_problems(cfg: RunConfig) -> list[str]:
         *_loss_problems(cfg),
         *_correction_problems(cfg),
         *_critic_warmup_problems(cfg),
+        *_teacher_problems(cfg),
     ]
 
 
@@ -48,7 +49,9 @@ def _estimator_problems(cfg: RunConfig, traits: EstimatorTraits) -> list[str]:
     algo = cfg.algo
     problems = []
     if algo.policy_loss == "gspo" and per_token_advantages(cfg):
-        if traits.needs_values:
+        if algo.teacher_coef > 0:
+            why = f"algo.teacher_coef={show(algo.teacher_coef)} gives each token its own"
+        elif traits.needs_values:
             why = f"{algo.advantage} gives each token its own advantage"
         elif traits.token_returns:
             why = f"algo.kl_in=reward makes {algo.advantage}'s returns differ per token"
@@ -152,10 +155,49 @@ def _critic_warmup_problems(cfg: RunConfig) -> list[str]:
     return []
 
 
+def _teacher_problems(cfg: RunConfig) -> list[str]:
+    """A teacher term needs a teacher (a teacher without a term: ``config/teacher.py``);
+    dynamic sampling would drop the groups the teacher term teaches."""
+    algo, teacher = cfg.algo, cfg.teacher
+    fix = (
+        "Set teacher.path to a model with the policy's tokenizer and chat format (e.g. "
+        "teacher.path=builtin:tiny-arith-teacher for builtin:tiny-arith)"
+    )
+    if algo.teacher_coef > 0 and teacher is None:
+        if algo.name == "distill":
+            return [
+                "algo.name=distill learns from a teacher model, and the config has no "
+                f"teacher: section. {fix}, or choose algo.name=grpo to learn from the task "
+                "reward alone."
+            ]
+        return [
+            f"algo.teacher_coef={show(algo.teacher_coef)} weights a teacher term, and the "
+            f"config has no teacher: section. {fix}, or set algo.teacher_coef=0."
+        ]
+    problems = []
+    if algo.teacher_coef == 0 and algo.name == "distill" and teacher is None:
+        # with a teacher: config/teacher.teacher_problems says it is given no term
+        problems.append(
+            "algo.name=distill with algo.teacher_coef=0 has no teacher term: it would train "
+            "on the task reward alone. Set algo.teacher_coef > 0 (the preset's 1.0) and a "
+            "teacher: section, or algo.name=grpo."
+        )
+    if algo.teacher_coef > 0 and algo.dynamic_sampling:
+        problems.append(
+            "algo.dynamic_sampling=true drops groups whose rewards are all equal, but "
+            f"algo.teacher_coef={show(algo.teacher_coef)} gives such groups a per-token signal "
+            "(and a pure distillation recipe's rewards are all equal): set "
+            "algo.dynamic_sampling=false."
+        )
+    return problems
+
+
 def per_token_advantages(cfg: RunConfig) -> bool:
-    """Whether the advantage estimator can give the tokens of one sample different values."""
+    """Whether the advantage estimator (or the teacher term) can give the tokens of one
+    sample different values."""
     algo = cfg.algo
-    return estimator_per_token(algo.advantage, kl_rewards=algo.kl_in == "reward" and algo.beta > 0)
+    kl_rewards = algo.kl_in == "reward" and algo.beta > 0
+    return algo.teacher_coef > 0 or estimator_per_token(algo.advantage, kl_rewards=kl_rewards)
 
 
 CORRECTION_KEYS = {

@@ -14,9 +14,9 @@ from grouprl.config.section import Section
 
 
 class AlgoConfig(Section):
-    name: Literal["grpo", "dr_grpo", "gspo", "dapo", "rloo", "reinforce_pp", "ppo", "mt_grpo"] = (
-        "grpo"
-    )
+    name: Literal[
+        "grpo", "dr_grpo", "gspo", "dapo", "rloo", "reinforce_pp", "ppo", "mt_grpo", "distill"
+    ] = "grpo"
     """The algorithm preset: it fills in the keys below that the recipe leaves out (its
     paper's choices, listed in `config/algorithms.py` and docs/algorithms.md); keys the
     recipe or an override sets win."""
@@ -147,6 +147,12 @@ class AlgoConfig(Section):
     """`token_mask` and `seq_mask`: the band [low, high] the importance ratio must stay in."""
     m2po_threshold: float = Field(default=0.04, gt=0)
     """`m2po`: the bound on the mean squared log-ratio of the tokens that stay in the loss."""
+    teacher_coef: float = Field(default=0.0, ge=0)
+    """On-policy distillation (docs/distillation.md): each generated token's advantage
+    gains c x (log pi_teacher - log pi_sampler) of that token, the negative reverse KL to
+    the `teacher:` model, undiscounted, added to the task reward's advantage; 0: no
+    teacher term. `algo.name=distill` sets 1; with another preset it combines a teacher
+    with the task reward. Needs a `teacher:` section."""
     mismatch_alarm: float = Field(default=0.05, gt=0)
     """A warning when a step's mean per-token KL between the engine's (behaviour) and the
     trainer's policy, at any staleness level, passes this (`offpolicy/lag<k>/kl`)."""

@@ -74,6 +74,13 @@ ALGORITHMS: dict[str, Algorithm] = {
         "Schulman et al. 2017 (arXiv:1707.06347); GAE: Schulman et al. 2015 (arXiv:1506.02438)",
         _keys("gae"),
     ),
+    "distill": Algorithm(
+        "On-policy distillation (per-token reverse KL to a teacher)",
+        "Agarwal et al. 2024, GKD (arXiv:2306.13649); Lu and Thinking Machines Lab 2025, "
+        "On-Policy Distillation; Qwen3 Technical Report (arXiv:2505.09388)",
+        # GRPO's estimator for the task reward (weight 0 in a pure distillation recipe)
+        _keys("grpo", teacher_coef=1.0),
+    ),
 }
 
 

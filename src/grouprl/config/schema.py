@@ -16,6 +16,7 @@ from grouprl.config.observe import MetricsConfig
 from grouprl.config.reward import RewardConfig
 from grouprl.config.rollout import RolloutConfig
 from grouprl.config.section import Section, name_sections
+from grouprl.config.teacher import TeacherConfig
 from grouprl.config.train import ClusterConfig, CriticConfig, TrainConfig, TrainerConfig
 
 
@@ -34,6 +35,9 @@ class RunConfig(Section):
     """The environment: single-turn tasks, or multi-turn tool use."""
     critic: CriticConfig | None = None
     """The value model for `algo.advantage=gae` (PPO); null for critic-free algorithms."""
+    teacher: TeacherConfig | None = None
+    """The frozen model whose logprobs of the sampled tokens distillation learns from
+    (`algo.teacher_coef`, `algo.name=distill`); null: none."""
     train: TrainConfig = TrainConfig()
     trainer: TrainerConfig = TrainerConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()

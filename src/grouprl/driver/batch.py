@@ -22,7 +22,9 @@ def build_batch(
     ``replica_BT`` says which sampled each generated token (-1 elsewhere).
     ``version_BT`` is the weight version that sampled each generated token
     (``Completion.versions``; a completion without them: the trajectory's
-    ``weight_version``), -1 elsewhere. Advantages start at zero.
+    ``weight_version``), -1 elsewhere. The teacher's logprobs (``teacher_logprobs_BT``,
+    when any trajectory has them) sit where the engine's do, 0 in a row without them.
+    Advantages start at zero.
     """
     rows = [t.sequence_ids() for t in trajectories]
     width = max(len(ids) for ids in rows)
@@ -34,14 +36,17 @@ def build_batch(
     engine_lp = torch.zeros((B, width), dtype=torch.float32)
     replica = torch.full((B, width), -1, dtype=torch.long)
     version = torch.full((B, width), -1, dtype=torch.long)
+    teacher_lp = torch.zeros((B, width), dtype=torch.float32)
     for b, (traj, ids) in enumerate(zip(trajectories, rows, strict=True)):
         input_ids[b, : len(ids)] = torch.tensor(ids)
         attention[b, : len(ids)] = 1
         truncated = mask_truncated and traj.completion.finish_reason == "length"
         in_loss = traj.trains and not truncated
-        start = len(traj.prompt_ids)
+        start, teacher = len(traj.prompt_ids), _teacher_turns(traj)
         for k, turn in enumerate(traj.turns):
             end = start + len(turn.completion.token_ids)
+            if teacher is not None:
+                teacher_lp[b, start:end] = torch.tensor(teacher[k], dtype=torch.float32)
             loss_mask[b, start:end] = float(in_loss)
             turn_index[b, start:end] = k
             replica[b, start:end] = turn.completion.replica
@@ -57,7 +62,28 @@ def build_batch(
         engine_logprobs_BT=engine_lp,
         replica_BT=replica if int(replica.max()) > 0 else None,
         version_BT=version,
+        teacher_logprobs_BT=teacher_lp
+        if any(t.teacher_logprobs is not None for t in trajectories)
+        else None,
     )
+
+
+def _teacher_turns(traj: Trajectory) -> list[list[float]] | None:
+    """``traj.teacher_logprobs`` cut into its model turns (None: it has none)."""
+    logprobs = traj.teacher_logprobs
+    if logprobs is None:
+        return None
+    if len(logprobs) != traj.generated_tokens:
+        raise ValueError(
+            f"a trajectory of prompt index {traj.prompt_index} has {len(logprobs)} teacher "
+            f"logprobs for {traj.generated_tokens} generated tokens: one per token, or none"
+        )
+    turns, start = [], 0
+    for turn in traj.turns:
+        end = start + len(turn.completion.token_ids)
+        turns.append(logprobs[start:end])
+        start = end
+    return turns
 
 
 def token_versions(completion: Completion, traj: Trajectory) -> list[int]:

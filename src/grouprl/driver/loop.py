@@ -1,13 +1,14 @@
 """The training loop: algorithm-blind orchestration of one step after another.
 
 c.rollouts.take (driver/source.py): prompt rows ─► engine.generate (weights v) ─► rewards
-    ▲                                                        │     (+ overlong shaping)
+    ▲                                                        │     (+ overlong shaping,
+    │                                                        │  the teacher's logprobs)
     └── more prompts while groups carry no signal ◄──────────┤ (dynamic sampling)
                                                              ▼
 TrainingBatch ─► failed samples (and groups left too small) out of the loss
           │      (no sample left: no update this step)
           ▼
-[reference / old logprobs, critic values, as the config needs]
+[reference / old logprobs, critic values, as the config needs; the teacher's term]
           │
           ▼
 advantages (algo registry) ─► critic update ─► policy update ─► KL coefficient
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 
 import torch
 from torch import Tensor
@@ -36,6 +38,7 @@ from torch import Tensor
 from grouprl.algo.advantages import ADVANTAGES, AdvantageInputs
 from grouprl.algo.aggregate import LossNorm, token_mean
 from grouprl.algo.corrections import mismatch_alarms
+from grouprl.algo.distill import reverse_kl, teacher_advantages
 from grouprl.algo.kl import kl_rewards
 from grouprl.algo.shaping import policy_learns
 from grouprl.algo.traits import ESTIMATORS
@@ -87,6 +90,8 @@ def train_step(c: Components, trajectories: list[Trajectory], step: int) -> dict
         cfg=algo,
     )
     batch.advantages_BT = advantages.advantages_BT
+    if algo.teacher_coef > 0:
+        batch.advantages_BT = _teacher_term(c, batch, trajectories, valid_B, metrics)
     batch.returns_BT = advantages.returns_BT
     if c.critic is not None:
         metrics.update(c.critic.call(CriticWorker.update, batch, mini_batch_size=c.mini_batch_size))
@@ -123,6 +128,45 @@ def _kl_rewards(
     for t, kl in zip(trajectories, token_rewards_BT.sum(dim=1).tolist(), strict=True):
         record_parts(t, kl=kl)
     return token_rewards_BT
+
+
+def _teacher_term(
+    c: Components,
+    batch: TrainingBatch,
+    trajectories: list[Trajectory],
+    valid_B: Tensor,
+    metrics: dict[str, float],
+) -> Tensor:
+    """The advantages with the teacher's term added (``algo/distill.py``) on the samples
+    that train, and ``distill/reverse_kl`` over their tokens. A sample that trains without
+    the teacher's logprobs is one whose teacher call failed under ``reward.on_error=zero``:
+    it trains on the task reward's advantage alone."""
+    has_B = torch.tensor([t.teacher_logprobs is not None for t in trajectories])
+    teacher_BT = batch.teacher_logprobs_BT
+    if teacher_BT is None:
+        teacher_BT = torch.zeros_like(batch.engine_logprobs_BT)
+    unscored = [
+        t
+        for t, v, h in zip(trajectories, valid_B.tolist(), has_B.tolist(), strict=True)
+        if v and not h and t.reward_parts.failure is None
+    ]
+    if unscored:  # every round asks the teacher (driver/rollouts.generate_round)
+        raise RuntimeError(
+            f"{len(unscored)} samples (prompt index {unscored[0].prompt_index}) would train "
+            "without the teacher's logprobs, and no failure left them out"
+        )
+    mask_BT = batch.loss_mask_BT * (valid_B & has_B)[:, None]
+    if mask_BT.any():
+        metrics["distill/reverse_kl"] = reverse_kl(
+            teacher_BT=teacher_BT, sampler_BT=batch.engine_logprobs_BT, mask_BT=mask_BT
+        )
+    return teacher_advantages(
+        batch.advantages_BT,
+        teacher_BT=teacher_BT,
+        sampler_BT=batch.engine_logprobs_BT,
+        mask_BT=mask_BT,
+        coef=c.cfg.algo.teacher_coef,
+    )
 
 
 def _update_policy(
@@ -321,7 +365,8 @@ def one_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, floa
     t0 = time.perf_counter()
     trajectories, metrics = take_batch(c)
     t1 = time.perf_counter()
-    with c.engine.released():  # a colocated engine sleeps while training uses the GPU
+    # colocated engines (the teacher's too) sleep while training uses the GPU
+    with c.engine.released(), c.teacher.released() if c.teacher else nullcontext():
         metrics.update(train_step(c, trajectories, step))
     _watch_entropy(c, metrics, step)
     t2 = time.perf_counter()

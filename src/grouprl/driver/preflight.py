@@ -13,12 +13,15 @@ from grouprl.assets import model_path_problem
 from grouprl.config.checks import Derived, close_function
 from grouprl.config.imports import is_import_path
 from grouprl.config.schema import RunConfig
+from grouprl.config.teacher_checks import teacher_problems
 from grouprl.data.peek import source_problems
 from grouprl.envs.loader import env_config_problems
 from grouprl.plan.check import check_run
 from grouprl.rewards.data_checks import verl_row_problems
 from grouprl.rewards.graders import grader_problems
+from grouprl.rewards.judge_checks import judge_problems
 from grouprl.rewards.registry import REWARD_FUNCTIONS, reward_problems
+from grouprl.rewards.reward_model_checks import reward_model_problems
 from grouprl.rollout.gateway.worker import agent_problems
 from grouprl.rollout.row_checks import answer_fields, row_findings
 from grouprl.sandbox.isolation import isolation_problems
@@ -48,10 +51,15 @@ def input_problems(
     problems += reward_problems(
         cfg.reward.functions, missing_ok=missing_ok, timeout_s=cfg.reward.sandbox.timeout_s
     )
+    problems += reward_model_problems(  # reward_model entries: docs/reward-models.md
+        cfg.reward.functions, policy=cfg.model.path, missing_ok=missing_ok
+    )
+    problems += judge_problems(cfg, missing_ok=missing_ok)  # llm_judge entries: docs/judges.md
     problems += correct_function_typo(cfg)
     problems += grader_problems(cfg.reward.functions, cfg.data, missing_ok=missing_ok)
     problems += verl_row_problems(cfg.reward.functions, cfg.data, missing_ok=missing_ok)
     problems += model_path_problems(cfg, missing_ok=missing_ok)
+    problems += teacher_problems(cfg, missing_ok=missing_ok)  # teacher.*: docs/distillation.md
     if not missing_ok:  # (the job's machine may allow namespaces this one refuses)
         problems += isolation_problems(cfg)  # *.sandbox.require_isolation
     sources = []

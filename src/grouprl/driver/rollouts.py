@@ -1,5 +1,6 @@
-"""A step's rollout side: one round generated, scored and judged (``generate_round``, what
-every ``RolloutSource`` calls), and the batch taken with its metrics (``take_batch``).
+"""A step's rollout side: one round generated, scored (the teacher's logprobs asked, in
+distillation) and judged (``generate_round``, what every ``RolloutSource`` calls), and the
+batch taken with its metrics (``take_batch``).
 Sample shapes: B samples (prompts x ``rollout.n``)."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from grouprl.rewards.scoring import RewardScores
 from grouprl.rewards.scoring import metrics as reward_metrics
 from grouprl.rollout.episodes import episode_metrics
 from grouprl.rollout.reward import record_parts
+from grouprl.rollout.teacher_scores import ask_teacher
 from grouprl.seeds import step_seed
 from grouprl.types import Trajectory
 
@@ -54,9 +56,15 @@ def generate_round(c: Components, rows: list[int], index: int, attempt: int = 0)
                 factor=cfg.algo.overlong_penalty,
             )
             record_parts(t, overlong=penalty)
+    teacher_s = 0.0
+    if c.teacher is not None:  # the teacher's logprobs, per group, before any batch
+        teacher_s = ask_teacher(
+            trajectories, teacher=c.teacher, group_size=cfg.rollout.n, on_error=cfg.reward.on_error
+        )
     reward_s = c.score.seconds
-    generate_s = time.perf_counter() - t0 - reward_s
-    stats = RoundStats(trajectories, [scores], generate_s, reward_s, c.engine.drain_metrics())
+    generate_s = time.perf_counter() - t0 - reward_s - teacher_s
+    replicas = c.engine.drain_metrics()
+    stats = RoundStats(trajectories, [scores], generate_s, reward_s, replicas, teacher_s)
     n = cfg.rollout.n
     groups = [trajectories[i : i + n] for i in range(0, len(trajectories), n)]
     keep = [True] * len(groups)
@@ -111,6 +119,8 @@ def rollout_metrics(c: Components, rounds: list[RoundStats]) -> dict[str, float]
     if c.cfg.algo.overlong_buffer is not None:
         overlong = sum(t.reward_parts.overlong or 0.0 for t in generated)
         metrics["reward/overlong"] = overlong / len(generated)
+    if c.teacher is not None:
+        metrics["distill/teacher_seconds"] = sum(r.teacher_s for r in rounds)
     metrics.update(episode_metrics(generated))
     return metrics
 

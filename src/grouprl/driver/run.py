@@ -132,6 +132,7 @@ def build(cfg: RunConfig) -> Iterator[Components]:
             hardware=hardware,
             rollouts=source,
             env=env,
+            teacher=parts.teacher,
         )
         yield c
 
@@ -151,7 +152,7 @@ def _start_rollout(cfg: RunConfig, side: RolloutBuilder, group: WorkerGroup) -> 
         f"starting the {cfg.rollout.engine} rollout engine"
         + (f" ({replicas} replicas)" if replicas > 1 else "")
     )
-    parts = side.start(places=group.places)
+    parts = side.start(places=group.places, teacher=True)
     _log_weight_routes(parts.engine, group)
     return parts
 

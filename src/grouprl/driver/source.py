@@ -55,6 +55,7 @@ class RoundStats:
     generate_s: float
     reward_s: float
     replicas: dict[str, float]
+    teacher_s: float = 0.0  # asking the distillation teacher (not in generate_s)
 
 
 @dataclass

@@ -74,6 +74,10 @@ class RolloutHost:
     def generate(self, prompts: list[list[int]], settings: SamplingSettings):
         return self.engine.generate(prompts, settings)
 
+    def token_logprobs(self, ids: list[list[int]], starts: list[int]) -> list[list[float]]:
+        """The engine's logprobs of given tokens (a teacher replica: ``engines/teacher.py``)."""
+        return self.engine.token_logprobs(ids, starts)  # type: ignore[attr-defined]
+
     def stage_weights(
         self, weights: dict[str, Tensor], version: int, last: bool, lora_scaling: float | None
     ) -> int:
@@ -134,6 +138,18 @@ class ActorEngine(TwoStepPush):
             on_gpu=self.on_gpu,
         )
         return self.get(self.actor.generate.remote(prompts, settings), "a generation", bound)
+
+    def token_logprobs(self, ids: list[list[int]], starts: list[int]) -> list[list[float]]:
+        """The replica's logprobs of given tokens (``engines/teacher.py``), bounded as a
+        generation of one token per sequence."""
+        bound = generation_bound(
+            self.timeout_s,
+            prefill_tokens=sum(map(len, ids)),
+            sequences=len(ids),
+            new_tokens=len(ids),
+            on_gpu=self.on_gpu,
+        )
+        return self.get(self.actor.token_logprobs.remote(ids, starts), "scoring tokens", bound)
 
     def _stage(
         self, named_tensors: NamedTensors, *, version: int, last: bool, lora_scaling: float | None

@@ -80,6 +80,37 @@ class HFEngine(TwoStepPush):
         return [g if per_prompt == n else replicate(g[0], n) for g in groups]
 
     @torch.no_grad()
+    def token_logprobs(self, ids: list[list[int]], starts: list[int]) -> list[list[float]]:
+        """``teacher.Teacher.token_logprobs`` on this engine: one forward pass per batch of
+        sequences (left-padded, so every sequence ends in the last column and only the
+        last K positions' logits are computed; at most ``max_batch_rows`` sequences and
+        ``LOGITS_BUDGET`` logits a batch), ``log_softmax`` in float32 at temperature 1, the
+        given token gathered."""
+        model = self.model
+        if model is None:
+            raise RuntimeError("the hf engine was closed")
+        vocab = model.get_output_embeddings().weight.shape[0]
+        out: list[list[float]] = []
+        for part in _score_batches(ids, starts, vocab=vocab, max_rows=self.max_batch_rows):
+            rows, begin = ids[part], starts[part]
+            input_ids_BT, attention_BT = _left_pad(rows, self._pad_id, self.device)
+            position_BT = (attention_BT.cumsum(-1) - 1).clamp(min=0)
+            # position t - 1 predicts token t: the last K positions cover every scored one
+            K = max(len(s) - b for s, b in zip(rows, begin, strict=True)) + 1
+            logits_BKV = model(
+                input_ids=input_ids_BT,
+                attention_mask=attention_BT,
+                position_ids=position_BT,
+                logits_to_keep=K,
+            ).logits
+            for b, (seq, start) in enumerate(zip(rows, begin, strict=True)):
+                n = len(seq) - start
+                logp_NV = logits_BKV[b, K - 1 - n : K - 1].float().log_softmax(-1)
+                target_N = torch.tensor(seq[start:], device=self.device)
+                out.append(logp_NV.gather(1, target_N[:, None])[:, 0].tolist())
+        return out
+
+    @torch.no_grad()
     def _stage(
         self, named_tensors: NamedTensors, *, version: int, last: bool, lora_scaling: float | None
     ) -> None:
@@ -200,6 +231,30 @@ class HFEngine(TwoStepPush):
             finish_reason="stop" if stopped else "length",
             text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
         )
+
+
+LOGITS_BUDGET = 1 << 28
+"""Logits one scoring batch may hold (B x K x V: 0.5 GiB in bfloat16): a 150k-token
+vocabulary over long completions would otherwise take tens of GiB."""
+
+
+def _score_batches(
+    ids: list[list[int]], starts: list[int], *, vocab: int, max_rows: int
+) -> list[slice]:
+    """Consecutive batches of sequences whose scored positions' logits (rows x the
+    longest scored span + 1, x ``vocab``) stay within ``LOGITS_BUDGET``, at most
+    ``max_rows`` rows each, at least one."""
+    out, first, widest = [], 0, 0
+    for i, (seq, start) in enumerate(zip(ids, starts, strict=True)):
+        span = max(widest, len(seq) - start + 1)
+        rows = i - first + 1
+        if i > first and (rows > max_rows or rows * span * vocab > LOGITS_BUDGET):
+            out.append(slice(first, i))
+            first, span = i, len(seq) - start + 1
+        widest = span
+    if first < len(ids):
+        out.append(slice(first, len(ids)))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)

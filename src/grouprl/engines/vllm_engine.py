@@ -214,6 +214,27 @@ class VLLMEngine(TwoStepPush):
         groups = [[_completion(c, next(texts)) for c in group] for group in ordered]
         return [g if per_prompt == n else replicate(g[0], n) for g in groups]
 
+    def token_logprobs(self, ids: list[list[int]], starts: list[int]) -> list[list[float]]:
+        """``teacher.Teacher.token_logprobs`` on this engine: each sequence is a prompt
+        whose prompt logprobs (``prompt_logprobs=0``: the given token's only) vLLM computes
+        at temperature 1 from the raw logits (its sampling processors do not touch prompt
+        tokens); one greedy token is generated and dropped. vLLM skips its prefix cache
+        for such requests, so every position is computed here. A sequence must be
+        shorter than the engine's ``max_model_len``."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(
+            max_tokens=1, temperature=0.0, prompt_logprobs=0, flat_logprobs=True, detokenize=False
+        )
+        outputs = self._llm.generate(
+            [TokensPrompt(prompt_token_ids=list(s)) for s in ids], params, use_tqdm=False
+        )
+        return [
+            _given_logprobs(out.prompt_logprobs, seq, start)
+            for out, seq, start in zip(outputs, ids, starts, strict=True)
+        ]
+
     @contextmanager
     def released(self) -> Iterator[None]:
         """Frees the engine's GPU memory for the block (sleep level 1: weights to host
@@ -283,3 +304,19 @@ def _completion(output, text: str) -> Completion:
         finish_reason=output.finish_reason,
         text=text,
     )
+
+
+def _given_logprobs(flat, seq: list[int], start: int) -> list[float]:
+    """Position ``t``'s logprob of ``seq[t]`` for t >= ``start``, from a request's
+    ``FlatLogprobs`` prompt logprobs (position 0 has none; each other position holds the
+    given token first)."""
+    if flat is None or len(flat.start_indices) != len(seq):
+        got = None if flat is None else len(flat.start_indices)
+        raise RuntimeError(f"vLLM returned prompt logprobs for {got} of {len(seq)} positions")
+    out = []
+    for t in range(start, len(seq)):
+        i = flat.start_indices[t]
+        if flat.end_indices[t] <= i or flat.token_ids[i] != seq[t]:
+            raise RuntimeError(f"vLLM's prompt logprobs at position {t} are not of token {seq[t]}")
+        out.append(float(flat.logprobs[i]))
+    return out

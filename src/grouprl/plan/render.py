@@ -22,9 +22,11 @@ from grouprl.plan.async_rows import async_rows
 from grouprl.plan.batch_rows import batch_rows, token_rows
 from grouprl.plan.env_rows import env_rows
 from grouprl.plan.layout import PlanView, Section
+from grouprl.plan.reward_model_rows import reward_model_rows
 from grouprl.plan.rollout_rows import rollout_rows
 from grouprl.plan.rows import Row, memory_rows, model_rows
 from grouprl.plan.target import Target, plan_target
+from grouprl.plan.teacher_rows import teacher_rows
 
 LATER = "computed after the dataset loads"
 
@@ -57,8 +59,9 @@ def plan_sections(
         ("algorithm", _algo_rows(cfg, derived, reward_styles)),
         ("environment", env_rows(cfg)),
         ("rollout", rollout_rows(cfg, target)),
+        *([("teacher", teacher_rows(cfg, target))] if cfg.teacher is not None else []),
         ("async", async_rows(cfg)),
-        ("models", model_rows(cfg, derived)),
+        ("models", model_rows(cfg, derived) + reward_model_rows(cfg)),
         ("memory per GPU", memory_rows(cfg, derived)),
         ("output", _output_rows(cfg, derived)),
     ]

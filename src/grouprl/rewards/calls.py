@@ -36,6 +36,7 @@ from typing import Any
 from grouprl.rewards.args import WithArgs, with_args
 from grouprl.rewards.declares import WarmsUp
 from grouprl.rewards.extras import Scored, extras_of
+from grouprl.rewards.failures import SampleFailed
 from grouprl.sandbox.user_code import awaited_call
 
 logger = logging.getLogger(__name__)
@@ -57,11 +58,20 @@ def score_sample(ref: FunctionRef, completion: str, *, reference: object, row: d
 
 
 def score_group(
-    ref: FunctionRef, completions: list[str], *, references: list[Any], rows: list[dict]
-) -> list[Scored]:
-    """``fn(completions, references=..., rows=...)``: one score (and extras) per completion."""
-    values = awaited_call(_function(ref), completions, references=references, rows=rows)
-    return [scored(v) for v in _one_each(values, len(completions))]
+    ref: FunctionRef,
+    completions: list[str],
+    *,
+    references: list[Any],
+    rows: list[dict],
+    prompts: list[str] | None = None,
+) -> list[Scored | SampleFailed]:
+    """``fn(completions, references=..., rows=...)``: one score (and extras) per completion;
+    ``prompts`` given (a ``declares.ReadsPrompts`` reward): ``prompts=`` too. A
+    ``SampleFailed`` value passes as it is: that sample alone fails (``scoring._collect``)."""
+    more = {} if prompts is None else {"prompts": prompts}
+    values = awaited_call(_function(ref), completions, references=references, rows=rows, **more)
+    each = _one_each(values, len(completions))
+    return [v if isinstance(v, SampleFailed) else scored(v) for v in each]
 
 
 def score_verl(ref: FunctionRef, completion: str, *, reference: object, row: dict) -> Scored:

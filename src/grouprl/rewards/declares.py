@@ -10,6 +10,15 @@ checks ask by type, never by the reward's name:
     WarmsUp             warm_up()    work a fresh reward worker does once, before any
                                      call's deadline (an import, files read):
                                      ``calls.preload``, within ``WARM_UP_S``
+    DeclaresScope       scope        "group": called once per prompt group whatever the
+                                     entry's ``scope`` (``registry.resolve_rewards``;
+                                     ``reward_model``: a group is one batch)
+    ReadsPrompts        reads_prompts  the scorer passes ``prompts=``, each sample's
+                                     prompt as the policy saw it (decoded from the ids
+                                     the engine got), to a group call (``reward_model``)
+    Learned             learned      a learned signal: the run logs
+                                     ``reward/<fn>/agreement`` with
+                                     ``reward.correct_function`` (``scores.agreement``)
 
 A reward with ``reward.functions[i].args`` is the object with those args
 (``args.with_args``): a replaced dataclass keeps its declarations; a function wrapped in
@@ -44,6 +53,27 @@ class WarmsUp(Protocol):
     """A reward with work to do once per worker process, outside any call's deadline."""
 
     def warm_up(self) -> None: ...
+
+
+@runtime_checkable
+class DeclaresScope(Protocol):
+    """A reward that is called one way only: ``scope`` is ``"sample"`` or ``"group"``."""
+
+    scope: str
+
+
+@runtime_checkable
+class ReadsPrompts(Protocol):
+    """A group reward that reads each sample's rendered prompt (``prompts=``, a list)."""
+
+    reads_prompts: bool
+
+
+@runtime_checkable
+class Learned(Protocol):
+    """A learned reward (a model's judgement), whose agreement with the checker is logged."""
+
+    learned: bool
 
 
 def declared_categories(fn: Any) -> Mapping[str, Sequence[str]]:

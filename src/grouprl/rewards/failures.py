@@ -44,7 +44,7 @@ class RewardFailure:
     """The exception's class name; "TimeoutError", "WorkerCrash" or "MemoryError" for a
     call its worker did not survive."""
     message: str
-    kind: Literal["timeout", "crash", "memory", "error"] = "error"
+    kind: FailureKind = "error"
     samples: int = 1
     """Samples the failed call scored (a group reward's group: from ``sample_index`` on)."""
     own: bool = True
@@ -52,6 +52,10 @@ class RewardFailure:
     or the step's deadline (``reward.step_timeout_s``) ended it. The brake skips those:
     they neither count nor restart its count (a step whose every call the deadline ends
     trains no sample: the idle-step streak, ``trainer.max_idle_steps``, stops that run)."""
+    reported: bool = False
+    """The reward reported this sample's failure itself (``SampleFailed``: a judge's
+    timeout, HTTP error, unparseable answer), with its kind; counted per kind in the
+    step's metrics (``kind_metrics``)."""
 
     def where(self) -> str:
         """``sample 3 (row 36)``, or ``samples 0-7 (row 2)`` for a group."""
@@ -79,6 +83,49 @@ class CannotTrain(RuntimeError):
     def __init__(self, message: str, kind: str = "reward_failures") -> None:
         super().__init__(message)
         self.kind = kind
+
+
+FailureKind = Literal[
+    "timeout",
+    "crash",
+    "memory",
+    "error",
+    "parse",
+    "refusal",
+    "http",
+    "rate_limit",
+    "unreachable",
+    "bad_response",
+]
+"""How a call failed: the worker's kinds (``sandbox.CallFailed``: timeout, crash, memory,
+error), and the kinds a reward reports per sample (``SampleFailed``, ``judge.py``): an
+answer that does not parse, a refusal (no label, an empty answer), an HTTP error, a
+rate limit (429), a server that does not answer the connection, a response that is not
+the API's shape; a request past its own timeout is ``timeout``."""
+
+
+@dataclass(frozen=True)
+class SampleFailed:
+    """What a group reward returns, in place of a score, for one sample it could not
+    score while it scored the others: that sample alone fails (a ``RewardFailure`` with
+    ``reported``), never its group, and never as a 0. ``error_type``: the cause's name
+    (``JudgeTimeout``), ``message``: what happened and the fix."""
+
+    kind: FailureKind
+    error_type: str
+    message: str
+
+
+def kind_metrics(errors: list[RewardFailure], names: dict[str, str]) -> dict[str, float]:
+    """``<metric>/failed/<kind>``: the samples each function reported failed per kind
+    (``SampleFailed``), under its metric name (``names``: ``scores.metric_names``), only
+    where nonzero, so a run whose rewards report none logs none of them."""
+    out: dict[str, float] = {}
+    for e in errors:
+        if e.reported and e.function in names:
+            key = f"{names[e.function]}/failed/{e.kind}"
+            out[key] = out.get(key, 0.0) + e.samples
+    return out
 
 
 F = TypeVar("F")

@@ -46,12 +46,14 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from grouprl.config.imports import is_import_path
 from grouprl.rewards.args import args_problems, with_args
 from grouprl.rewards.code import code_tests
-from grouprl.rewards.declares import NeedsSeconds
+from grouprl.rewards.declares import DeclaresScope, NeedsSeconds
 from grouprl.rewards.format import format_reward
+from grouprl.rewards.judge import llm_judge
 from grouprl.rewards.math import math_answer
 from grouprl.rewards.math_verify import math_verify_score
 from grouprl.rewards.qa import exact_match, token_f1
 from grouprl.rewards.reasoning_gym import reasoning_gym_score
+from grouprl.rewards.reward_model import reward_model
 from grouprl.sandbox.main_guard import rerun_by_spawn
 from grouprl.sandbox.user_code import UserCode, a_function
 
@@ -143,6 +145,8 @@ register_reward("qa_f1", token_f1)
 register_reward("math_verify", math_verify_score)  # the graders extra: math-verify
 register_reward("reasoning_gym", reasoning_gym_score)  # the graders extra: reasoning-gym
 register_reward("code_tests", code_tests)  # a program against its tests, sandboxed
+register_reward("reward_model", reward_model)  # a sequence classifier (docs/reward-models.md)
+register_reward("llm_judge", llm_judge)  # a judge model's answer, parsed (docs/judges.md)
 
 
 def resolve_reward(name: str, *, index: int | None = None) -> RewardFn:
@@ -165,6 +169,7 @@ def resolve_rewards(functions: list[RewardFunction]) -> list[Reward]:
         if problems := args_problems(fn, f.args, index=i, name=f.name):
             raise RewardError("; ".join(problems))
         fn = with_args(fn, f.args)  # a required keyword given by args binds the call
+        f = declared_scope(fn, f)
         style = call_style(fn, f, index=i)
         source = f.name if part != f.name else ""
         rewards.append(Reward(part, fn, f.weight, f.scope, style, dict(f.args) or None, source))
@@ -230,7 +235,7 @@ def _call_problems(
         return problems
     fn = with_args(fn, entry.args)
     try:
-        call_style(fn, entry, index=index)
+        call_style(fn, declared_scope(fn, entry), index=index)
     except RewardError as err:
         return [str(err)]
     return _seconds_problems(fn, entry, index=index, timeout_s=timeout_s)
@@ -251,13 +256,24 @@ def _seconds_problems(
     margin = needs - value
     arg = f"reward.functions.{index}.args.{setting}"
     given = "" if setting in (entry.args or {}) else " (its default)"
+    lower = f", or {arg}={timeout_s - margin:g} or less" if timeout_s > margin else ""
     return [
         f"{arg}={value:g}{given} with reward.sandbox.timeout_s={timeout_s:g}: "
         f"{entry.name!r} needs up to {needs:g}s per call ({setting} plus {margin:g}s), past "
         "the deadline at which its worker kills a call: such a call is a reward failure "
         "(left out of training) where the reward's own limit would have scored it. Fix: set "
-        f"reward.sandbox.timeout_s={needs:g} or more, or {arg}={timeout_s - margin:g} or less"
+        f"reward.sandbox.timeout_s={needs:g} or more{lower}"
     ]
+
+
+def declared_scope(fn: RewardFn, entry: RewardFunction) -> RewardFunction:
+    """``entry`` with the scope ``fn`` declares (``declares.DeclaresScope``: a reward model
+    scores a prompt group per call), so the user need not write it. The declared scope
+    wins over the entry's: a ``scope: sample`` there is the default a saved config writes,
+    not a choice (and such a reward takes no other call)."""
+    if not isinstance(fn, DeclaresScope) or fn.scope == entry.scope:
+        return entry
+    return entry.model_copy(update={"scope": fn.scope})
 
 
 def call_style(fn: RewardFn, entry: RewardFunction, *, index: int) -> Style:

@@ -13,6 +13,11 @@ would make a failing grader look like worse completions. ``reward/<fn>`` is left
 step in which the function scored nothing, rather than logged as 0 (TRL logs ``nanmean``,
 NaN there). ``reward/<fn>/failures`` is logged every step, 0 where none (not for the
 agent's part, ``env.agent``'s reward, which is no call here).
+
+A learned reward (``declares.Learned``: ``reward_model``) adds ``reward/<fn>/agreement``
+(``agreement``): of the pairs of samples in a prompt group that ``reward.correct_function``
+scores differently, the share it orders the same way. Reward hacking shows as the reward
+rising while this falls.
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ class RewardScores:
     none, None where its call failed or it did not apply."""
     tallies: dict[str, Tally] = field(default_factory=dict)
     """Each function's extras tallied for the step's metrics (``metrics``)."""
+    agreement: dict[str, tuple[float, int]] = field(default_factory=dict)
+    """Each learned function's ``agreement`` with ``reward.correct_function``: the pairs
+    it orders as the checker does (ties half) and the pairs the checker tells apart."""
 
     @staticmethod
     def concat(batches: list[RewardScores]) -> RewardScores:
@@ -51,6 +59,7 @@ class RewardScores:
         parts: dict[str, list[float | None]] = {}
         extras: dict[str, list[dict[str, Extra] | None]] = {}
         tallies: dict[str, Tally] = {}
+        agreement: dict[str, tuple[float, int]] = {}
         for scores in batches:
             for name, values in scores.parts.items():
                 parts.setdefault(name, []).extend(values)
@@ -58,6 +67,9 @@ class RewardScores:
                 extras.setdefault(name, []).extend(found)
             for name, counted in scores.tallies.items():
                 tallies.setdefault(name, Tally()).merge(counted)
+            for name, (same, pairs) in scores.agreement.items():
+                had = agreement.get(name, (0.0, 0))
+                agreement[name] = (had[0] + same, had[1] + pairs)
         return RewardScores(
             total=[x for scores in batches for x in scores.total],
             parts=parts,
@@ -65,6 +77,7 @@ class RewardScores:
             worker_restarts=sum(scores.worker_restarts for scores in batches),
             extras=extras,
             tallies=tallies,
+            agreement=agreement,
         )
 
 
@@ -95,7 +108,30 @@ def metrics(scores: RewardScores) -> dict[str, float]:
             out[f"{names[name]}/failures"] = float(sum(failed))
         if (skipped := sum(v is None for v in values)) > 0:
             out[f"{names[name]}/not_applicable"] = float(skipped)
+        same, pairs = scores.agreement.get(name, (0.0, 0))
+        if pairs:  # absent where the checker told no pair apart
+            out[f"{names[name]}/agreement"] = same / pairs
     return out | extra_metrics(scores)
+
+
+def agreement(
+    learned: list[float | None], checker: list[float | None], groups: list[tuple[int, int]]
+) -> tuple[float, int]:
+    """How often the ``learned`` scores order two samples of a prompt group as the
+    ``checker``'s do: over every pair in a group (``groups``: ``(start, stop)``) that the
+    checker scores differently, 1 where the learned scores differ the same way, 1/2 where
+    they tie, 0 where they are the other way round. Returns (that sum, the pairs); samples
+    either left unscored (None: failed or not applicable) are in no pair."""
+    same, pairs = 0.0, 0
+    for start, stop in groups:
+        for a in range(start, stop):
+            for b in range(a + 1, stop):
+                la, lb, ca, cb = learned[a], learned[b], checker[a], checker[b]
+                if la is None or lb is None or ca is None or cb is None or ca == cb:
+                    continue
+                pairs += 1
+                same += 0.5 if la == lb else float((la > lb) == (ca > cb))
+    return same, pairs
 
 
 def extra_metrics(scores: RewardScores) -> dict[str, float]:

@@ -11,6 +11,9 @@
                   │     CategoryBound), shown per sample in samples.jsonl
                   │ None (trl): not applicable ──► parts[name][i] = None, not in total[i];
                   │     a sample every function returned None for fails ("no function applied")
+                  │ SampleFailed (a group reward's one sample: a judge's timeout, HTTP
+                  │     error, unparseable answer) ──► that sample alone fails, its kind
+                  │     counted (reward/<fn>/failed/<kind>), the brake told per sample
                   │ raises / NaN / not a number / past timeout_s (killed, even in C code) /
                   │ worker crash / out of memory / past step_timeout_s (abandoned)
                   ▼
@@ -45,11 +48,24 @@ from grouprl.rewards.calls import (
     score_trl,
     score_verl,
 )
-from grouprl.rewards.declares import declared_categories
+from grouprl.rewards.declares import Learned, ReadsPrompts, declared_categories
 from grouprl.rewards.extras import CategoryBound, Extra, Scored, tally
-from grouprl.rewards.failures import CannotTrain, FailureBrake, RewardFailure, log_failures
+from grouprl.rewards.failures import (
+    CannotTrain,
+    FailureBrake,
+    RewardFailure,
+    SampleFailed,
+    kind_metrics,
+    log_failures,
+)
 from grouprl.rewards.registry import Reward, RewardError, resolve_rewards, unsendable
-from grouprl.rewards.scores import RewardScores, extra_metrics, metrics  # noqa: F401 (re-exported)
+from grouprl.rewards.scores import (  # noqa: F401 (extra_metrics: re-exported)
+    RewardScores,
+    agreement,
+    extra_metrics,
+    metric_names,
+)
+from grouprl.rewards.scores import metrics as score_metrics
 from grouprl.sandbox import CallFailed, WorkerPool
 
 if TYPE_CHECKING:
@@ -67,7 +83,9 @@ class RewardScorer:
     (extras' categories); call it as ``scorer(completions=..., rows=..., group_size=n)``
     and ``close()`` it when the run ends. The workers start on the first call and import
     the functions before it (``calls.preload``: warm-ups too). ``answer_key``,
-    ``prompt_key``: the rows' columns (TRL-style functions get the prompt as ``prompts``)."""
+    ``prompt_key``: the rows' columns (TRL-style functions get the prompt as ``prompts``).
+    ``decode``: prompt ids to text as the policy's tokenizer writes them (special tokens
+    kept), for rewards that read the rendered prompts (``declares.ReadsPrompts``)."""
 
     def __init__(
         self,
@@ -77,12 +95,14 @@ class RewardScorer:
         prompt_key: str = "prompt",
         functions: list[Reward] | None = None,
         pool: WorkerPool | None = None,
+        decode: Callable[[list[int]], str] | None = None,
     ) -> None:
         self.functions = resolve_rewards(reward.functions) if functions is None else functions
         for i, f in enumerate(self.functions):  # (a lambda: found now, not on every sample)
             if (problem := unsendable(f.entry, f.fn, index=i)) is not None:
                 raise RewardError(problem)
         self.config, self.answer_key, self.prompt_key = reward, answer_key, prompt_key
+        self.decode = decode
         self.brake = FailureBrake(reward.failure_brake)
         self.categories = CategoryBound()
         self._own_pool = pool is None
@@ -94,18 +114,33 @@ class RewardScorer:
             initializer=functools.partial(preload, refs),
         )
 
+    @property
+    def reads_prompts(self) -> bool:
+        """Whether a function reads the rendered prompts: the caller passes ``prompt_ids``."""
+        return any(isinstance(f.fn, ReadsPrompts) for f in self.functions)
+
     def __call__(
-        self, *, completions: list[str], rows: list[dict[str, Any]], group_size: int | None = None
+        self,
+        *,
+        completions: list[str],
+        rows: list[dict[str, Any]],
+        group_size: int | None = None,
+        prompt_ids: list[list[int]] | None = None,
     ) -> RewardScores:
         """Scores of ``completions[i]`` against ``rows[i]`` (rows repeat for a prompt's
         samples). ``group_size``: samples per prompt (prompt-major order) for group and TRL
-        rewards; None: runs of rows with the same ``_index``. Failures are returned in
-        ``errors``, never raised; raises ``CannotTrain`` when the brake trips."""
+        rewards; None: runs of rows with the same ``_index``. ``prompt_ids``: what the
+        policy was given for each completion, decoded for ``ReadsPrompts`` rewards.
+        Failures are returned in ``errors``, never raised; raises ``CannotTrain`` when the
+        brake trips."""
         if len(completions) != len(rows):
             raise ValueError(f"{len(completions)} completions but {len(rows)} rows; pair them 1:1")
         functions, on_error = self.functions, self.config.on_error
         restarts_before = self.pool.stats()["restarts"]
-        calls = list(self._submit(completions, rows, group_size))
+        prompts = None
+        if prompt_ids is not None and self.decode is not None and self.reads_prompts:
+            prompts = [self.decode(ids) for ids in prompt_ids]
+        calls = list(self._submit(completions, rows, group_size, prompts))
         parts, extras, errors = _collect(
             self.pool,
             calls,
@@ -136,10 +171,37 @@ class RewardScorer:
             worker_restarts=restarts,
             extras=extras,
             tallies=tallies,
+            agreement=self._agreement(parts, extras, _groups(rows, group_size)),
         )
 
+    def _agreement(
+        self,
+        parts: dict[str, list[float | None]],
+        extras: dict[str, list[dict[str, Extra] | None]],
+        groups: list[tuple[int, int]],
+    ) -> dict[str, tuple[float, int]]:
+        """Each learned function's ``scores.agreement`` with ``reward.correct_function``
+        (none without one), over the samples both scored (a failed call's 0.0 is none)."""
+        checker = self.config.correct_function
+        if checker is None or checker not in parts:
+            return {}
+
+        def scored(name: str) -> list[float | None]:
+            found = zip(parts[name], extras[name], strict=True)
+            return [None if e is None else v for v, e in found]
+
+        return {
+            f.name: agreement(scored(f.name), scored(checker), groups)
+            for f in self.functions
+            if isinstance(f.fn, Learned) and f.name != checker
+        }
+
     def _submit(
-        self, completions: list[str], rows: list[dict[str, Any]], group_size: int | None
+        self,
+        completions: list[str],
+        rows: list[dict[str, Any]],
+        group_size: int | None,
+        prompts: list[str] | None = None,
     ) -> Iterator[_Call]:
         """One ``_Call`` per reward call: per sample (grouprl ``sample``, verl) or per prompt
         group (grouprl ``group``, trl), as ``rewards/calls.py`` makes it."""
@@ -160,6 +222,7 @@ class RewardScorer:
                     args, kwargs = _trl_call(group, group_rows, self.prompt_key)
                     future = pool.submit(score_trl, ref, *args, deadline_s=timeout_s, **kwargs)
                 else:
+                    reads = prompts is not None and isinstance(f.fn, ReadsPrompts)
                     future = pool.submit(
                         score_group,
                         ref,
@@ -167,12 +230,20 @@ class RewardScorer:
                         deadline_s=timeout_s,
                         references=references[start:stop],
                         rows=group_rows,
+                        prompts=prompts[start:stop] if reads and prompts else None,
                     )
                 yield _Call(f.name, start, stop - start, future)
 
     def close(self) -> None:
         if self._own_pool:
             self.pool.close()
+
+
+def metrics(scores: RewardScores) -> dict[str, float]:
+    """``scores.metrics`` and, where a reward reported failed samples itself
+    (``SampleFailed``: a judge), ``reward/<fn>/failed/<kind>``, their count per kind."""
+    names = metric_names(list(scores.parts))
+    return score_metrics(scores) | kind_metrics(scores.errors, names)
 
 
 class _Call(NamedTuple):
@@ -217,13 +288,17 @@ def _collect(
                 values = None
             else:
                 failures = []
-            if values is not None or failures[0].own:  # not surely its own: not counted
+            if values is not None and any(isinstance(v, SampleFailed) for v in values):
+                failures = _reported(values, call, rows, brake)  # those samples alone
+            elif values is not None or failures[0].own:  # not surely its own: not counted
                 brake.record(call.function, failures[0] if values is None else None)
             errors += failures
             if failures and on_error == "raise":
                 pool.abandon([c.future for c in calls if not c.future.done()])
                 break
             for j, value in enumerate(values or ()):
+                if isinstance(value, SampleFailed):  # part 0.0, extras None: a failure
+                    continue
                 if value is None:  # TRL's "not applicable": not in the sample's sum
                     parts[call.function][call.start + j] = None
                     continue
@@ -234,6 +309,31 @@ def _collect(
         pool.abandon([c.future for c in calls if not c.future.done()])
         raise
     return parts, extras, errors
+
+
+def _reported(
+    values: list[Any], call: _Call, rows: list[dict[str, Any]], brake: FailureBrake
+) -> list[RewardFailure]:
+    """A ``RewardFailure`` per sample of a group call that the reward reported failed
+    (``SampleFailed``), the brake told of each sample in order (a success restarts its
+    count: a judge that is down fails every sample, and trips it by samples, not calls)."""
+    failures = []
+    for j, value in enumerate(values):
+        failure = None
+        if isinstance(value, SampleFailed):
+            i = call.start + j
+            failure = RewardFailure(
+                call.function,
+                i,
+                rows[i].get("_index"),
+                value.error_type,
+                value.message,
+                kind=value.kind,
+                reported=True,
+            )
+            failures.append(failure)
+        brake.record(call.function, failure)
+    return failures
 
 
 def _result(

@@ -10,7 +10,8 @@ and so the Python API, which goes through them.
         builder.closing(group)      the caller's own parts (the training ranks) join the order
         builder.start(places=...)   the engine or its replicas (Ray actors), the scorer (its
                                     reward workers), the rollout function (env.agent's workers;
-                                    its episodes' failure brake: rollout/episode_brake.py)
+                                    its episodes' failure brake: rollout/episode_brake.py),
+                                    with teacher=True the distillation teacher's engines
         ... the run ...
     leaving the block, by an error or not: every part that started is closed, the newest
     first; a part that fails to start leaves none of the others running, and its error
@@ -48,6 +49,7 @@ from grouprl.rollout.setup import (
     make_rollout,
     start_engine,
 )
+from grouprl.rollout.teacher_scores import TokenScorer
 from grouprl.runtime import shared_cache
 
 if TYPE_CHECKING:
@@ -74,6 +76,7 @@ class RolloutParts:
     engine: ReplicaSet  # one engine in this process, or replicas in Ray actors
     score: TimedScore  # the reward functions in their worker processes, timed
     rollout: RolloutFn  # episodes for a prompt set, scored (single-, multi-turn, agent)
+    teacher: TokenScorer | None = None  # the distillation teacher (algo.teacher_coef > 0)
 
 
 class RolloutBuilder:
@@ -131,9 +134,13 @@ class RolloutBuilder:
             raise DataError(few[0])
         return prompts
 
-    def start(self, *, places: list[dict[str, Any]] | None = None) -> RolloutParts:
+    def start(
+        self, *, places: list[dict[str, Any]] | None = None, teacher: bool = False
+    ) -> RolloutParts:
         """The engine (replicas on the training ranks' nodes at ``places``, or one here),
-        the scorer, and the function that runs and scores episodes, in that order."""
+        the scorer, and the function that runs and scores episodes, in that order; with
+        ``teacher`` (training) and a teacher term (``algo.teacher_coef`` > 0), the
+        teacher's engines last (``engines/teacher.make_teacher``)."""
         cfg = self.cfg
         log_containment(cfg)
         engine = self.closing(
@@ -147,14 +154,34 @@ class RolloutBuilder:
         )
         # the reward functions in reward.sandbox.workers processes, for the whole run
         data = cfg.data
-        scorer = RewardScorer(cfg.reward, answer_key=data.answer_key, prompt_key=data.prompt_key)
+        scorer = RewardScorer(
+            cfg.reward,
+            answer_key=data.answer_key,
+            prompt_key=data.prompt_key,
+            decode=partial(self.tokenizer.decode, skip_special_tokens=False),  # as rendered
+        )
         score = self.closing(TimedScore(scorer))
         rollout = self._closing_if_closeable(
             make_rollout(cfg, engine=engine, tokenizer=self.tokenizer, score=score, env=self._env())
         )
         # every episode's outcome passes here: the environment's or agent's failure brake
         rollout = with_episode_brake(cfg, rollout, env=self._env())
-        return RolloutParts(engine=engine, score=score, rollout=rollout)
+        scorer_of_tokens = None
+        if teacher and cfg.algo.teacher_coef > 0:
+            from grouprl.engines.teacher import make_teacher
+
+            assert cfg.teacher is not None  # config/algo_checks: a teacher term needs one
+            logger.info(
+                "starting the teacher %s (%s engine), frozen: on-policy distillation, "
+                "algo.teacher_coef=%g (docs/distillation.md)",
+                cfg.teacher.path,
+                cfg.teacher.engine or cfg.rollout.engine,
+                cfg.algo.teacher_coef,
+            )
+            scorer_of_tokens = self.closing(
+                make_teacher(cfg, device=self.device, places=places, cache_dir=self.cache_dir)
+            )
+        return RolloutParts(engine=engine, score=score, rollout=rollout, teacher=scorer_of_tokens)
 
     def _env(self) -> Environment:
         assert self.env is not None, "RolloutBuilder.environment() comes first"

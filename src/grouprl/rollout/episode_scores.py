@@ -16,13 +16,15 @@ import time
 from collections.abc import Callable
 
 from grouprl.config.containment import OnError
+from grouprl.rewards.declares import ReadsPrompts
 from grouprl.rewards.scoring import RewardScorer, RewardScores
 from grouprl.rollout.reward import fail, record_parts
-from grouprl.types import Trajectory
+from grouprl.types import Trajectory, sequence_ids
 
 ScoreFn = Callable[..., RewardScores]
 """``score(completions=..., rows=..., group_size=G) -> RewardScores`` (``RewardScorer``):
-samples prompt-major, ``G`` per prompt (group rewards score each prompt's group)."""
+samples prompt-major, ``G`` per prompt (group rewards score each prompt's group); one
+whose ``reads_prompts`` is true is also given ``prompt_ids=`` (what the policy saw)."""
 
 
 class TimedScore:
@@ -31,6 +33,10 @@ class TimedScore:
 
     def __init__(self, fn: RewardScorer) -> None:
         self.fn, self.seconds = fn, 0.0
+
+    @property
+    def reads_prompts(self) -> bool:
+        return self.fn.reads_prompts
 
     def __call__(self, *args, **kwargs) -> RewardScores:
         t0 = time.perf_counter()
@@ -57,10 +63,14 @@ def score_trajectories(
     None: runs of trajectories with the same row ``_index``. Every sample a failed call
     scored (``RewardScores.errors``) fails as ``reward_error`` (``rollout/reward.fail``)
     with ``on_error`` (``reward.on_error``)."""
+    prompts = {}
+    if _reads_prompts(score):  # the context of the scored (last) turn, as the engine got it
+        prompts["prompt_ids"] = [sequence_ids(t.prompt_ids, t.turns[:-1]) for t in trajectories]
     scores = score(
         completions=[t.completion.text for t in trajectories],
         rows=[t.row for t in trajectories],
         group_size=group_size,
+        **prompts,
     )
     for i, traj in enumerate(trajectories):
         turns = tuple(turn.reward for turn in traj.turns)
@@ -85,3 +95,8 @@ def score_trajectories(
                 sample=i,
             )
     return scores
+
+
+def _reads_prompts(score: object) -> bool:
+    """Whether ``score`` wants ``prompt_ids`` (``RewardScorer.reads_prompts``)."""
+    return isinstance(score, ReadsPrompts) and score.reads_prompts

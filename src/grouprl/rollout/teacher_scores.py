@@ -1,0 +1,96 @@
+"""The teacher's logprobs of the samples, asked per finished group (on-policy distillation,
+``algo/distill.py``).
+
+    a round's trajectories (P*G, prompt-major), scored ─► per group of G:
+        teacher.token_logprobs(prompt + turns, starts=len(prompt)) ─► the model's tokens'
+        ├─► Trajectory.teacher_logprobs (tool and environment tokens dropped)
+        └─► the call raised, or gave a wrong count or a non-finite logprob:
+            each sample it covers fails as reward_error (reward.on_error: dropped,
+            trained as 0 without the teacher's term, or the run stops)
+
+Runs where a round is scored (``driver/rollouts.generate_round``): with
+``rollout.max_staleness >= 1`` on the stream's producer thread, as groups finish, before
+they reach a batch. A sample that failed already (its environment, its reward) is not
+sent: it trains on no teacher's term.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+from grouprl.config.containment import OnError
+from grouprl.rollout.reward import fail
+from grouprl.types import Trajectory
+
+
+class TokenScorer(Protocol):
+    """What the loop needs of a teacher (``engines/teacher.Teacher``)."""
+
+    def token_logprobs(self, ids: list[list[int]], starts: list[int]) -> list[list[float]]:
+        """For each ``ids[i]``, log p(ids[i][t] | ids[i][:t]) for t from ``starts[i]`` to
+        the end."""
+        ...
+
+    def released(self) -> AbstractContextManager[None]:
+        """A block during which colocated teacher engines free the training GPU's memory."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def ask_teacher(
+    trajectories: list[Trajectory], *, teacher: TokenScorer, group_size: int, on_error: OnError
+) -> float:
+    """Sets ``teacher_logprobs`` on each sample of ``trajectories`` that has not failed, one
+    teacher call per group of ``group_size``; the seconds the calls took. A call that fails
+    fails each sample it covers (``reward_error``, with ``on_error``); so does a sample
+    whose logprobs are not one finite float per generated token."""
+    started = time.perf_counter()
+    for first in range(0, len(trajectories), group_size):
+        asked = [
+            (first + k, t)
+            for k, t in enumerate(trajectories[first : first + group_size])
+            if t.reward_parts.failure is None
+        ]
+        if not asked:
+            continue
+        try:
+            got = teacher.token_logprobs(
+                [t.sequence_ids() for _, t in asked], [len(t.prompt_ids) for _, t in asked]
+            )
+            if len(got) != len(asked):
+                raise ValueError(f"{len(got)} answers for {len(asked)} sequences")
+        except Exception as err:  # the teacher's failure is these samples', never a 0
+            for i, t in asked:
+                fail(t, reason="reward_error", on_error=on_error, message=_said(err), sample=i)
+            continue
+        for (i, t), logprobs in zip(asked, got, strict=True):
+            try:
+                t.teacher_logprobs = model_tokens(t, logprobs)
+            except ValueError as err:
+                fail(t, reason="reward_error", on_error=on_error, message=_said(err), sample=i)
+    return time.perf_counter() - started
+
+
+def model_tokens(traj: Trajectory, logprobs: list[float]) -> list[float]:
+    """Of ``logprobs`` (one per token after the prompt: the turns' and the observations'),
+    those of the model's tokens, turn after turn; ValueError for a wrong count or a
+    non-finite value."""
+    after_prompt = len(traj.sequence_ids()) - len(traj.prompt_ids)
+    if len(logprobs) != after_prompt:
+        raise ValueError(f"{len(logprobs)} logprobs for {after_prompt} tokens after the prompt")
+    kept, start = [], 0
+    for turn in traj.turns:
+        end = start + len(turn.completion.token_ids)
+        kept += [float(v) for v in logprobs[start:end]]
+        start = end + len(turn.observation_ids)
+    if not all(math.isfinite(v) for v in kept):
+        raise ValueError("a non-finite logprob (the teacher gives a sampled token no mass)")
+    return kept
+
+
+def _said(err: BaseException) -> str:
+    return f"the teacher failed: {type(err).__name__}: {err}"
