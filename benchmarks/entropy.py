@@ -14,13 +14,11 @@ last line is the end entropy of the variant that keeps the most, over plain GRPO
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from machine import train_recipe
 
 VARIANTS = {
     "grpo": [],
@@ -60,25 +58,16 @@ class Result:
 
 def run(name: str, args: argparse.Namespace, work: Path) -> Result:
     """One `grouprl train tiny-arith` with the variant's overrides; its metrics."""
-    run_dir = work / name
-    cmd = [sys.executable, "-m", "grouprl", "train", "tiny-arith", *VARIANTS[name]]
-    cmd += [
+    overrides = [
+        *VARIANTS[name],
         f"rollout.engine={args.engine}",
         f"train.steps={args.steps}",
-        "trainer.eval_every=null",  # held-out accuracy before and after only
-        "metrics.progress=false",
-        "metrics.tensorboard=false",
-        f"trainer.run_dir={run_dir}",
         *args.set,
     ]
-    env = os.environ | {"PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
-    with open(work / f"{name}.log", "w") as log:
-        done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
-    if done.returncode != 0:
-        sys.exit(f"{name}: grouprl train failed (rc {done.returncode}); see {work / name}.log")
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    steps = [m for m in map(json.loads, lines) if "entropy" in m]
-    summary = json.loads((run_dir / "summary.json").read_text())
+    lines, summary = train_recipe(
+        "tiny-arith", overrides, run_dir=work / name, log=work / f"{name}.log"
+    )
+    steps = [m for m in lines if "entropy" in m]
     return Result(
         name,
         entropy=[m["entropy"] for m in steps],

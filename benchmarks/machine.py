@@ -76,3 +76,29 @@ def copy_into(buffers: list, sources: list) -> float:
     for buf, src in zip(buffers, sources, strict=True):
         buf.copy_(src)
     return time.perf_counter() - started
+
+
+def train_recipe(
+    recipe: str, overrides: list[str], *, run_dir: Path, log: Path
+) -> tuple[list[dict], dict]:
+    """``grouprl train RECIPE`` with ``overrides`` in a subprocess (its output to ``log``),
+    into ``run_dir``, with held-out accuracy before and after only; its metrics.jsonl
+    lines and summary.json. A failed run exits naming its log."""
+    import json
+    import subprocess
+
+    cmd = [sys.executable, "-m", "grouprl", "train", recipe]
+    cmd += [
+        "trainer.eval_every=null",
+        "metrics.progress=false",
+        "metrics.tensorboard=false",
+        f"trainer.run_dir={run_dir}",
+        *overrides,
+    ]
+    env = os.environ | {"PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    with open(log, "w") as out:
+        done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, check=False)
+    if done.returncode != 0:
+        sys.exit(f"{run_dir.name}: grouprl train failed (rc {done.returncode}); see {log}")
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return lines, json.loads((run_dir / "summary.json").read_text())

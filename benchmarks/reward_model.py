@@ -16,14 +16,12 @@ The last line is the reward-model run's held-out accuracy after, over the checke
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+from machine import train_recipe
 
 RUNS = {"checker": "tiny-arith", "reward_model": "tiny-arith-rm"}
 """Each run's packaged recipe: the same model, data, sampling and optimizer."""
@@ -52,25 +50,11 @@ class Result:
 
 def run(name: str, args: argparse.Namespace, work: Path) -> Result:
     """One `grouprl train` of the run's recipe; its metrics and summary."""
-    run_dir = work / name
-    cmd = [sys.executable, "-m", "grouprl", "train", RUNS[name]]
-    cmd += [
-        f"rollout.engine={args.engine}",
-        f"train.steps={args.steps}",
-        "trainer.eval_every=null",  # held-out accuracy before and after only
-        "metrics.progress=false",
-        "metrics.tensorboard=false",
-        f"trainer.run_dir={run_dir}",
-        *args.set,
-    ]
-    env = os.environ | {"PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
-    with open(work / f"{name}.log", "w") as log:
-        done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
-    if done.returncode != 0:
-        sys.exit(f"{name}: grouprl train failed (rc {done.returncode}); see {work / name}.log")
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    steps = [m for m in map(json.loads, lines) if "accuracy" in m and "reward/mean" in m]
-    summary = json.loads((run_dir / "summary.json").read_text())
+    overrides = [f"rollout.engine={args.engine}", f"train.steps={args.steps}", *args.set]
+    lines, summary = train_recipe(
+        RUNS[name], overrides, run_dir=work / name, log=work / f"{name}.log"
+    )
+    steps = [m for m in lines if "accuracy" in m and "reward/mean" in m]
     return Result(
         name,
         accuracy=[m["accuracy"] for m in steps],
