@@ -1,12 +1,20 @@
-"""On-policy distillation against GRPO on tiny-arith: the samples each needs to reach the
-teacher's held-out accuracy (docs/distillation.md).
+"""On-policy distillation against GRPO: the samples each needs to reach the teacher's
+held-out accuracy (docs/distillation.md).
 
 Both runs start from the shipped student (builtin:tiny-arith) with the same seed, batch,
 learning rate and engine: GRPO is the packaged `tiny-arith` recipe (the checker's reward),
 distillation the packaged `tiny-arith-distill` (the teacher's per-token reverse KL; the
-checker's reward at weight 0). The teacher (builtin:tiny-arith-teacher: the student after
-30 steps of GRPO) is scored first, with the same checker on the same held-out problems;
-the target is its accuracy minus 0.05. Each run's held-out accuracy is measured before its
+checker's reward at weight 0), each on the task `--task` names:
+
+  short  builtin:arith, as packaged (the default). The teacher is
+         builtin:tiny-arith-teacher (the student after 30 steps of GRPO).
+  long   builtin:arith-long (four or five operations), where the student answers ~8%
+         right and GRPO's reward is sparse. Its teacher is not shipped: make it with
+         scripts/make_tiny_long_teacher.py (13 minutes on 2 cores; held-out 0.08 -> 0.95)
+         and pass `--teacher DIR`.
+
+The teacher is scored first, with the same checker on the same held-out problems; the
+target is its accuracy minus 0.05. Each run's held-out accuracy is measured before its
 first step and after every `--eval-every` steps; the samples a run needs are the steps to
 its first measurement at or above the target x the samples per step (data.batch_size x
 rollout.n). A run that never reaches the target within `--steps` is counted at the cap
@@ -35,6 +43,25 @@ RUNS = {"grpo": "tiny-arith", "distill": "tiny-arith-distill"}
 WITHIN = 0.05  # the target: the teacher's held-out accuracy minus this
 
 
+@dataclass(frozen=True)
+class Task:
+    teacher: str | None  # None: not shipped, --teacher names it
+    overrides: tuple[str, ...]
+
+
+TASKS = {
+    "short": Task("builtin:tiny-arith-teacher", ()),
+    "long": Task(
+        None,
+        (
+            "data.train.source=builtin:arith-long",
+            "data.eval.source=builtin:arith-long",
+            "rollout.max_tokens=80",  # the longest worked answer is 60 tokens
+        ),
+    ),
+}
+
+
 @dataclass
 class Curve:
     name: str
@@ -57,7 +84,8 @@ class Curve:
 
 
 def common_overrides(args: argparse.Namespace) -> list[str]:
-    return [f"rollout.engine={args.engine}", f"data.eval.limit={args.eval_limit}", *args.set]
+    task = TASKS[args.task].overrides
+    return [f"rollout.engine={args.engine}", f"data.eval.limit={args.eval_limit}", *task, *args.set]
 
 
 def teacher_accuracy(args: argparse.Namespace) -> float:
@@ -115,7 +143,7 @@ def _grouprl(cmd: list[str], log_path: Path) -> int:
         return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
 
 
-def plot(curves: list[Curve], *, teacher: float, path: Path) -> None:
+def plot(curves: list[Curve], *, teacher: float, title: str, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -136,7 +164,7 @@ def plot(curves: list[Curve], *, teacher: float, path: Path) -> None:
     )
     ax.set_xlabel("samples trained on")
     ax.set_ylabel("held-out accuracy")
-    ax.set_title("tiny-arith: GRPO and on-policy distillation from the same start")
+    ax.set_title(f"{title}: GRPO and on-policy distillation from the same start")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -144,11 +172,12 @@ def plot(curves: list[Curve], *, teacher: float, path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", default="short", choices=list(TASKS), help="see above")
     parser.add_argument("--steps", type=int, default=12, help="each run's cap")
     parser.add_argument("--eval-every", type=int, default=1)
     parser.add_argument("--eval-limit", type=int, default=200, help="held-out problems")
     parser.add_argument("--engine", default="vllm", choices=["vllm", "hf"])
-    parser.add_argument("--teacher", default="builtin:tiny-arith-teacher")
+    parser.add_argument("--teacher", default=None, help="default: the task's")
     parser.add_argument(
         "--teacher-engine",
         default="hf",
@@ -166,6 +195,12 @@ def main() -> None:
     parser.add_argument("--only", choices=list(RUNS), help="run this method alone (no ratio)")
     parser.add_argument("--smoke", action="store_true", help=__doc__.splitlines()[-1].strip())
     args = parser.parse_args()
+    args.teacher = args.teacher or TASKS[args.task].teacher
+    if args.teacher is None:
+        parser.error(
+            f"--task {args.task} has no shipped teacher: make one with "
+            "scripts/make_tiny_long_teacher.py --out DIR, then pass --teacher DIR"
+        )
     if args.smoke:
         args.steps, args.engine, args.eval_limit = 2, "hf", 4
         args.set = [
@@ -179,7 +214,7 @@ def main() -> None:
     work = args.out or Path(tempfile.mkdtemp(prefix="grouprl-distill-"))
     work.mkdir(parents=True, exist_ok=True)
     print(
-        f"tiny-arith from builtin:tiny-arith, at most {args.steps} steps per run, held-out "
+        f"task {args.task} from builtin:tiny-arith, at most {args.steps} steps per run, held-out "
         f"accuracy on {args.eval_limit} problems every {args.eval_every} steps, engine "
         f"{args.engine} (the teacher's {args.teacher_engine}); runs in {work}"
     )
@@ -203,7 +238,7 @@ def main() -> None:
             + " ".join(f"{a:.3f}" for _, a in sorted(c.accuracy.items()))
         )
     png = work / "distill.png"
-    plot(curves, teacher=teacher, path=png)
+    plot(curves, teacher=teacher, title=f"task {args.task}", path=png)
     print(f"plot: {png}")
     needed = {}
     for c in curves:

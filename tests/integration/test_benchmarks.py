@@ -390,6 +390,14 @@ def test_every_benchmark_has_a_smoke_run():
     assert all(f"`{script}`" in readme for script in scripts), "README names every benchmark"
 
 
+def test_distill_long_task_asks_for_its_teacher_before_anything_runs():
+    """The sparse task's teacher is not shipped: without --teacher the script says how to
+    make one, and exits before any training."""
+    cmd = [sys.executable, str(BENCHMARKS / "distill.py"), "--task", "long"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "scripts/make_tiny_long_teacher.py" in out.stderr, out
+
+
 @pytest.mark.parametrize("name", list(SMOKES))
 def test_benchmark_smoke(name, quick_runs):
     check(SMOKES[name], quick_runs[name].result())

@@ -333,9 +333,10 @@ def test_the_synchronous_loop_trains_as_before_the_stream(straight_run):
     """rollout.max_staleness=0 (the default, the straight run's) builds no stream and
     trains as the loop did before the stream was added: the same rewards, losses,
     gradients, entropies and final weights as recorded from 0b09adf. Counts (rewards,
-    accuracy) compare exactly; the float figures within 1e-6 relative: bit for bit on the
-    machine that recorded them, with room for another CPU's reduction order (a shifted
-    sampling seed moves step 2's loss by 47%)."""
+    accuracy) compare exactly; the float figures within 1e-4 relative: bit for bit on the
+    machine that recorded them, with room for another CPU's reduction order (an AMD EPYC
+    moved step 1's grad_norm by 6.4e-6 relative; a shifted sampling seed moves step 2's
+    loss by 47%)."""
     run_dir, _ = straight_run
     assert load_config(str(run_dir / "config.yaml"), []).rollout.max_staleness == 0
     lines = (run_dir / "metrics.jsonl").read_text()
@@ -345,7 +346,7 @@ def test_the_synchronous_loop_trains_as_before_the_stream(straight_run):
         if key == "weights_sha256":  # weights_abs_sum stands for it
             continue
         exact = key in ("reward/mean", "eval/accuracy")
-        expected = want if exact else pytest.approx(want, rel=1e-6, abs=1e-9)
+        expected = want if exact else pytest.approx(want, rel=1e-4, abs=1e-9)
         assert got[key] == expected, f"{key}: {got[key]} at 0b09adf: {want}"
 
 

@@ -43,6 +43,28 @@ def test_builtin_arith_rows_keep_index_and_limit():
     assert rows[0]["question"].endswith("have now?")
 
 
+def test_builtin_arith_long_is_arith_with_four_or_five_steps_in_fixed_disjoint_splits():
+    """builtin:arith-long (the sparse task of benchmarks/distill.py): the same stories and
+    answer format, twice the steps; its own seeds, the train split never holding a held-out
+    question, and arith's splits unchanged by it."""
+    from grouprl.assets.arith import arith_split
+    from grouprl.assets.arith_long import arith_long_split
+
+    rows = load_rows(
+        DataSource(source="builtin:arith-long", split="test"),
+        prompt_key="question",
+        answer_key="answer",
+    )
+    assert len(rows) == 500
+    assert {r["answer"].split("\n")[0].count(" = ") for r in rows} == {4, 5}
+    assert all(r["answer"].rsplit("\n", 1)[-1].startswith("#### ") for r in rows)
+    test = {p.question for p in arith_long_split("test")}
+    assert test.isdisjoint(p.question for p in arith_long_split("train", size=5000))
+    assert arith_long_split("test", size=3) == arith_long_split("test")[:3]
+    # arith's first held-out problem, as it has been since its seed was fixed
+    assert arith_split("test", size=1)[0].question.startswith("Ben has 14 books.")
+
+
 def test_unknown_builtin_and_split_name_the_choices():
     with pytest.raises(DataError, match=r"builtin:arith") as err:
         load_rows(DataSource(source="builtin:nope"), prompt_key="question", answer_key="answer")

@@ -1,8 +1,9 @@
 """Built-in task: GSM8K-style arithmetic word problems, generated from a seed.
 
 Each problem is a short story with two or three operations on small whole
-numbers. The reference answer is a worked solution, one equation per step,
-closed by GSM8K's answer line ``#### N``::
+numbers (four or five in ``builtin:arith-long``, ``arith_long.py``). The reference
+answer is a worked solution, one equation per step, closed by GSM8K's answer line
+``#### N``::
 
     question: Mia has 7 shells. She finds 5 more shells. Then she gives 3 shells
               to Leo. How many shells does Mia have now?
@@ -66,13 +67,14 @@ def _step(rng: random.Random, value: int, who: str, other: str, item: str) -> tu
     return text, f"{value} + {k} = {value + k}", value + k
 
 
-def make_problem(rng: random.Random) -> ArithProblem:
+def make_problem(rng: random.Random, *, steps: tuple[int, int] = (2, 3)) -> ArithProblem:
+    """A problem of ``steps`` operations (between the two, inclusive)."""
     who, other = rng.sample(NAMES, 2)
     item = rng.choice(ITEMS)
     value = rng.randint(2, 15)
     sentences = [f"{who} has {value} {item}."]
     equations = []
-    for i in range(rng.randint(2, 3)):
+    for i in range(rng.randint(*steps)):
         text, equation, value = _step(rng, value, who, other, item)
         if i:
             text = "Then " + (
@@ -95,5 +97,9 @@ def arith_split(split: str, *, size: int | None = None) -> list[ArithProblem]:
 def builtin_rows(split: str, size: int | None) -> tuple[list[dict[str, str]], list[str]]:
     """Rows for ``builtin:arith``: ``question`` and ``answer`` (worked steps, ``#### N``)."""
     wanted = SPLIT_SIZES[split] if size is None else min(size, SPLIT_SIZES[split])
-    rows = [{"question": p.question, "answer": p.answer} for p in arith_split(split, size=wanted)]
-    return rows, ["answer", "question"]
+    return problem_rows(arith_split(split, size=wanted))
+
+
+def problem_rows(problems: list[ArithProblem]) -> tuple[list[dict[str, str]], list[str]]:
+    """The rows of ``problems`` (``question`` and ``answer``) and their column names."""
+    return [{"question": p.question, "answer": p.answer} for p in problems], ["answer", "question"]

@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 BUILTIN_DATASETS = {
     "builtin:arith": "grouprl.assets.arith",  # arithmetic word problems, GSM8K-style answers
+    "builtin:arith-long": "grouprl.assets.arith_long",  # the same with 4-5 operations
     "builtin:fictional": "grouprl.assets.fictional",  # questions about a fictional encyclopedia
     "builtin:code": "grouprl.assets.code",  # small programs with tests (code_tests)
 }

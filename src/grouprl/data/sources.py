@@ -3,6 +3,7 @@
 Sources (``DataSource.source``)::
 
     builtin:arith            generated arithmetic problems (grouprl.assets.arith)
+    builtin:arith-long       the same with four or five operations (assets/arith_long.py)
     builtin:fictional        questions about a fictional encyclopedia (grouprl.assets.fictional)
     reasoning_gym:<task>     a reasoning-gym task's generated items (data/reasoning_gym.py)
     path/to/rows.jsonl       one JSON object per line
