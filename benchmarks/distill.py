@@ -38,6 +38,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from machine import TINY_RUN
+
 RUNS = {"grpo": "tiny-arith", "distill": "tiny-arith-distill"}
 """Each method's packaged recipe."""
 WITHIN = 0.05  # the target: the teacher's held-out accuracy minus this
@@ -203,14 +205,7 @@ def main() -> None:
         )
     if args.smoke:
         args.steps, args.engine, args.eval_limit = 2, "hf", 4
-        args.set = [
-            "data.batch_size=2",
-            "rollout.n=2",
-            "rollout.max_tokens=8",
-            "train.mini_batch_size=4",
-            "train.micro_batch_size=4",
-            *args.set,
-        ]
+        args.set = [*TINY_RUN, "rollout.max_tokens=8", *args.set]
     work = args.out or Path(tempfile.mkdtemp(prefix="grouprl-distill-"))
     work.mkdir(parents=True, exist_ok=True)
     print(

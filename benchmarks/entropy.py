@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from machine import train_recipe
+from machine import TINY_RUN, train_recipe
 
 VARIANTS = {
     "grpo": [],
@@ -109,11 +109,8 @@ def main() -> None:
     if args.smoke:
         args.steps, args.engine, args.variants = 2, "hf", ["grpo", "entropy_coef"]
         args.set = [
-            "data.batch_size=2",
-            "rollout.n=2",
+            *TINY_RUN,
             "rollout.max_tokens=8",
-            "train.mini_batch_size=4",
-            "train.micro_batch_size=4",
             "data.eval.limit=4",
             *args.set,
         ]

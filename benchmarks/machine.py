@@ -12,6 +12,13 @@ from pathlib import Path
 
 BUSY = 0.5
 """A load average above this at start means another process was using the CPU."""
+TINY_RUN = (
+    "data.batch_size=2",
+    "rollout.n=2",
+    "train.mini_batch_size=4",
+    "train.micro_batch_size=4",
+)
+"""The overrides of a recipe run in a benchmark's ``--smoke``: 4 samples a step, one update."""
 
 
 def add_smoke(parser: argparse.ArgumentParser, **sizes: object) -> None:

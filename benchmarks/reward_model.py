@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from machine import train_recipe
+from machine import TINY_RUN, train_recipe
 
 RUNS = {"checker": "tiny-arith", "reward_model": "tiny-arith-rm"}
 """Each run's packaged recipe: the same model, data, sampling and optimizer."""
@@ -100,11 +100,8 @@ def main() -> None:
     if args.smoke:
         args.steps, args.engine = 2, "hf"
         args.set = [
-            "data.batch_size=2",
-            "rollout.n=2",
+            *TINY_RUN,
             "rollout.max_tokens=48",  # long enough for an answer: accuracies above 0
-            "train.mini_batch_size=4",
-            "train.micro_batch_size=4",
             "data.eval.limit=8",
             "reward.sandbox.workers=1",
             *args.set,
