@@ -143,6 +143,11 @@ class Trajectory:
     """On-policy distillation: the teacher's logprob of each of the model's generated
     tokens, turn after turn (``generated_tokens`` of them; tool and environment tokens
     have none); None without a teacher, or where the teacher failed on the sample."""
+    teacher_top_ids: list[list[int]] | None = None
+    """With ``algo.teacher_top_k`` > 0: at each of those tokens, the ids of the teacher's
+    k most likely tokens there (the sampled one need not be among them)."""
+    teacher_top_logprobs: list[list[float]] | None = None
+    """Their logprobs under the teacher, aligned with ``teacher_top_ids``."""
 
     @property
     def trains(self) -> bool:
@@ -181,6 +186,10 @@ class TrainingBatch:
     old_logprobs_BT: Tensor | None = None  # trainer logprobs of the sampling policy
     ref_logprobs_BT: Tensor | None = None  # frozen reference, when algo.beta > 0
     teacher_logprobs_BT: Tensor | None = None  # the teacher's, when algo.teacher_coef > 0
+    # long (B, T, K) and float (B, T, K): the teacher's top k ids and logprobs at each
+    # generated token, when algo.teacher_top_k > 0 (padding: algo/distill.TOP_PAD_LOGPROB)
+    teacher_top_ids_BTK: Tensor | None = None
+    teacher_top_logprobs_BTK: Tensor | None = None
     old_values_BT: Tensor | None = None  # critic values the advantages were computed with
     returns_BT: Tensor | None = None  # the critic's regression targets
     replica_BT: Tensor | None = None  # long: the replica that sampled each generated token
@@ -188,6 +197,13 @@ class TrainingBatch:
 
     def __len__(self) -> int:
         return self.input_ids_BT.shape[0]
+
+    @property
+    def teacher_top(self) -> tuple[Tensor, Tensor] | None:
+        """The teacher's top-k ids and logprobs, when the batch has them."""
+        if self.teacher_top_ids_BTK is None or self.teacher_top_logprobs_BTK is None:
+            return None
+        return self.teacher_top_ids_BTK, self.teacher_top_logprobs_BTK
 
     def select(self, index: slice | Tensor | tuple[slice, ...]) -> TrainingBatch:
         """Rows (a slice or index tensor), or rows and columns (a tuple of slices)."""
@@ -244,7 +260,7 @@ def trajectory_to_dict(t: Trajectory) -> dict[str, Any]:
         "correct": t.correct,
         "row": _json_value(t.row, where="row"),
         "stop_reason": t.stop_reason,
-    } | _teacher_to_dict(t.teacher_logprobs)
+    } | _teacher_to_dict(t)
 
 
 def trajectory_from_dict(d: dict[str, Any]) -> Trajectory:
@@ -275,6 +291,8 @@ def trajectory_from_dict(d: dict[str, Any]) -> Trajectory:
             row=_json_unvalue(d.get("row", {})),
             stop_reason=d.get("stop_reason", ""),
             teacher_logprobs=_teacher_from_dict(d.get("teacher_logprobs")),
+            teacher_top_ids=d.get("teacher_top_ids"),
+            teacher_top_logprobs=_teacher_top_from_dict(d.get("teacher_top_logprobs")),
         )
     except (KeyError, TypeError, AttributeError, ValueError) as err:
         head = f"prompt_index={d.get('prompt_index')!r}" if isinstance(d, dict) else repr(d)
@@ -285,14 +303,24 @@ def trajectory_from_dict(d: dict[str, Any]) -> Trajectory:
         ) from err
 
 
-def _teacher_to_dict(logprobs: list[float] | None) -> dict[str, Any]:
-    """The teacher's logprobs as a record's key, none when there are none (a record
-    without a teacher is written as before the key existed)."""
-    return {} if logprobs is None else {"teacher_logprobs": [_float(v) for v in logprobs]}
+def _teacher_to_dict(t: Trajectory) -> dict[str, Any]:
+    """The teacher's logprobs (and top k) as a record's keys, none when there are none (a
+    record without a teacher is written as before the keys existed)."""
+    out: dict[str, Any] = {}
+    if t.teacher_logprobs is not None:
+        out["teacher_logprobs"] = [_float(v) for v in t.teacher_logprobs]
+    if t.teacher_top_ids is not None and t.teacher_top_logprobs is not None:
+        out["teacher_top_ids"] = [list(ids) for ids in t.teacher_top_ids]
+        out["teacher_top_logprobs"] = [[_float(v) for v in lps] for lps in t.teacher_top_logprobs]
+    return out
 
 
 def _teacher_from_dict(logprobs: list[object] | None) -> list[float] | None:
     return None if logprobs is None else [_unfloat(v) for v in logprobs]
+
+
+def _teacher_top_from_dict(rows: list[list[object]] | None) -> list[list[float]] | None:
+    return None if rows is None else [[_unfloat(v) for v in row] for row in rows]
 
 
 def _turn_to_dict(turn: Turn, *, where: str) -> dict[str, Any]:

@@ -40,7 +40,7 @@ def test_hf_engine_logprobs_on_cuda_match_the_trainers(
     groups = engine.generate(prompts, settings)
     batch = build_batch(trajectories(prompts, groups), pad_id=0).to(cuda)
     with torch.no_grad(), autocast_for(cuda, dtype)():
-        trainer_BT, _ = TokenScorer(policy, chunk_tokens=CHUNK)(
+        trainer_BT, _, _ = TokenScorer(policy, chunk_tokens=CHUNK)(
             batch.input_ids_BT, batch.attention_mask_BT, batch.loss_mask_BT
         )
     mask = batch.loss_mask_BT.bool()

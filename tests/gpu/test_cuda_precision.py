@@ -96,7 +96,7 @@ def _measure(rank: int, init: str, out: str) -> None:
             torch.cuda.reset_peak_memory_stats()
             before = torch.cuda.memory_allocated()
             with cast:
-                logprobs, _ = scorer(ids, mask, mask)
+                logprobs, _, _ = scorer(ids, mask, mask)
             logprobs.sum().backward()
             del logprobs
             torch.cuda.synchronize()

@@ -79,8 +79,8 @@ def test_packing_on_cuda_gives_the_padded_logprobs_and_gradients(
     padded_model = copy.deepcopy(tiny_model).to(cuda)
     packed_model = copy.deepcopy(tiny_model).to(cuda)
     with autocast():
-        padded, _ = TokenScorer(padded_model, chunk_tokens=CHUNK)(*args)
-        packed, _ = TokenScorer(packed_model, chunk_tokens=CHUNK, packed=True)(*args)
+        padded, _, _ = TokenScorer(padded_model, chunk_tokens=CHUNK)(*args)
+        packed, _, _ = TokenScorer(packed_model, chunk_tokens=CHUNK, packed=True)(*args)
     mask = on_gpu.loss_mask_BT.bool()
     assert torch.all(packed[~mask] == 0)
     weights = torch.randn(padded.shape, generator=torch.Generator().manual_seed(0)).to(cuda)

@@ -162,7 +162,7 @@ def test_an_openai_client_agent_is_recorded_token_exactly_against_vllm(
     batch = build_batch(trajectories, pad_id=tokenizer.pad_token_id)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     with torch.no_grad():
-        logprobs_BT, _ = token_logprobs(
+        logprobs_BT, _, _ = token_logprobs(
             model,
             input_ids_BT=batch.input_ids_BT,
             attention_mask_BT=batch.attention_mask_BT,

@@ -228,7 +228,7 @@ def forward_logprobs(model, prompt: list[int], completion: list[int]) -> torch.T
 def trainer_logprobs(model, prompt: list[int], completion: list[int], *, temperature: float):
     """The trainer's scoring of a completion (logits / T, log_softmax, gather)."""
     ids_BT = torch.tensor([prompt + completion])
-    lp_BT, _ = token_logprobs(
+    lp_BT, _, _ = token_logprobs(
         model,
         input_ids_BT=ids_BT,
         attention_mask_BT=torch.ones_like(ids_BT),

@@ -14,7 +14,7 @@ TINY = ASSETS_DIR / "tiny-arith"
 
 
 @pytest.mark.slow
-def test_vllm_and_hf_token_logprobs_agree(shared_engines, tmp_path_factory):
+def test_vllm_and_hf_token_and_top_logprobs_agree(shared_engines, tmp_path_factory):
     pytest.importorskip("vllm")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -41,3 +41,14 @@ def test_vllm_and_hf_token_logprobs_agree(shared_engines, tmp_path_factory):
     assert [len(g) for g in got] == [len(s) - b for s, b in zip(ids, starts, strict=True)]
     for g, w in zip(got, want, strict=True):
         assert g == pytest.approx(w, abs=2e-4)
+    # the top 5 at each position (algo.teacher_top_k), most likely first
+    tops = vllm.top_logprobs(ids[:2], starts[:2], 5)
+    hf_tops = HFEngine(model, tokenizer, device="cpu").top_logprobs(ids[:2], starts[:2], 5)
+    for (given, top_ids, top_lps), (_, hf_ids, hf_lps), g in zip(
+        tops, hf_tops, got[:2], strict=True
+    ):
+        assert given == pytest.approx(g, abs=1e-5)
+        assert [len(row) for row in top_ids] == [5] * len(g)
+        for row_ids, row_lps, h_ids, h_lps in zip(top_ids, top_lps, hf_ids, hf_lps, strict=True):
+            assert row_lps == pytest.approx(h_lps, abs=2e-4)
+            assert row_ids[0] == h_ids[0]  # the rest may swap where two logprobs tie

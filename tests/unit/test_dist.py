@@ -109,7 +109,9 @@ def _train_once(worker, batch) -> dict:
     ]
     mine = batch.select(worker.rank.block(len(batch)))
     with worker.autocast():  # the no-op context on this path
-        logprobs_BT, _ = worker.scorer(mine.input_ids_BT, mine.attention_mask_BT, mine.loss_mask_BT)
+        logprobs_BT, _, _ = worker.scorer(
+            mine.input_ids_BT, mine.attention_mask_BT, mine.loss_mask_BT
+        )
     loss = -(logprobs_BT * mine.advantages_BT).sum()
     loss.backward()  # FSDP2 reduce-scatters the gradients in float32
     worker.optimizer.step()

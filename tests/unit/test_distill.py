@@ -13,7 +13,14 @@ import pytest
 import torch
 
 from grouprl.algo.advantages import ADVANTAGES, AdvantageInputs
-from grouprl.algo.distill import reverse_kl, teacher_advantages
+from grouprl.algo.aggregate import LossNorm
+from grouprl.algo.distill import (
+    TOP_PAD_LOGPROB,
+    reverse_kl,
+    teacher_advantages,
+    top_k_forward_kl,
+)
+from grouprl.algo.objective import micro_batch_loss
 from grouprl.config.algo_section import AlgoConfig
 from grouprl.config.checks import check_config
 from grouprl.config.errors import ConfigError
@@ -118,6 +125,18 @@ class FakeTeacher:
         ]
         return [row[:-1] if s[0] == self.short_on else row for s, row in zip(ids, out, strict=True)]
 
+    def top_logprobs(self, ids: list[list[int]], starts: list[int], k: int):
+        """Each position's top k: ids 100 + t, ..., its logprobs -t / 100 - j."""
+        given = self.token_logprobs(ids, starts)
+        return [
+            (
+                g,
+                [[100 + t + j for j in range(k)] for t in range(b, len(s))],
+                [[-t / 100 - j for j in range(k)] for t in range(b, len(s))],
+            )
+            for g, s, b in zip(given, ids, starts, strict=True)
+        ]
+
     def released(self):
         return nullcontext()
 
@@ -147,6 +166,86 @@ def test_the_teacher_scores_the_model_tokens_of_a_multi_turn_episode():
     row = batch.teacher_logprobs_BT[0].tolist()
     assert row == pytest.approx([0, 0, -0.32, -0.43, 0, 0, -0.56])
     assert batch.loss_mask_BT[0].tolist() == [0, 0, 1, 1, 0, 0, 1]
+
+
+def test_the_teachers_top_k_of_a_multi_turn_episode_sit_at_the_model_tokens():
+    """As above with algo.teacher_top_k=2: the top k of positions 2, 3 and 6 (the model's
+    tokens) are kept, and the batch places them there, padding elsewhere."""
+    traj = Trajectory(
+        prompt_index=0,
+        prompt_ids=[1, 2],
+        turns=[
+            Turn(Completion([3, 4], [-0.1, -0.1], "stop"), observation_ids=[9, 9]),
+            Turn(Completion([5], [-0.1], "stop")),
+        ],
+        weight_version=0,
+    )
+    plain = _traj([3], [-0.5])
+    ask_teacher([traj], teacher=FakeTeacher(), group_size=1, on_error="drop", top_k=2)
+    assert traj.teacher_logprobs == pytest.approx([-0.32, -0.43, -0.56])
+    assert traj.teacher_top_ids == [[102, 103], [103, 104], [106, 107]]
+    assert traj.teacher_top_logprobs is not None
+    flat = [v for row in traj.teacher_top_logprobs for v in row]
+    assert flat == pytest.approx([-0.02, -1.02, -0.03, -1.03, -0.06, -1.06])
+    record = json.loads(json.dumps(trajectory_to_dict(traj), allow_nan=False))
+    assert trajectory_from_dict(record) == traj
+    batch = build_batch([traj, plain], pad_id=0)
+    assert batch.teacher_top is not None
+    ids_BTK, lp_BTK = batch.teacher_top
+    assert ids_BTK.shape == lp_BTK.shape == (2, 7, 2)
+    assert ids_BTK[0, :, 0].tolist() == [0, 0, 102, 103, 0, 0, 106]
+    assert lp_BTK[0, 6].tolist() == pytest.approx([-0.06, -1.06])
+    pad = lp_BTK[0, [0, 1, 4, 5]].flatten().tolist() + lp_BTK[1].flatten().tolist()
+    assert set(pad) == {TOP_PAD_LOGPROB}  # the plain sample has none: all padding
+    assert build_batch([plain], pad_id=0).teacher_top is None
+
+
+def test_the_top_k_forward_kl_and_its_gradient_by_hand():
+    """A 4-token vocabulary, the teacher's top 2 = tokens 2 (p 0.6) and 0 (p 0.3), a padding
+    entry after them: KL = sum p_t (log p_t - log pi); d/dlogit_j = M * pi_j - p_t(j) with
+    M = 0.9, and the padding weighs nothing."""
+    logits = torch.tensor([[1.0, 2.0, 0.0, -1.0]], requires_grad=True)
+    pi = logits.softmax(-1)
+    top_ids = torch.tensor([[2, 0, 3]])
+    top_lps = torch.tensor([[math.log(0.6), math.log(0.3), TOP_PAD_LOGPROB]])
+    kl = top_k_forward_kl(logits.log_softmax(-1), top_ids_NK=top_ids, top_logprobs_NK=top_lps)
+    log_pi = pi.log()[0].tolist()
+    want = 0.6 * (math.log(0.6) - log_pi[2]) + 0.3 * (math.log(0.3) - log_pi[0])
+    assert kl.item() == pytest.approx(want, abs=1e-6)
+    kl.sum().backward()
+    p_t = torch.tensor([0.3, 0.0, 0.6, 0.0])
+    assert logits.grad is not None
+    torch.testing.assert_close(logits.grad[0], 0.9 * pi[0].detach() - p_t, rtol=1e-5, atol=1e-6)
+    # at the student's p = 0.998 on a token the teacher gives nothing, the sampled-token
+    # term's push is (1 - p) = 0.002 per unit of advantage; this one's is about 1
+    sure = torch.tensor([[8.0, 0.0, -2.0, -2.0]], requires_grad=True)
+    one = torch.tensor([[1]])
+    certain = torch.zeros(1, 1)  # the teacher: token 1 with p = 1
+    top_k_forward_kl(sure.log_softmax(-1), top_ids_NK=one, top_logprobs_NK=certain).backward()
+    assert sure.grad is not None and sure.grad[0, 0].item() > 0.99  # pushes token 0 down
+
+
+def test_the_loss_adds_the_weighted_forward_kl_without_the_ratio():
+    """micro_batch_loss with forward_kl_BT: the loss grows by coef x its token mean, and
+    distill/forward_kl is that mean; without it the loss is as before."""
+    mask = torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 0.0]])
+    logprobs = torch.full((2, 3), -1.0)
+    fkl = torch.tensor([[5.0, 0.3, 0.6], [7.0, 0.9, 8.0]])
+    args = dict(
+        logprobs_BT=logprobs,
+        old_logprobs_BT=logprobs,
+        ref_logprobs_BT=None,
+        engine_logprobs_BT=logprobs,
+        advantages_BT=torch.zeros(2, 3),
+        loss_mask_BT=mask,
+        norm=LossNorm(tokens=3.0, sequences=2.0),
+        cfg=AlgoConfig(name="distill"),
+        beta=0.0,
+    )
+    base, _ = micro_batch_loss(**args)  # type: ignore[arg-type]
+    loss, metrics = micro_batch_loss(**args, forward_kl_BT=fkl, teacher_coef=2.0)  # type: ignore[arg-type]
+    assert metrics["distill/forward_kl"].item() == pytest.approx(0.6)  # (0.3 + 0.6 + 0.9) / 3
+    assert (loss - base).item() == pytest.approx(1.2)
 
 
 def test_a_failed_teacher_call_fails_its_group_and_no_other():
@@ -221,6 +320,11 @@ def test_distill_is_grpo_with_a_teacher_term_and_combines_with_a_task_reward():
         (
             ["algo.name=distill", "teacher.path=builtin:tiny-arith", "algo.policy_loss=gspo"],
             r"algo\.teacher_coef=1(\.0)? gives each token its own",
+        ),
+        (
+            ["algo.teacher_top_k=8", "teacher.path=builtin:tiny-arith"],
+            r"algo\.teacher_top_k=8 chooses the teacher term's divergence, but algo\.teacher_"
+            r"coef=0",
         ),
     ],
 )

@@ -80,6 +80,24 @@ def test_hf_token_logprobs_are_the_forward_pass_by_hand(model, tokenizer, sequen
     assert engine.token_logprobs([ids[0]], [len(ids[0])]) == [[]]
 
 
+def test_hf_top_logprobs_are_the_forward_pass_by_hand(model, tokenizer, sequences):
+    """The top k at each scored position: the k largest of that position's log-softmax,
+    most likely first; the given tokens' logprobs are token_logprobs'."""
+    ids, starts = sequences
+    engine = HFEngine(model, tokenizer, device="cpu", max_batch_rows=2)
+    got = engine.top_logprobs(ids, starts, 3)
+    assert [g for g, _, _ in got] == engine.token_logprobs(ids, starts)
+    for (_, top_ids, top_lps), seq, start in zip(got, ids, starts, strict=True):
+        with torch.no_grad():
+            logp = model(input_ids=torch.tensor([seq])).logits[0].float().log_softmax(-1)
+        assert len(top_ids) == len(top_lps) == len(seq) - start
+        for t, (row_ids, row_lps) in enumerate(zip(top_ids, top_lps, strict=True), start):
+            want = logp[t - 1].topk(3)
+            assert row_ids == want.indices.tolist()
+            assert row_lps == pytest.approx(want.values.tolist(), abs=1e-5)
+            assert row_lps == sorted(row_lps, reverse=True)
+
+
 def test_the_teacher_splits_over_replicas_and_joins_in_order(model, tokenizer, sequences):
     ids, starts = sequences
     one = Teacher(in_driver(HFEngine(model, tokenizer, device="cpu")))

@@ -56,7 +56,7 @@ def _with_advantages(batch, advantages_B):
 
 def test_chunked_logprobs_match_full_softmax(model):
     batch = build_batch(_trajectories(4), pad_id=0)
-    lp_chunked, _ = token_logprobs(
+    lp_chunked, _, _ = token_logprobs(
         model,
         input_ids_BT=batch.input_ids_BT,
         attention_mask_BT=batch.attention_mask_BT,
@@ -73,7 +73,7 @@ def test_chunked_logprobs_match_full_softmax(model):
 
     # and the gradient through the checkpointed chunks equals the plain one
     g1 = torch.autograd.grad(lp_chunked[:, 1:][mask].sum(), model.lm_head.weight)[0]
-    lp2, _ = token_logprobs(
+    lp2, _, _ = token_logprobs(
         model,
         input_ids_BT=batch.input_ids_BT,
         attention_mask_BT=batch.attention_mask_BT,
@@ -92,7 +92,7 @@ def test_tokens_are_scored_at_the_sampling_temperature(model):
     mask = mask_BT[:, 1:].bool()
     for temperature in (0.7, 1.0):
         scorer = TokenScorer(model, chunk_tokens=5, temperature=temperature)
-        lp_BT, entropy_BT = scorer(ids_BT, mask_BT)
+        lp_BT, entropy_BT, _ = scorer(ids_BT, mask_BT)
         logits = model(input_ids=ids_BT, attention_mask=mask_BT).logits.float()[:, :-1]
         logp = (logits / temperature).log_softmax(-1)
         expected = logp.gather(-1, ids_BT[:, 1:, None]).squeeze(-1)
@@ -158,7 +158,7 @@ def test_each_replicas_logprob_gap_is_its_own_and_an_odd_one_is_named(model, cap
         t.completion.replica = b // 4
     batch = build_batch(trajectories, pad_id=0)
     with torch.no_grad():
-        true_BT, _ = token_logprobs(
+        true_BT, _, _ = token_logprobs(
             model,
             input_ids_BT=batch.input_ids_BT,
             attention_mask_BT=batch.attention_mask_BT,
@@ -206,7 +206,7 @@ def test_several_updates_reuse_old_logprobs(model):
     _, metrics = _update(model, batch, micro=4, mini=4, iterations=3, lr=50.0)
     # the old logprobs are those of the sampling policy, computed once up front
     with torch.no_grad():
-        expected, _ = token_logprobs(
+        expected, _, _ = token_logprobs(
             model,
             input_ids_BT=batch.input_ids_BT,
             attention_mask_BT=batch.attention_mask_BT,
@@ -228,8 +228,8 @@ def test_single_update_has_ratio_one(model):
 def test_scoring_only_masked_positions_gives_the_same_logprobs_and_gradient(model):
     batch = build_batch(_trajectories(4, seed=9), pad_id=0)
     kwargs = dict(input_ids_BT=batch.input_ids_BT, attention_mask_BT=batch.attention_mask_BT)
-    full, _ = token_logprobs(model, chunk_tokens=7, **kwargs)
-    only, _ = token_logprobs(model, chunk_tokens=7, score_mask_BT=batch.loss_mask_BT, **kwargs)
+    full, _, _ = token_logprobs(model, chunk_tokens=7, **kwargs)
+    only, _, _ = token_logprobs(model, chunk_tokens=7, score_mask_BT=batch.loss_mask_BT, **kwargs)
     mask = batch.loss_mask_BT.bool()
     torch.testing.assert_close(only[mask], full[mask])
     assert torch.all(only[~mask] == 0)
@@ -294,15 +294,21 @@ def test_packed_logprobs_and_gradients_equal_padded_ones(model):
     batch = build_batch(_trajectories(6, seed=21), pad_id=0)
     assert batch.attention_mask_BT.sum() < batch.attention_mask_BT.numel()  # some padding
     padded_model, packed_model = copy.deepcopy(model), copy.deepcopy(model)
-    args = (batch.input_ids_BT, batch.attention_mask_BT, batch.loss_mask_BT)
-    padded, padded_entropy = TokenScorer(padded_model, chunk_tokens=8)(*args)
-    packed, packed_entropy = TokenScorer(packed_model, chunk_tokens=8, packed=True)(*args)
+    B, T = batch.input_ids_BT.shape
+    top = (torch.randint(0, 50, (B, T, 3)), torch.randn(B, T, 3).log_softmax(-1) - 0.5)
+    args = (batch.input_ids_BT, batch.attention_mask_BT, batch.loss_mask_BT, top)
+    padded, padded_entropy, padded_kl = TokenScorer(padded_model, chunk_tokens=8)(*args)
+    packed, packed_entropy, packed_kl = TokenScorer(packed_model, chunk_tokens=8, packed=True)(
+        *args
+    )
     torch.testing.assert_close(packed, padded, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(packed_entropy, padded_entropy, rtol=1e-5, atol=1e-5)
+    assert padded_kl is not None and packed_kl is not None
+    torch.testing.assert_close(packed_kl, padded_kl, rtol=1e-5, atol=1e-5)
     assert torch.all(packed[~batch.loss_mask_BT.bool()] == 0)
     weights = torch.randn(padded.shape)
-    (padded * weights).sum().backward()
-    (packed * weights).sum().backward()
+    (padded * weights + padded_kl).sum().backward()
+    (packed * weights + packed_kl).sum().backward()
     for (name, a), b in zip(
         padded_model.named_parameters(), packed_model.parameters(), strict=True
     ):
@@ -357,7 +363,7 @@ def test_old_logprobs_from_the_engine_anchor_the_ratio(model):
     (here set one nat below the policy's, so every ratio is e and the clip engages)."""
     batch = _with_advantages(build_batch(_trajectories(8, seed=27), pad_id=0), torch.ones(8))
     with torch.no_grad():
-        current, _ = TokenScorer(model, chunk_tokens=16)(
+        current, _, _ = TokenScorer(model, chunk_tokens=16)(
             batch.input_ids_BT, batch.attention_mask_BT, batch.loss_mask_BT
         )
     batch.engine_logprobs_BT = (current - 1.0) * batch.loss_mask_BT
@@ -454,7 +460,7 @@ def test_an_entropy_bonus_alone_raises_the_policys_entropy(model):
 
     def entropy(m):
         with torch.no_grad():
-            _, entropy_BT = token_logprobs(
+            _, entropy_BT, _ = token_logprobs(
                 m,
                 input_ids_BT=batch.input_ids_BT,
                 attention_mask_BT=batch.attention_mask_BT,

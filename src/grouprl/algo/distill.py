@@ -46,3 +46,27 @@ def reverse_kl(*, teacher_BT: Tensor, sampler_BT: Tensor, mask_BT: Tensor) -> fl
     if count == 0:
         return float("nan")
     return float(((sampler_BT - teacher_BT) * mask_BT).sum() / count)
+
+
+TOP_PAD_LOGPROB = -1e4
+"""The logprob of a padding entry of the teacher's top k (a position with fewer
+entries): exp() of it is 0 in float32, so the entry weighs nothing (a -inf would make
+0 * inf a NaN)."""
+
+
+def top_k_forward_kl(
+    student_logp_NV: Tensor, *, top_ids_NK: Tensor, top_logprobs_NK: Tensor
+) -> Tensor:
+    """Per position, the forward KL from the teacher's top k to the student,
+    ``sum_k p_t(k) * (log p_t(k) - log pi(k))`` over the teacher's k most likely tokens
+    (``algo.teacher_top_k``; GKD's divergence at beta = 0, Agarwal et al. 2024, restricted
+    to the teacher's top k as verl's and slime's top-k distillation are). The teacher's
+    mass outside its top k is left out, not renormalised: the gradient with respect to
+    the student's logit j is ``M * pi(j) - p_t(j)`` (M: the top k's mass; p_t(j) = 0
+    outside it), which raises the teacher's likely tokens however unlikely the student
+    finds them, unlike the sampled-token term, whose gradient at a token the student
+    gives probability p is scaled by 1 - p. ``student_logp_NV``: the student's
+    log-softmax over the vocabulary; entries at ``TOP_PAD_LOGPROB`` weigh nothing."""
+    student_NK = student_logp_NV.gather(-1, top_ids_NK)
+    p_NK = top_logprobs_NK.exp()
+    return (p_NK * (top_logprobs_NK - student_NK)).sum(-1)

@@ -1,6 +1,6 @@
 """The training objective for one micro-batch, assembled from the registries.
 
-    loss = agg(h * w * policy_loss_BT + beta * c * kl_BT) - e * agg(H_BT)
+    loss = agg(h * w * policy_loss_BT + beta * c * kl_BT + d * fkl_BT) - e * agg(H_BT)
 
 ``w`` is the off-policy correction's weight (``algo.correction``, registry
 ``algo.corrections.CORRECTIONS``: a function of pi_prox / pi_behav per token, without
@@ -10,7 +10,11 @@ gradient (TRL's ``use_bias_correction_kl``, on by default in TRL 1.16; DeepSeek-
 the KL gradient is then the unbiased reverse-KL gradient. The ``kl`` metric is the
 estimate before that factor. ``h`` keeps only the high-entropy tokens
 (``algo.top_entropy_quantile``; 1 on every token by default) and ``e`` is the entropy
-bonus's coefficient on the policy's token entropy H (``algo/entropy.py``). The loop calls
+bonus's coefficient on the policy's token entropy H (``algo/entropy.py``). ``fkl_BT`` is
+the forward KL from the distillation teacher's top k at each token
+(``algo.teacher_top_k``, ``algo/distill.top_k_forward_kl``), weighted by d =
+``algo.teacher_coef``: a supervised term at the states the sampler visited, neither
+importance-weighted nor clipped (GKD's on-policy loss). The loop calls
 ``micro_batch_loss`` without knowing which estimator, loss or aggregation the config chose.
 """
 
@@ -68,6 +72,8 @@ def micro_batch_loss(
     m2po_cutoff: float | None = None,
     entropy_BT: Tensor | None = None,
     entropy_coef: float = 0.0,
+    forward_kl_BT: Tensor | None = None,
+    teacher_coef: float = 0.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Loss to backpropagate, plus metrics already divided by the mini-batch's
     token count (so the micro-batches' metrics add up to mini-batch means).
@@ -75,7 +81,8 @@ def micro_batch_loss(
     ``old_logprobs_BT`` is pi_prox and ``engine_logprobs_BT`` pi_behav of the correction;
     ``m2po_cutoff`` is ``algo.correction=m2po``'s bound over the whole step's batch.
     ``entropy_BT``: the policy's token entropy (with its gradient when ``entropy_coef`` > 0),
-    needed by the bonus and by ``algo.top_entropy_quantile`` < 1."""
+    needed by the bonus and by ``algo.top_entropy_quantile`` < 1. ``forward_kl_BT``: the
+    forward KL from the teacher's top k (with its gradient), weighted by ``teacher_coef``."""
     mask_BT = loss_mask_BT.to(logprobs_BT.dtype)
     policy = POLICY_LOSSES[cfg.policy_loss](
         logprobs_BT=logprobs_BT,
@@ -95,18 +102,7 @@ def micro_batch_loss(
         assert entropy_BT is not None, "algo.top_entropy_quantile needs the token entropy"
         high_BT = high_entropy_mask(entropy_BT, loss_mask_BT, keep=cfg.top_entropy_quantile)
         loss_BT = loss_BT * high_BT
-    metrics = {
-        "correction/weight": token_mean(weight_BT, mask_BT, norm=norm),
-        "correction/masked_frac": token_mean(
-            correction.masked_BT.to(mask_BT.dtype), mask_BT, norm=norm
-        ),
-    }
-    if name == "tis":  # the names TIS has always logged under
-        cap = cfg.tis_cap if cfg.tis_cap is not None else TIS_CAP
-        metrics["tis/weight"] = metrics["correction/weight"]
-        metrics["tis/capped_frac"] = token_mean(
-            (weight_BT >= cap).to(mask_BT.dtype), mask_BT, norm=norm
-        )
+    metrics = _correction_metrics(name, weight_BT, correction.masked_BT, mask_BT, norm, cfg)
     if cfg.kl_in == "loss" and beta > 0:
         if ref_logprobs_BT is None:
             raise ValueError("a KL term in the loss needs reference logprobs in the batch")
@@ -115,6 +111,9 @@ def micro_batch_loss(
         if cfg.kl_bias_correction:
             kl_BT = kl_BT * policy.ratio_BT
         loss_BT = loss_BT + beta * kl_BT
+    if forward_kl_BT is not None:
+        metrics["distill/forward_kl"] = token_mean(forward_kl_BT.detach(), mask_BT, norm=norm)
+        loss_BT = loss_BT + teacher_coef * forward_kl_BT
     loss = AGGREGATIONS[cfg.loss_agg](loss_BT, mask_BT, norm=norm)
     if entropy_coef > 0:
         assert entropy_BT is not None, "the entropy bonus needs the token entropy"
@@ -123,3 +122,26 @@ def micro_batch_loss(
         metrics["clip_frac"] = token_mean(policy.clipped_BT.to(mask_BT.dtype), mask_BT, norm=norm)
         metrics["policy_loss"] = token_mean(policy.loss_BT.detach(), mask_BT, norm=norm)
     return loss, metrics
+
+
+def _correction_metrics(
+    name: str,
+    weight_BT: Tensor,
+    masked_BT: Tensor,
+    mask_BT: Tensor,
+    norm: LossNorm,
+    cfg: ObjectiveParams,
+) -> dict[str, Tensor]:
+    """The correction's mean weight and share of masked tokens (and, for ``tis``, under
+    the names TIS has always logged)."""
+    metrics = {
+        "correction/weight": token_mean(weight_BT, mask_BT, norm=norm),
+        "correction/masked_frac": token_mean(masked_BT.to(mask_BT.dtype), mask_BT, norm=norm),
+    }
+    if name == "tis":
+        cap = cfg.tis_cap if cfg.tis_cap is not None else TIS_CAP
+        metrics["tis/weight"] = metrics["correction/weight"]
+        metrics["tis/capped_frac"] = token_mean(
+            (weight_BT >= cap).to(mask_BT.dtype), mask_BT, norm=norm
+        )
+    return metrics

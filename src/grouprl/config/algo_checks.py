@@ -49,7 +49,7 @@ def _estimator_problems(cfg: RunConfig, traits: EstimatorTraits) -> list[str]:
     algo = cfg.algo
     problems = []
     if algo.policy_loss == "gspo" and per_token_advantages(cfg):
-        if algo.teacher_coef > 0:
+        if algo.teacher_coef > 0 and algo.teacher_top_k == 0:
             why = f"algo.teacher_coef={show(algo.teacher_coef)} gives each token its own"
         elif traits.needs_values:
             why = f"{algo.advantage} gives each token its own advantage"
@@ -182,6 +182,12 @@ def _teacher_problems(cfg: RunConfig) -> list[str]:
             "on the task reward alone. Set algo.teacher_coef > 0 (the preset's 1.0) and a "
             "teacher: section, or algo.name=grpo."
         )
+    if algo.teacher_top_k > 0 and algo.teacher_coef == 0:
+        problems.append(
+            f"algo.teacher_top_k={algo.teacher_top_k} chooses the teacher term's divergence, "
+            "but algo.teacher_coef=0 turns the term off: set algo.teacher_coef > 0 (with a "
+            "teacher: section), or algo.teacher_top_k=0."
+        )
     if algo.teacher_coef > 0 and algo.dynamic_sampling:
         problems.append(
             "algo.dynamic_sampling=true drops groups whose rewards are all equal, but "
@@ -193,11 +199,12 @@ def _teacher_problems(cfg: RunConfig) -> list[str]:
 
 
 def per_token_advantages(cfg: RunConfig) -> bool:
-    """Whether the advantage estimator (or the teacher term) can give the tokens of one
-    sample different values."""
+    """Whether the advantage estimator (or the sampled-token teacher term) can give the
+    tokens of one sample different values."""
     algo = cfg.algo
     kl_rewards = algo.kl_in == "reward" and algo.beta > 0
-    return algo.teacher_coef > 0 or estimator_per_token(algo.advantage, kl_rewards=kl_rewards)
+    in_advantage = algo.teacher_coef > 0 and algo.teacher_top_k == 0  # top k: in the loss
+    return in_advantage or estimator_per_token(algo.advantage, kl_rewards=kl_rewards)
 
 
 CORRECTION_KEYS = {

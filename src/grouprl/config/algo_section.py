@@ -153,6 +153,13 @@ class AlgoConfig(Section):
     the `teacher:` model, undiscounted, added to the task reward's advantage; 0: no
     teacher term. `algo.name=distill` sets 1; with another preset it combines a teacher
     with the task reward. Needs a `teacher:` section."""
+    teacher_top_k: int = Field(default=0, ge=0, le=100)
+    """On-policy distillation's divergence: 0, the sampled-token reverse KL above, in the
+    advantage (Thinking Machines'); k > 0, the forward KL from the teacher's k most likely
+    next tokens to the student at every generated token, a term of the loss weighted by
+    `teacher_coef` (GKD's at beta = 0, on the student's samples). The teacher returns k
+    logprobs per token. It moves the student where it is sure and wrong, which the
+    sampled-token term barely does (docs/distillation.md)."""
     mismatch_alarm: float = Field(default=0.05, gt=0)
     """A warning when a step's mean per-token KL between the engine's (behaviour) and the
     trainer's policy, at any staleness level, passes this (`offpolicy/lag<k>/kl`)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from grouprl.algo.distill import TOP_PAD_LOGPROB
 from grouprl.types import Completion, TrainingBatch, Trajectory
 
 
@@ -23,7 +24,8 @@ def build_batch(
     ``version_BT`` is the weight version that sampled each generated token
     (``Completion.versions``; a completion without them: the trajectory's
     ``weight_version``), -1 elsewhere. The teacher's logprobs (``teacher_logprobs_BT``,
-    when any trajectory has them) sit where the engine's do, 0 in a row without them.
+    when any trajectory has them) sit where the engine's do, 0 in a row without them;
+    so do the teacher's top k (``teacher_top_*_BTK``), padding in a row without them.
     Advantages start at zero.
     """
     rows = [t.sequence_ids() for t in trajectories]
@@ -37,7 +39,9 @@ def build_batch(
     replica = torch.full((B, width), -1, dtype=torch.long)
     version = torch.full((B, width), -1, dtype=torch.long)
     teacher_lp = torch.zeros((B, width), dtype=torch.float32)
+    generated: list[list[int]] = []  # each row's columns of generated tokens
     for b, (traj, ids) in enumerate(zip(trajectories, rows, strict=True)):
+        generated.append([])
         input_ids[b, : len(ids)] = torch.tensor(ids)
         attention[b, : len(ids)] = 1
         truncated = mask_truncated and traj.completion.finish_reason == "length"
@@ -52,7 +56,9 @@ def build_batch(
             replica[b, start:end] = turn.completion.replica
             engine_lp[b, start:end] = torch.tensor(turn.completion.logprobs, dtype=torch.float32)
             version[b, start:end] = torch.tensor(token_versions(turn.completion, traj))
+            generated[b] += range(start, end)
             start = end + len(turn.observation_ids)
+    top_ids, top_lp = _teacher_top(trajectories, generated, width=width)
     return TrainingBatch(
         input_ids_BT=input_ids,
         attention_mask_BT=attention,
@@ -65,7 +71,35 @@ def build_batch(
         teacher_logprobs_BT=teacher_lp
         if any(t.teacher_logprobs is not None for t in trajectories)
         else None,
+        teacher_top_ids_BTK=top_ids,
+        teacher_top_logprobs_BTK=top_lp,
     )
+
+
+def _teacher_top(
+    trajectories: list[Trajectory], generated: list[list[int]], *, width: int
+) -> tuple[Tensor | None, Tensor | None]:
+    """The teacher's top-k ids and logprobs ``(B, width, K)`` at the columns of each row's
+    generated tokens (``generated``); id 0 at ``TOP_PAD_LOGPROB`` elsewhere, and in the
+    rows without them. None, None: no trajectory has them."""
+    tops = [(t.teacher_top_ids, t.teacher_top_logprobs) for t in trajectories]
+    K = max((len(row) for ids, _ in tops if ids for row in ids), default=0)
+    if K == 0:
+        return None, None
+    ids_BTK = torch.zeros((len(trajectories), width, K), dtype=torch.long)
+    lp_BTK = torch.full((len(trajectories), width, K), TOP_PAD_LOGPROB, dtype=torch.float32)
+    for b, ((ids, lps), columns) in enumerate(zip(tops, generated, strict=True)):
+        if ids is None or lps is None:
+            continue
+        if len(ids) != len(columns) or len(lps) != len(columns):
+            raise ValueError(
+                f"a trajectory of prompt index {trajectories[b].prompt_index} has the "
+                f"teacher's top k at {len(ids)} positions for {len(columns)} generated tokens"
+            )
+        for col, row_ids, row_lps in zip(columns, ids, lps, strict=True):
+            ids_BTK[b, col, : len(row_ids)] = torch.tensor(row_ids, dtype=torch.long)
+            lp_BTK[b, col, : len(row_lps)] = torch.tensor(row_lps, dtype=torch.float32)
+    return ids_BTK, lp_BTK
 
 
 def _teacher_turns(traj: Trajectory) -> list[list[float]] | None:

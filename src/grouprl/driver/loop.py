@@ -140,7 +140,9 @@ def _teacher_term(
     """The advantages with the teacher's term added (``algo/distill.py``) on the samples
     that train, and ``distill/reverse_kl`` over their tokens. A sample that trains without
     the teacher's logprobs is one whose teacher call failed under ``reward.on_error=zero``:
-    it trains on the task reward's advantage alone."""
+    it trains on the task reward's advantage alone. With ``algo.teacher_top_k`` the
+    teacher's term is the loss's forward KL to its top k (``algo/objective.py``), not an
+    advantage: the advantages stay the task reward's."""
     has_B = torch.tensor([t.teacher_logprobs is not None for t in trajectories])
     teacher_BT = batch.teacher_logprobs_BT
     if teacher_BT is None:
@@ -160,6 +162,8 @@ def _teacher_term(
         metrics["distill/reverse_kl"] = reverse_kl(
             teacher_BT=teacher_BT, sampler_BT=batch.engine_logprobs_BT, mask_BT=mask_BT
         )
+    if c.cfg.algo.teacher_top_k > 0:
+        return batch.advantages_BT
     return teacher_advantages(
         batch.advantages_BT,
         teacher_BT=teacher_BT,

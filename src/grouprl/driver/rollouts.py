@@ -59,7 +59,11 @@ def generate_round(c: Components, rows: list[int], index: int, attempt: int = 0)
     teacher_s = 0.0
     if c.teacher is not None:  # the teacher's logprobs, per group, before any batch
         teacher_s = ask_teacher(
-            trajectories, teacher=c.teacher, group_size=cfg.rollout.n, on_error=cfg.reward.on_error
+            trajectories,
+            teacher=c.teacher,
+            group_size=cfg.rollout.n,
+            on_error=cfg.reward.on_error,
+            top_k=cfg.algo.teacher_top_k,
         )
     reward_s = c.score.seconds
     generate_s = time.perf_counter() - t0 - reward_s - teacher_s

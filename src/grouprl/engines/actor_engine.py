@@ -32,7 +32,7 @@ from torch import Tensor
 from grouprl.config.replica_timeouts import Bound, generation_bound, other_call_bound, push_bound
 from grouprl.config.schema import RunConfig
 from grouprl.device import DeviceName
-from grouprl.engines.base import NamedTensors, SamplingSettings, TwoStepPush
+from grouprl.engines.base import NamedTensors, SamplingSettings, TopLogprobs, TwoStepPush
 from grouprl.types import Completion
 
 if TYPE_CHECKING:
@@ -77,6 +77,10 @@ class RolloutHost:
     def token_logprobs(self, ids: list[list[int]], starts: list[int]) -> list[list[float]]:
         """The engine's logprobs of given tokens (a teacher replica: ``engines/teacher.py``)."""
         return self.engine.token_logprobs(ids, starts)  # type: ignore[attr-defined]
+
+    def top_logprobs(self, ids: list[list[int]], starts: list[int], k: int) -> list[TopLogprobs]:
+        """The same, with the top ``k`` at each position (``Teacher.top_logprobs``)."""
+        return self.engine.top_logprobs(ids, starts, k)  # type: ignore[attr-defined]
 
     def stage_weights(
         self, weights: dict[str, Tensor], version: int, last: bool, lora_scaling: float | None
@@ -142,14 +146,22 @@ class ActorEngine(TwoStepPush):
     def token_logprobs(self, ids: list[list[int]], starts: list[int]) -> list[list[float]]:
         """The replica's logprobs of given tokens (``engines/teacher.py``), bounded as a
         generation of one token per sequence."""
-        bound = generation_bound(
+        ref = self.actor.token_logprobs.remote(ids, starts)
+        return self.get(ref, "scoring tokens", self._scoring_bound(ids))
+
+    def top_logprobs(self, ids: list[list[int]], starts: list[int], k: int) -> list[TopLogprobs]:
+        """The same, with the top ``k`` at each position (``Teacher.top_logprobs``)."""
+        ref = self.actor.top_logprobs.remote(ids, starts, k)
+        return self.get(ref, "scoring tokens", self._scoring_bound(ids))
+
+    def _scoring_bound(self, ids: list[list[int]]) -> Bound:
+        return generation_bound(
             self.timeout_s,
             prefill_tokens=sum(map(len, ids)),
             sequences=len(ids),
             new_tokens=len(ids),
             on_gpu=self.on_gpu,
         )
-        return self.get(self.actor.token_logprobs.remote(ids, starts), "scoring tokens", bound)
 
     def _stage(
         self, named_tensors: NamedTensors, *, version: int, last: bool, lora_scaling: float | None

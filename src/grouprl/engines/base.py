@@ -26,6 +26,12 @@ NamedTensors = Iterable[tuple[str, Tensor]]
 """A push's tensors by name (one bucket, or the whole push)."""
 
 
+TopLogprobs = tuple[list[float], list[list[int]], list[list[float]]]
+"""A teacher's answer for one sequence (``Teacher.top_logprobs``): from the start on, the
+logprob of each given token, and at each position the ids and logprobs of the k most
+likely tokens (most likely first)."""
+
+
 @dataclass(frozen=True)
 class SamplingSettings:
     group_size: int = 1

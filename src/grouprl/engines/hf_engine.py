@@ -22,7 +22,14 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from grouprl.engines.base import NamedTensors, PushLedger, SamplingSettings, TwoStepPush, replicate
+from grouprl.engines.base import (
+    NamedTensors,
+    PushLedger,
+    SamplingSettings,
+    TopLogprobs,
+    TwoStepPush,
+    replicate,
+)
 from grouprl.seeds import request_seed
 from grouprl.types import Completion
 
@@ -79,18 +86,22 @@ class HFEngine(TwoStepPush):
         groups = [done[i * per_prompt : (i + 1) * per_prompt] for i in range(len(prompts))]
         return [g if per_prompt == n else replicate(g[0], n) for g in groups]
 
-    @torch.no_grad()
     def token_logprobs(self, ids: list[list[int]], starts: list[int]) -> list[list[float]]:
-        """``teacher.Teacher.token_logprobs`` on this engine: one forward pass per batch of
+        """``teacher.Teacher.token_logprobs`` on this engine: ``top_logprobs`` with k = 0."""
+        return [given for given, _, _ in self.top_logprobs(ids, starts, 0)]
+
+    @torch.no_grad()
+    def top_logprobs(self, ids: list[list[int]], starts: list[int], k: int) -> list[TopLogprobs]:
+        """``teacher.Teacher.top_logprobs`` on this engine: one forward pass per batch of
         sequences (left-padded, so every sequence ends in the last column and only the
         last K positions' logits are computed; at most ``max_batch_rows`` sequences and
         ``LOGITS_BUDGET`` logits a batch), ``log_softmax`` in float32 at temperature 1, the
-        given token gathered."""
+        given token gathered, and the top ``k``."""
         model = self.model
         if model is None:
             raise RuntimeError("the hf engine was closed")
         vocab = model.get_output_embeddings().weight.shape[0]
-        out: list[list[float]] = []
+        out: list[TopLogprobs] = []
         for part in _score_batches(ids, starts, vocab=vocab, max_rows=self.max_batch_rows):
             rows, begin = ids[part], starts[part]
             input_ids_BT, attention_BT = _left_pad(rows, self._pad_id, self.device)
@@ -107,7 +118,9 @@ class HFEngine(TwoStepPush):
                 n = len(seq) - start
                 logp_NV = logits_BKV[b, K - 1 - n : K - 1].float().log_softmax(-1)
                 target_N = torch.tensor(seq[start:], device=self.device)
-                out.append(logp_NV.gather(1, target_N[:, None])[:, 0].tolist())
+                given = logp_NV.gather(1, target_N[:, None])[:, 0].tolist()
+                top = logp_NV.topk(k, dim=-1)
+                out.append((given, top.indices.tolist(), top.values.tolist()))
         return out
 
     @torch.no_grad()

@@ -23,10 +23,11 @@ teaching from the student.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
@@ -34,8 +35,11 @@ from grouprl.assets import resolve_model_path
 from grouprl.config.schema import RunConfig
 from grouprl.config.teacher_checks import teacher_run_config
 from grouprl.device import resolve_device
+from grouprl.engines.base import TopLogprobs
 from grouprl.engines.placement import in_driver, start_replicas
 from grouprl.engines.replicas import ReplicaSet, split_by_work
+
+T = TypeVar("T")
 
 
 class Teacher:
@@ -56,6 +60,19 @@ class Teacher:
         floats), at temperature 1. starts[i] >= 1. Batched across replicas: contiguous runs
         of sequences, balanced by tokens, scored at once; the result is in ``ids``' order.
         Thread-safe: calls from several threads (groups finishing in a stream) take turns."""
+        return self._scatter(ids, starts, lambda engine, i, s: engine.token_logprobs(i, s))
+
+    def top_logprobs(self, ids: list[list[int]], starts: list[int], k: int) -> list[TopLogprobs]:
+        """As ``token_logprobs``, each sequence's with the ids and logprobs of the
+        teacher's ``k`` most likely tokens at each of those positions (``TopLogprobs``;
+        ``algo.teacher_top_k``)."""
+        return self._scatter(ids, starts, lambda engine, i, s: engine.top_logprobs(i, s, k))
+
+    def _scatter(
+        self, ids: list[list[int]], starts: list[int], call: Callable[..., list[T]]
+    ) -> list[T]:
+        """``call(engine, ids, starts)`` over the replicas (``token_logprobs``'s checks,
+        split, order and turns)."""
         if len(ids) != len(starts):
             raise ValueError(f"token_logprobs: {len(ids)} sequences but {len(starts)} starts")
         bad = [i for i, (s, b) in enumerate(zip(ids, starts, strict=True)) if not 1 <= b <= len(s)]
@@ -71,10 +88,9 @@ class Teacher:
         engines = self._replicas.engines
         runs = split_by_work(ids, len(engines), max_tokens=0)
 
-        def score(k: int) -> list[list[float]]:
-            run, engine = runs[k], engines[k]
-            part = slice(run.start, run.stop)
-            return engine.token_logprobs(ids[part], starts[part])  # type: ignore[attr-defined]
+        def score(k: int) -> list[T]:
+            part = slice(runs[k].start, runs[k].stop)
+            return call(engines[k], ids[part], starts[part])
 
         with self._lock:  # an engine serves one caller at a time (the stream's groups queue)
             if len(runs) == 1:  # in the caller's thread, as the rollout's one replica is

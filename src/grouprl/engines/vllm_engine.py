@@ -44,7 +44,14 @@ from typing import TYPE_CHECKING, cast
 import torch
 
 from grouprl.device import DtypeName, resolve_dtype
-from grouprl.engines.base import NamedTensors, PushLedger, SamplingSettings, TwoStepPush, replicate
+from grouprl.engines.base import (
+    NamedTensors,
+    PushLedger,
+    SamplingSettings,
+    TopLogprobs,
+    TwoStepPush,
+    replicate,
+)
 from grouprl.engines.shared_weights import SharedWeights
 from grouprl.engines.weights import expected_push
 from grouprl.host.sessions import close_sessions, own_session
@@ -221,11 +228,17 @@ class VLLMEngine(TwoStepPush):
         tokens); one greedy token is generated and dropped. vLLM skips its prefix cache
         for such requests, so every position is computed here. A sequence must be
         shorter than the engine's ``max_model_len``."""
+        scored = self.top_logprobs(ids, starts, 0)
+        return [given for given, _, _ in scored]
+
+    def top_logprobs(self, ids: list[list[int]], starts: list[int], k: int) -> list[TopLogprobs]:
+        """``teacher.Teacher.top_logprobs`` on this engine: as ``token_logprobs``, with
+        ``prompt_logprobs=k`` (vLLM gives each position the given token, then its top k)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         params = SamplingParams(
-            max_tokens=1, temperature=0.0, prompt_logprobs=0, flat_logprobs=True, detokenize=False
+            max_tokens=1, temperature=0.0, prompt_logprobs=k, flat_logprobs=True, detokenize=False
         )
         outputs = self._llm.generate(
             [TokensPrompt(prompt_token_ids=list(s)) for s in ids], params, use_tqdm=False
@@ -306,17 +319,21 @@ def _completion(output, text: str) -> Completion:
     )
 
 
-def _given_logprobs(flat, seq: list[int], start: int) -> list[float]:
-    """Position ``t``'s logprob of ``seq[t]`` for t >= ``start``, from a request's
-    ``FlatLogprobs`` prompt logprobs (position 0 has none; each other position holds the
-    given token first)."""
+def _given_logprobs(flat, seq: list[int], start: int) -> TopLogprobs:
+    """Position ``t``'s logprob of ``seq[t]`` for t >= ``start``, and the top k's ids and
+    logprobs there, from a request's ``FlatLogprobs`` prompt logprobs (position 0 has none;
+    each other position holds the given token first, then the top k, which may repeat it)."""
     if flat is None or len(flat.start_indices) != len(seq):
         got = None if flat is None else len(flat.start_indices)
         raise RuntimeError(f"vLLM returned prompt logprobs for {got} of {len(seq)} positions")
-    out = []
+    given: list[float] = []
+    top_ids: list[list[int]] = []
+    top_lps: list[list[float]] = []
     for t in range(start, len(seq)):
-        i = flat.start_indices[t]
-        if flat.end_indices[t] <= i or flat.token_ids[i] != seq[t]:
+        i, end = flat.start_indices[t], flat.end_indices[t]
+        if end <= i or flat.token_ids[i] != seq[t]:
             raise RuntimeError(f"vLLM's prompt logprobs at position {t} are not of token {seq[t]}")
-        out.append(float(flat.logprobs[i]))
-    return out
+        given.append(float(flat.logprobs[i]))
+        top_ids.append(list(flat.token_ids[i + 1 : end]))
+        top_lps.append([float(v) for v in flat.logprobs[i + 1 : end]])
+    return given, top_ids, top_lps

@@ -19,11 +19,14 @@ from __future__ import annotations
 import math
 import time
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from grouprl.config.containment import OnError
+from grouprl.engines.base import TopLogprobs
 from grouprl.rollout.reward import fail
 from grouprl.types import Trajectory
+
+V = TypeVar("V")
 
 
 class TokenScorer(Protocol):
@@ -34,6 +37,11 @@ class TokenScorer(Protocol):
         the end."""
         ...
 
+    def top_logprobs(self, ids: list[list[int]], starts: list[int], k: int) -> list[TopLogprobs]:
+        """The same, with the ids and logprobs of the teacher's ``k`` most likely tokens at
+        each position."""
+        ...
+
     def released(self) -> AbstractContextManager[None]:
         """A block during which colocated teacher engines free the training GPU's memory."""
         ...
@@ -42,12 +50,18 @@ class TokenScorer(Protocol):
 
 
 def ask_teacher(
-    trajectories: list[Trajectory], *, teacher: TokenScorer, group_size: int, on_error: OnError
+    trajectories: list[Trajectory],
+    *,
+    teacher: TokenScorer,
+    group_size: int,
+    on_error: OnError,
+    top_k: int = 0,
 ) -> float:
-    """Sets ``teacher_logprobs`` on each sample of ``trajectories`` that has not failed, one
-    teacher call per group of ``group_size``; the seconds the calls took. A call that fails
-    fails each sample it covers (``reward_error``, with ``on_error``); so does a sample
-    whose logprobs are not one finite float per generated token."""
+    """Sets ``teacher_logprobs`` (and with ``top_k`` > 0, ``algo.teacher_top_k``, the
+    teacher's top k at each generated token) on each sample of ``trajectories`` that has
+    not failed, one teacher call per group of ``group_size``; the seconds the calls took. A
+    call that fails fails each sample it covers (``reward_error``, with ``on_error``); so
+    does a sample whose logprobs are not one finite float per generated token."""
     started = time.perf_counter()
     for first in range(0, len(trajectories), group_size):
         asked = [
@@ -58,8 +72,14 @@ def ask_teacher(
         if not asked:
             continue
         try:
-            got = teacher.token_logprobs(
-                [t.sequence_ids() for _, t in asked], [len(t.prompt_ids) for _, t in asked]
+            ids, starts = (
+                [t.sequence_ids() for _, t in asked],
+                [len(t.prompt_ids) for _, t in asked],
+            )
+            got = (
+                teacher.top_logprobs(ids, starts, top_k)
+                if top_k > 0
+                else [(lps, None, None) for lps in teacher.token_logprobs(ids, starts)]
             )
             if len(got) != len(asked):
                 raise ValueError(f"{len(got)} answers for {len(asked)} sequences")
@@ -67,27 +87,31 @@ def ask_teacher(
             for i, t in asked:
                 fail(t, reason="reward_error", on_error=on_error, message=_said(err), sample=i)
             continue
-        for (i, t), logprobs in zip(asked, got, strict=True):
+        for (i, t), (logprobs, top_ids, top_lps) in zip(asked, got, strict=True):
             try:
                 t.teacher_logprobs = model_tokens(t, logprobs)
+                if top_ids is not None and top_lps is not None:
+                    t.teacher_top_ids = model_tokens(t, top_ids, check=False)
+                    t.teacher_top_logprobs = model_tokens(t, top_lps, check=False)
             except ValueError as err:
                 fail(t, reason="reward_error", on_error=on_error, message=_said(err), sample=i)
     return time.perf_counter() - started
 
 
-def model_tokens(traj: Trajectory, logprobs: list[float]) -> list[float]:
-    """Of ``logprobs`` (one per token after the prompt: the turns' and the observations'),
-    those of the model's tokens, turn after turn; ValueError for a wrong count or a
-    non-finite value."""
+def model_tokens(traj: Trajectory, values: list[V], *, check: bool = True) -> list[V]:
+    """Of ``values`` (one per token after the prompt: the turns' and the observations'),
+    those of the model's tokens, turn after turn; ValueError for a wrong count or, with
+    ``check``, a non-finite logprob."""
     after_prompt = len(traj.sequence_ids()) - len(traj.prompt_ids)
-    if len(logprobs) != after_prompt:
-        raise ValueError(f"{len(logprobs)} logprobs for {after_prompt} tokens after the prompt")
-    kept, start = [], 0
+    if len(values) != after_prompt:
+        raise ValueError(f"{len(values)} logprobs for {after_prompt} tokens after the prompt")
+    kept: list[V] = []
+    start = 0
     for turn in traj.turns:
         end = start + len(turn.completion.token_ids)
-        kept += [float(v) for v in logprobs[start:end]]
+        kept += values[start:end]
         start = end + len(turn.observation_ids)
-    if not all(math.isfinite(v) for v in kept):
+    if check and not all(math.isfinite(v) for v in kept):  # type: ignore[arg-type]
         raise ValueError("a non-finite logprob (the teacher gives a sampled token no mass)")
     return kept
 

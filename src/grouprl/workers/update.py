@@ -430,8 +430,8 @@ def _policy_micro_loss(
 
     def micro_loss(micro: TrainingBatch, norm: LossNorm, iteration: int):
         with autocast():
-            logprobs_BT, entropy_BT = scorer(
-                micro.input_ids_BT, micro.attention_mask_BT, micro.loss_mask_BT
+            logprobs_BT, entropy_BT, forward_kl_BT = scorer(
+                micro.input_ids_BT, micro.attention_mask_BT, micro.loss_mask_BT, micro.teacher_top
             )
         logprobs_BT = logprobs_BT.float()
         # one update per batch: the sampling policy is the current one
@@ -449,6 +449,8 @@ def _policy_micro_loss(
             m2po_cutoff=cutoff,
             entropy_BT=entropy_BT.float(),
             entropy_coef=entropy_coef,
+            forward_kl_BT=forward_kl_BT,
+            teacher_coef=algo.teacher_coef,
         )
         entropy_BT = entropy_BT.detach()
         metrics["entropy"] = token_mean(entropy_BT, micro.loss_mask_BT, norm=norm)
