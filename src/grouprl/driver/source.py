@@ -56,6 +56,7 @@ class RoundStats:
     reward_s: float
     replicas: dict[str, float]
     teacher_s: float = 0.0  # asking the distillation teacher (not in generate_s)
+    reward_hidden_s: float = 0.0  # of reward_s, scoring while the round still generated
 
 
 @dataclass

@@ -12,7 +12,7 @@ node's stage moved is a ``Staged``: ``engines/push.py``), then *applied*
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -25,6 +25,10 @@ from grouprl.types import Completion
 NamedTensors = Iterable[tuple[str, Tensor]]
 """A push's tensors by name (one bucket, or the whole push)."""
 
+
+OnGroup = Callable[[int, list[Completion]], None]
+"""``on_group(i, completions)``: prompt i's group has finished (``generate``'s argument,
+on engines that stream groups: ``streams_groups``)."""
 
 TopLogprobs = tuple[list[float], list[list[int]], list[list[float]]]
 """A teacher's answer for one sequence (``Teacher.top_logprobs``): from the start on, the
@@ -269,10 +273,20 @@ class OneCallPush(TwoStepPush):
     def weight_version(self) -> int:
         return self.engine.weight_version
 
+    @property
+    def streams_groups(self) -> bool:
+        """Whether the engine's ``generate`` takes ``on_group`` (``OnGroup``)."""
+        return bool(getattr(self.engine, "streams_groups", False))
+
     def generate(
-        self, prompts: list[list[int]], settings: SamplingSettings
+        self,
+        prompts: list[list[int]],
+        settings: SamplingSettings,
+        on_group: OnGroup | None = None,
     ) -> list[list[Completion]]:
-        return self.engine.generate(prompts, settings)
+        if on_group is None:
+            return self.engine.generate(prompts, settings)
+        return self.engine.generate(prompts, settings, on_group=on_group)  # type: ignore[call-arg]
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], *, version: int) -> None:
         self.engine.update_weights(named_tensors, version=version)

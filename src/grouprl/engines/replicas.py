@@ -33,6 +33,7 @@ from typing import TypeVar
 
 from grouprl.engines.base import (
     NamedTensors,
+    OnGroup,
     RolloutEngine,
     SamplingSettings,
     TwoStepPush,
@@ -115,15 +116,23 @@ class ReplicaSet(TwoStepPush):
         return len(self.engines)
 
     def generate(
-        self, prompts: list[list[int]], settings: SamplingSettings
+        self,
+        prompts: list[list[int]],
+        settings: SamplingSettings,
+        on_group: OnGroup | None = None,
     ) -> list[list[Completion]]:
         """``RolloutEngine.generate`` over the replicas, with each token's weight version;
         in segments with ``segment_tokens``, else in one under the push gate (then the
-        engine calls are exactly those of a plain generation)."""
+        engine calls are exactly those of a plain generation). ``on_group(i, group)``, on
+        a replica's thread, as prompt i's group finishes: on an engine that streams groups
+        (``streams_groups``: vLLM in this process) as each does, on another as its
+        replica's share does, in segments once the last segment has."""
         if self.segment_tokens is None:
             with self._gate.segment():
                 version = self.weight_version
-                groups = self._generate_once(prompts, settings, new_samples=True)
+                groups = self._generate_once(
+                    prompts, settings, new_samples=True, on_group=on_group, version=version
+                )
             tag_versions(groups, version)
             self._segments += 1
             return groups
@@ -147,6 +156,8 @@ class ReplicaSet(TwoStepPush):
         )
         self._segments += segments
         self._spanning += sum(len(set(c.versions)) > 1 for group in groups for c in group)
+        for i, group in enumerate(groups if on_group is not None else []):
+            on_group(i, group)  # type: ignore[misc]  # on_group is not None here
         return groups
 
     @contextmanager
@@ -168,10 +179,18 @@ class ReplicaSet(TwoStepPush):
         return self._gate.pushes_waiting
 
     def _generate_once(
-        self, prompts: list[list[int]], settings: SamplingSettings, *, new_samples: bool
+        self,
+        prompts: list[list[int]],
+        settings: SamplingSettings,
+        *,
+        new_samples: bool,
+        on_group: OnGroup | None = None,
+        version: int = 0,
     ) -> list[list[Completion]]:
         """One engine call split over the replicas; ``new_samples``: count its samples in
-        the per-replica metrics (a continuation segment's are counted already)."""
+        the per-replica metrics (a continuation segment's are counted already);
+        ``on_group``: ``generate``'s, each group tagged with its replica and ``version``
+        first."""
         max_tokens = settings.prompt_max_tokens(len(prompts))
         runs = split_by_work(prompts, len(self.engines), max_tokens=max_tokens)
 
@@ -185,7 +204,20 @@ class ReplicaSet(TwoStepPush):
                 max_tokens=max(max_tokens[part.start : part.stop]),
                 max_tokens_each=None if each is None else each[part.start : part.stop],
             )
-            groups = self.engines[k].generate(prompts[part.start : part.stop], share)
+
+            def finished(i: int, group: list[Completion]) -> None:
+                for completion in group:
+                    completion.replica = k
+                tag_versions([group], version)
+                on_group(part.start + i, group)  # type: ignore[misc]  # not None here
+
+            engine, batch = self.engines[k], prompts[part.start : part.stop]
+            if on_group is not None and getattr(engine, "streams_groups", False):
+                groups = engine.generate(batch, share, on_group=finished)  # type: ignore[call-arg]
+            else:
+                groups = engine.generate(batch, share)
+                for i, group in enumerate(groups if on_group is not None else []):
+                    finished(i, group)
             for completion in (c for group in groups for c in group):
                 completion.replica = k
             if new_samples:

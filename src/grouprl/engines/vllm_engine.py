@@ -46,6 +46,7 @@ import torch
 from grouprl.device import DtypeName, resolve_dtype
 from grouprl.engines.base import (
     NamedTensors,
+    OnGroup,
     PushLedger,
     SamplingSettings,
     TopLogprobs,
@@ -183,9 +184,20 @@ class VLLMEngine(TwoStepPush):
         # the model's Hugging Face tokenizer (vLLM annotates it with a smaller protocol)
         self._tokenizer = cast("PreTrainedTokenizerBase", self._llm.get_tokenizer())
 
+    streams_groups = True
+    """``generate`` takes ``on_group`` and calls it as each prompt's group finishes."""
+
     def generate(
-        self, prompts: list[list[int]], settings: SamplingSettings
+        self,
+        prompts: list[list[int]],
+        settings: SamplingSettings,
+        on_group: OnGroup | None = None,
     ) -> list[list[Completion]]:
+        """The completions of each prompt, in order; ``on_group(i, group)`` (on this thread)
+        as soon as prompt i's ``group_size`` completions have all finished, in the order
+        they finish. The requests are queued at once and the engine is stepped here
+        (``LLM.enqueue`` and ``llm_engine.step``, as ``LLM.generate`` does inside): the same
+        requests, seeds and outputs. A call that fails aborts its requests still running."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -209,17 +221,42 @@ class VLLMEngine(TwoStepPush):
             )
             for i in range(len(prompts))
         ]
-        outputs = self._llm.generate(
+        ids = self._llm.enqueue(
             [TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False
         )
-        ordered = [sorted(out.outputs, key=lambda c: c.index) for out in outputs]
-        texts = iter(
-            self._tokenizer.batch_decode(
-                [list(c.token_ids) for group in ordered for c in group], skip_special_tokens=True
+        # enqueue gives the engine's ids ("<id>-<8 random characters>"); outputs carry <id>
+        index = {key: i for i, rid in enumerate(ids) for key in (rid, rid.rsplit("-", 1)[0])}
+        pending = set(range(len(ids)))
+        groups: list[list[Completion]] = [[] for _ in prompts]
+        engine = self._llm.llm_engine
+        try:
+            while pending and engine.has_unfinished_requests():
+                for out in engine.step():
+                    i = index.get(out.request_id)
+                    if i is None or not out.finished or i not in pending:
+                        continue
+                    pending.discard(i)
+                    groups[i] = self._group(out, per_prompt=per_prompt, n=n)
+                    if on_group is not None:
+                        on_group(i, groups[i])
+        finally:
+            if pending:  # an error: nothing of this call stays queued for the next
+                engine.abort_request([ids[i] for i in pending], internal=True)
+        if pending:
+            raise RuntimeError(
+                f"vLLM stopped with {len(pending)} of {len(ids)} requests unanswered"
             )
+        return groups
+
+    def _group(self, output, *, per_prompt: int, n: int) -> list[Completion]:
+        """One finished request's completions, in order, decoded (``n`` copies of a greedy
+        request's one)."""
+        ordered = sorted(output.outputs, key=lambda c: c.index)
+        texts = self._tokenizer.batch_decode(
+            [list(c.token_ids) for c in ordered], skip_special_tokens=True
         )
-        groups = [[_completion(c, next(texts)) for c in group] for group in ordered]
-        return [g if per_prompt == n else replicate(g[0], n) for g in groups]
+        group = [_completion(c, text) for c, text in zip(ordered, texts, strict=True)]
+        return group if per_prompt == n else replicate(group[0], n)
 
     def token_logprobs(self, ids: list[list[int]], starts: list[int]) -> list[list[float]]:
         """``teacher.Teacher.token_logprobs`` on this engine: each sequence is a prompt

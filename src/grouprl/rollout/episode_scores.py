@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from grouprl.config.containment import OnError
 from grouprl.rewards.declares import ReadsPrompts
@@ -28,11 +29,12 @@ whose ``reads_prompts`` is true is also given ``prompt_ids=`` (what the policy s
 
 
 class TimedScore:
-    """The run's scorer, adding up the seconds spent in it (``seconds``, resettable);
-    ``close()`` closes its workers."""
+    """The run's scorer, adding up the seconds spent in it (``seconds``, resettable) and
+    how many of them ran while the round still generated (``hidden``: scored as groups
+    finish, ``GroupScoring``); ``close()`` closes its workers."""
 
     def __init__(self, fn: RewardScorer) -> None:
-        self.fn, self.seconds = fn, 0.0
+        self.fn, self.seconds, self.hidden = fn, 0.0, 0.0
 
     @property
     def reads_prompts(self) -> bool:
@@ -49,6 +51,55 @@ class TimedScore:
         self.fn.close()
 
 
+class GroupScoring:
+    """Groups scored as they finish (``submit``: ``run_episodes``' ``on_group_done``), one at
+    a time on a thread of its own, while the round generates the others: each
+    ``score_trajectories`` of its group. ``result()`` waits for the last and returns the
+    scores in prompt order; an error of any (``reward.on_error=raise``) is raised there."""
+
+    def __init__(self, *, score: ScoreFn, correct_function: str | None, on_error: OnError) -> None:
+        self._score, self._correct = score, correct_function
+        self._on_error: OnError = on_error
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="group-scores")
+        self._futures: list[tuple[int, Future[RewardScores]]] = []
+        self._busy = 0.0
+
+    def submit(self, first: int, group: list[Trajectory]) -> None:
+        self._futures.append((first, self._pool.submit(self._run, first, group)))
+
+    def _run(self, first: int, group: list[Trajectory]) -> RewardScores:
+        t0 = time.perf_counter()
+        try:
+            return score_trajectories(
+                group,
+                score=self._score,
+                correct_function=self._correct,
+                group_size=len(group),
+                on_error=self._on_error,
+                first=first,
+            )
+        finally:
+            self._busy += time.perf_counter() - t0
+
+    def result(self) -> RewardScores:
+        """Every group's scores, in prompt order, once the last is scored; the seconds of
+        scoring that did not hold the round up go to ``TimedScore.hidden``."""
+        t0 = time.perf_counter()
+        try:
+            ordered = sorted(self._futures, key=lambda item: item[0])
+            scores = RewardScores.concat([future.result() for _, future in ordered])
+        finally:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        waited = time.perf_counter() - t0
+        if isinstance(self._score, TimedScore):
+            self._score.hidden += max(0.0, self._busy - waited)
+        return scores
+
+    def close(self) -> None:
+        """Drops the groups not scored yet (the round failed); safe after ``result``."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
 def score_trajectories(
     trajectories: list[Trajectory],
     *,
@@ -56,13 +107,15 @@ def score_trajectories(
     correct_function: str | None,
     group_size: int | None = None,
     on_error: OnError = "drop",
+    first: int = 0,
 ) -> RewardScores:
     """Runs the reward functions on each trajectory's last turn and records the results
     as parts of its reward (with the environment's per-turn rewards, where any is
     non-zero). ``group_size``: trajectories per prompt (prompt-major), for group rewards;
     None: runs of trajectories with the same row ``_index``. Every sample a failed call
     scored (``RewardScores.errors``) fails as ``reward_error`` (``rollout/reward.fail``)
-    with ``on_error`` (``reward.on_error``)."""
+    with ``on_error`` (``reward.on_error``). ``first``: the first sample's index in the
+    round, for the messages."""
     prompts = {}
     if _reads_prompts(score):  # the context of the scored (last) turn, as the engine got it
         prompts["prompt_ids"] = [sequence_ids(t.prompt_ids, t.turns[:-1]) for t in trajectories]
@@ -92,7 +145,7 @@ def score_trajectories(
                 reason="reward_error",
                 on_error=on_error,
                 message=error.describe(),
-                sample=i,
+                sample=first + i,
             )
     return scores
 

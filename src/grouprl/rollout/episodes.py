@@ -20,8 +20,10 @@ process's one event loop (``sandbox/user_code.awaited_call``).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from queue import Queue
 from typing import Any
 
 from grouprl.config.env_keys import STOP_REASONS
@@ -38,9 +40,13 @@ from grouprl.envs.contained import Closes, EnvFailure
 from grouprl.rollout.gateway.record import gateway_metrics
 from grouprl.rollout.turns import TurnEngine, TurnLimits, first_version
 from grouprl.sandbox.user_code import awaited_call
-from grouprl.types import Trajectory, Turn
+from grouprl.types import Completion, Trajectory, Turn
 
 logger = logging.getLogger(__name__)
+
+GroupDone = Callable[[int, list["Trajectory"]], None]
+"""``on_group_done(first, group)``: the episodes ``first .. first + G - 1`` (one prompt's
+group) have all ended (``run_episodes``)."""
 
 ENV_WORKERS = 16
 """Episodes whose steps (tool calls) run at the same time in this process; a contained
@@ -57,11 +63,15 @@ def run_episodes(
     max_turns: int,
     max_model_len: int,
     prompts: list[list[int]] | None = None,
+    on_group_done: GroupDone | None = None,
 ) -> list[Trajectory]:
     """``settings.group_size`` episodes per row, prompt-major, each ending with a stop reason.
 
     ``prompts``: the rows' prompt ids as rendered at load (``PromptSet``); None renders
-    each row's opening through the chat template here."""
+    each row's opening through the chat template here. ``on_group_done(first, group)``
+    (on this thread) as soon as every episode of a prompt's group has ended, while others
+    go on: the first turns come from a ``ReplicaSet`` generating on a thread of its own,
+    each group stepped as the engine finishes it (``ReplicaSet.generate``'s ``on_group``)."""
     episodes = [env.episode(row) for row in rows for _ in range(settings.group_size)]
     template = template_kwargs_of(env)
     if prompts is None:
@@ -82,22 +92,31 @@ def run_episodes(
     def render(messages: list[dict[str, Any]]) -> list[int]:
         return render_observation(tokenizer, messages, **template)
 
+    G = settings.group_size
     trajectories: list[Trajectory] = []
+    reported: set[int] = set()
+
+    def step_all(indices: list[int]) -> None:
+        # the environments answer side by side: a slow tool call holds up only its episode
+        with ThreadPoolExecutor(max_workers=_steps_at_once(env, len(indices))) as pool:
+            steps = list(pool.map(answer, indices))
+        for i, step in zip(indices, steps, strict=True):
+            _settle(trajectories[i], step, limits=limits, render=render)
+        if on_group_done is not None:
+            _report_ended(trajectories, indices, G, reported=reported, to=on_group_done)
+
     try:
-        trajectories = _first_turns(
-            turns, rows=rows, prompts=prompts, group_size=settings.group_size
-        )
-        running = list(range(len(trajectories)))
-        while running:
-            # the environments answer side by side: a slow tool call holds up only its episode
-            with ThreadPoolExecutor(max_workers=_steps_at_once(env, len(running))) as pool:
-                steps = list(pool.map(answer, running))
-            for i, step in zip(running, steps, strict=True):
-                _settle(trajectories[i], step, limits=limits, render=render)
-            running = [i for i in running if not trajectories[i].stop_reason]
+        if on_group_done is None:
+            trajectories = _first_turns(turns, rows=rows, prompts=prompts, group_size=G)
+            step_all(list(range(len(trajectories))))
+        else:
+            trajectories = [Trajectory(0, [], [], 0)] * (len(rows) * G)  # filled as they arrive
+            _stream_first_turns(turns, rows=rows, prompts=prompts, into=trajectories, then=step_all)
+        while running := [i for i, t in enumerate(trajectories) if not t.stop_reason]:
             contexts = [trajectories[i].sequence_ids() for i in running]
             for i, (completion,) in zip(running, turns.generate(contexts), strict=True):
                 trajectories[i].turns.append(Turn(completion))
+            step_all(running)
     finally:
         for episode in episodes:
             if isinstance(episode, Closes):
@@ -128,6 +147,70 @@ def _first_turns(
         for row, prompt, group in zip(rows, prompts, groups, strict=True)
         for completion in group
     ]
+
+
+def _report_ended(
+    trajectories: list[Trajectory],
+    indices: list[int],
+    G: int,
+    *,
+    reported: set[int],
+    to: GroupDone,
+) -> None:
+    """``to(first, group)`` for each group of ``indices`` whose episodes have all ended
+    and that was not reported yet (``reported``, updated)."""
+    for g in sorted({i // G for i in indices} - reported):
+        group = trajectories[g * G : (g + 1) * G]
+        if all(t.stop_reason for t in group):
+            reported.add(g)
+            to(g * G, group)
+
+
+def _stream_first_turns(
+    turns: TurnEngine,
+    *,
+    rows: list[dict[str, Any]],
+    prompts: list[list[int]],
+    into: list[Trajectory],
+    then: Callable[[list[int]], None],
+) -> None:
+    """``_first_turns``' engine call on a thread of its own; each prompt's group, as the
+    engine finishes it, goes into its place in ``into`` (``turns.settings.group_size`` per
+    prompt), then ``then(its indices)`` runs on this thread. An error of either side is
+    raised here once the engine call has returned."""
+    group_size = turns.settings.group_size
+    finished: Queue[tuple[int, list[Completion]] | BaseException | None] = Queue()
+
+    def generate() -> None:
+        try:
+            turns.generate(
+                prompts, group_size=group_size, on_group=lambda i, g: finished.put((i, g))
+            )
+            finished.put(None)
+        except BaseException as err:  # raised on the consuming thread
+            finished.put(err)
+
+    thread = threading.Thread(target=generate, name="first-turns", daemon=True)
+    thread.start()
+    try:
+        while (item := finished.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            i, group = item
+            made = [
+                Trajectory(
+                    prompt_index=rows[i]["_index"],
+                    prompt_ids=prompts[i],
+                    turns=[Turn(completion)],
+                    weight_version=first_version(completion, turns.engine),
+                    row=rows[i],
+                )
+                for completion in group
+            ]
+            into[i * group_size : (i + 1) * group_size] = made
+            then(list(range(i * group_size, (i + 1) * group_size)))
+    finally:
+        thread.join()
 
 
 def _settle(

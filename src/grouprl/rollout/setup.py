@@ -21,7 +21,7 @@ from grouprl.engines.replicas import ReplicaSet
 from grouprl.envs.base import Environment, first_messages, template_kwargs_of
 from grouprl.envs.single_turn import SingleTurnEnv
 from grouprl.rewards.scoring import RewardScores
-from grouprl.rollout.episode_scores import ScoreFn, score_trajectories
+from grouprl.rollout.episode_scores import GroupScoring, ScoreFn, score_trajectories
 from grouprl.rollout.episodes import run_episodes
 from grouprl.rollout.reward import fail
 from grouprl.types import Trajectory
@@ -92,31 +92,47 @@ def make_rollout(
     """Episodes for a prompt set in ``env`` (the configured environment, ``make_env``),
     scored: the reward functions score each episode's last turn; a sample whose
     environment (``env_error``) or reward function (``reward_error``) failed is dropped,
-    trained as 0 or raises, as ``env.on_error`` and ``reward.on_error`` say."""
+    trained as 0 or raises, as ``env.on_error`` and ``reward.on_error`` say. With
+    ``rollout.max_staleness`` >= 1 each group is scored as soon as its episodes end, on a
+    thread of its own, while the engine generates the rest (``GroupScoring``): a slow
+    reward (a judge, a reward model) runs alongside generation; otherwise the round is
+    scored at once after its episodes, in one call."""
     if cfg.env.agent is not None:  # your own agent, through the gateway (docs/gateway.md)
         from grouprl.rollout.gateway.agents import AgentRollout
 
         return AgentRollout(cfg, engine=engine, tokenizer=tokenizer, score=score)
     correct = cfg.reward.correct_function
 
+    on_error = cfg.reward.on_error
+    by_group = cfg.rollout.max_staleness >= 1 and isinstance(engine, ReplicaSet)
+
     def run(prompt_set: PromptSet, settings: SamplingSettings):
-        trajectories = run_episodes(
-            engine=engine,
-            env=env,
-            tokenizer=tokenizer,
-            rows=prompt_set.rows,
-            prompts=prompt_set.prompts,
-            settings=settings,
-            max_turns=cfg.env.max_turns,
-            max_model_len=cfg.rollout.max_model_len,
-        )
-        scores = score_trajectories(
-            trajectories,
-            score=score,
-            correct_function=correct,
-            group_size=settings.group_size,
-            on_error=cfg.reward.on_error,
-        )
+        groups = GroupScoring(score=score, correct_function=correct, on_error=on_error)
+        try:
+            trajectories = run_episodes(
+                engine=engine,
+                env=env,
+                tokenizer=tokenizer,
+                rows=prompt_set.rows,
+                prompts=prompt_set.prompts,
+                settings=settings,
+                max_turns=cfg.env.max_turns,
+                max_model_len=cfg.rollout.max_model_len,
+                on_group_done=groups.submit if by_group else None,
+            )
+            scores = (
+                groups.result()
+                if by_group
+                else score_trajectories(
+                    trajectories,
+                    score=score,
+                    correct_function=correct,
+                    group_size=settings.group_size,
+                    on_error=on_error,
+                )
+            )
+        finally:
+            groups.close()
         zero_failed_episodes(trajectories, on_error=cfg.env.on_error)
         return trajectories, scores
 

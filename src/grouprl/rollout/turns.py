@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from grouprl.engines.base import RolloutEngine, SamplingSettings
+from grouprl.engines.base import OnGroup, RolloutEngine, SamplingSettings
 from grouprl.envs.base import StopReason
 from grouprl.seeds import call_seed
 from grouprl.types import Completion
@@ -102,12 +102,14 @@ class TurnEngine:
         *,
         max_tokens: Sequence[int] | None = None,
         group_size: int = 1,
+        on_group: OnGroup | None = None,
     ) -> list[list[Completion]]:
         """``group_size`` completions per context, in order; ``max_tokens``: each
         context's (default ``settings.max_tokens``). One engine call whatever the mix: when
         the values differ, the engine gets each prompt's (``max_tokens_each``) and their
         largest as ``max_tokens``. Raises what the engine raises (then the call takes no
-        seed: the next one reuses it). No context: no call."""
+        seed: the next one reuses it). No context: no call. ``on_group``: the engine's
+        (a ``ReplicaSet``: ``ReplicaSet.generate``)."""
         if not contexts:
             return []
         lengths = list(max_tokens) if max_tokens is not None else [self.settings.max_tokens]
@@ -118,6 +120,9 @@ class TurnEngine:
             max_tokens_each=tuple(lengths) if len(set(lengths)) > 1 else None,
             seed=call_seed(self.settings.seed, self.calls),
         )
-        groups = self.engine.generate(list(contexts), settings)
+        if on_group is None:
+            groups = self.engine.generate(list(contexts), settings)
+        else:  # a ReplicaSet (ReplicaSet.generate)
+            groups = self.engine.generate(list(contexts), settings, on_group=on_group)  # type: ignore[call-arg]
         self.calls += 1
         return groups

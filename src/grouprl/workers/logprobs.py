@@ -109,7 +109,7 @@ def token_logprobs(
         hidden_NH,
         targets_N,
         top_N,
-        head=head,
+        head=(head.weight, head.bias),
         chunk_tokens=chunk_tokens,
         temperature=temperature,
         entropy_grad=entropy_grad,
@@ -138,22 +138,21 @@ def _chunks(
     targets_N: Tensor,
     top_N: tuple[Tensor, Tensor] | None,
     *,
-    head: torch.nn.Module,
+    head: tuple[Tensor, Tensor | None],
     chunk_tokens: int,
     temperature: float,
     entropy_grad: bool,
 ) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
-    """``_chunk_logprobs`` over chunks of ``chunk_tokens`` positions (each recomputed in
-    the backward pass when gradients are on): their logprobs, entropies and forward KLs
-    (none without ``top_N``)."""
+    """``_chunk_logprobs`` over chunks of ``chunk_tokens`` positions, each recomputed in
+    the backward pass when gradients are on (``head``: the LM head's weight and bias):
+    their logprobs, entropies and forward KLs (none without ``top_N``)."""
     picked, entropies, forwards = [], [], []
     for start in range(0, hidden_NH.shape[0], chunk_tokens):
         part = slice(start, start + chunk_tokens)
         args = (
             hidden_NH[part],
             targets_N[part],
-            head.weight,
-            head.bias,
+            *head,
             temperature,
             entropy_grad,
             *(() if top_N is None else (top_N[0][part], top_N[1][part])),
