@@ -1,7 +1,9 @@
 """On-policy distillation with the rollout stream (rollout.max_staleness=1) on the tiny
-model and the transformers engines: the teacher scores each group as it finishes, every
-step logs the reverse KL and the teacher's seconds, the groups a checkpoint holds keep
-their teacher logprobs, and a run stopped and resumed trains from them."""
+model and the transformers engines, on the teacher's top 4 (algo.teacher_top_k): the
+teacher scores each group before it reaches the buffer, every step logs the reverse KL,
+the forward KL the loss trains on and the teacher's seconds, the groups a checkpoint
+holds keep their teacher logprobs and top k, and a run stopped and resumed trains from
+them."""
 
 import functools
 import json
@@ -25,6 +27,7 @@ def _cfg(run_dir, *extra):
             "rollout.n=2",
             "rollout.max_tokens=8",
             "rollout.max_staleness=1",
+            "algo.teacher_top_k=4",
             "data.batch_size=2",
             "data.train.limit=32",
             "data.eval=null",
@@ -65,6 +68,8 @@ def test_a_streamed_distillation_saves_and_resumes_the_teacher_logprobs(tmp_path
         generated = sum(len(turn["completion"]["token_ids"]) for turn in t["turns"])
         assert len(t["teacher_logprobs"]) == generated
         assert all(isinstance(v, float) and v <= 0 for v in t["teacher_logprobs"])
+        assert [len(ids) for ids in t["teacher_top_ids"]] == [4] * generated
+        assert [len(lps) for lps in t["teacher_top_logprobs"]] == [4] * generated
     resumed = train(_cfg(run_dir, "trainer.resume=auto"))
     assert resumed["finished"]
     steps = _steps(run_dir)
@@ -72,5 +77,6 @@ def test_a_streamed_distillation_saves_and_resumes_the_teacher_logprobs(tmp_path
     for x in steps.values():
         assert x["train/dropped_samples"] == 0 and x["failures/reward"] == 0
         assert abs(x["distill/reverse_kl"]) < 20
+        assert abs(x["distill/forward_kl"]) < 20  # the top k truncated: it may dip below 0
     # the teacher's seconds come with the rounds that finished before each step
     assert any(x.get("distill/teacher_seconds", 0) > 0 for x in steps.values())

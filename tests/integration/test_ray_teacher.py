@@ -50,6 +50,7 @@ def test_teacher_replicas_in_actors_score_as_one_engine_here(ray_cluster, tiny_m
                 n.startswith(f"teacher replica {k} of 2 (node ") for k, n in enumerate(names)
             )
             got = teacher.token_logprobs(ids, starts)
+            tops = teacher.top_logprobs(ids, starts, 3)  # algo.teacher_top_k, through Ray
         finally:
             if teacher is not None:
                 teacher.close()
@@ -58,3 +59,11 @@ def test_teacher_replicas_in_actors_score_as_one_engine_here(ray_cluster, tiny_m
     assert [len(g) for g in got] == [19, 11, 5, 1]
     for g, w in zip(got, want, strict=True):
         assert g == pytest.approx(w, abs=1e-5)
+    want_tops = HFEngine(model, tokenizer, device="cpu").top_logprobs(ids, starts, 3)
+    for (given, top_ids, top_lps), (_, want_ids, want_lps), w in zip(
+        tops, want_tops, want, strict=True
+    ):
+        assert given == pytest.approx(w, abs=1e-5) and top_ids == want_ids
+        assert [v for row in top_lps for v in row] == pytest.approx(
+            [v for row in want_lps for v in row], abs=1e-5
+        )
