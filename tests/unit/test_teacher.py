@@ -200,6 +200,17 @@ def test_a_teacher_of_the_students_tokenizer_and_end_token_passes(tmp_path):
     assert teacher_problems(load_config("tiny-arith", [])) == []  # no teacher: nothing to check
 
 
+def test_a_teacher_whose_context_is_shorter_than_a_sample_is_refused(tmp_path):
+    copy = _copy(tmp_path)
+    _edit(copy / "config.json", lambda data: data.update(max_position_embeddings=200))
+    overrides = [f"teacher.path={copy}", "algo.teacher_coef=1"]
+    [problem] = _problems(overrides, through_preflight=True)  # rollout.max_model_len: 256
+    assert problem.startswith(f"teacher.path='{copy}' reads 200 positions at most")
+    assert "rollout.max_model_len + 1 = 257" in problem
+    assert "rollout.max_model_len=199 or less" in problem
+    assert _problems([*overrides, "rollout.max_model_len=199"]) == []
+
+
 def test_a_teacher_with_another_tokenizer_is_refused(tmp_path):
     copy = _copy(tmp_path)
 

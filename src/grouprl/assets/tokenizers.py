@@ -5,7 +5,7 @@ student's tokens) or its text (a reward model, a judge) must mean by each id wha
 policy means, and end its answers as the policy does. These read ``tokenizer.json``,
 ``tokenizer_config.json`` and ``generation_config.json`` of a local directory or a
 ``builtin:`` model; a hub name is not on disk, so they answer None (cannot tell here: the
-models load as given).
+models load as given). ``max_positions`` reads a model's context from its config.json.
 """
 
 from __future__ import annotations
@@ -53,6 +53,14 @@ def end_token_ids(path: str) -> set[int] | None:
     if tokenizer is not None and (found := _token_ids(tokenizer).get(str(token))) is not None:
         ids.add(found)
     return ids or None
+
+
+def max_positions(path: str) -> int | None:
+    """The positions a local or ``builtin:`` model reads at most (config.json's
+    ``max_position_embeddings``); None when it cannot be read here (a hub name, no key)."""
+    root = _local(path)
+    found = _json(root / "config.json").get("max_position_embeddings") if root else None
+    return found if isinstance(found, int) and not isinstance(found, bool) else None
 
 
 def _local(path: str) -> Path | None:

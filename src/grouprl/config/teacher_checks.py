@@ -1,13 +1,13 @@
 """The ``teacher`` section's checks before anything loads (``driver/preflight.py``): an
 engine it cannot use, a teacher no loss term reads, a path that is no model, and, from
 the two models' tokenizer files, another vocabulary or other end-of-answer tokens than the
-student's. No torch; reads small JSON files only. Also ``teacher_run_config``, the config
+student's, and a teacher whose context is shorter than a sample. No torch; reads small JSON files only. Also ``teacher_run_config``, the config
 the teacher's engines are built and planned from (``engines/teacher.py``, ``plan/``)."""
 
 from __future__ import annotations
 
 from grouprl.assets import model_path_problem
-from grouprl.assets.tokenizers import end_token_ids, vocab_difference
+from grouprl.assets.tokenizers import end_token_ids, max_positions, vocab_difference
 from grouprl.config.errors import show
 from grouprl.config.schema import RunConfig
 
@@ -59,6 +59,16 @@ def teacher_problems(cfg: RunConfig, *, missing_ok: bool = False) -> list[str]:
         )
     elif (end := _end_token_problem(cfg)) is not None:
         problems.append(end)
+    need = cfg.rollout.max_model_len + 1  # teacher_run_config's: a full sample and one more
+    if (positions := max_positions(teacher.path)) is not None and positions < need:
+        problems.append(
+            f"teacher.path={show(teacher.path)} reads {positions} positions at most "
+            f"(config.json's max_position_embeddings), and scoring the student's samples "
+            f"needs rollout.max_model_len + 1 = {need}: a sample longer than {positions - 1} "
+            "tokens would fail mid-run (vLLM refuses it; transformers would read positions "
+            f"the teacher never learned). Fix: a teacher with a context of {need} tokens or "
+            f"more, or rollout.max_model_len={positions - 1} or less."
+        )
     return problems
 
 
