@@ -1,8 +1,9 @@
 """The ``teacher`` section's checks before anything loads (``driver/preflight.py``): an
 engine it cannot use, a teacher no loss term reads, a path that is no model, and, from
 the two models' tokenizer files, another vocabulary or other end-of-answer tokens than the
-student's, and a teacher whose context is shorter than a sample. No torch; reads small JSON files only. Also ``teacher_run_config``, the config
-the teacher's engines are built and planned from (``engines/teacher.py``, ``plan/``)."""
+student's; a teacher whose context is shorter than a sample. No torch; reads small JSON
+files only. Also ``teacher_run_config``, the config the teacher's engines are built and
+planned from (``engines/teacher.py``, ``plan/``)."""
 
 from __future__ import annotations
 
