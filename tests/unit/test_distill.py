@@ -144,11 +144,9 @@ class FakeTeacher:
         pass
 
 
-def test_the_teacher_scores_the_model_tokens_of_a_multi_turn_episode():
-    """prompt [1, 2] | turn 0 [3, 4] | tool reply [9, 9] | turn 1 [5]: the teacher sees the
-    whole sequence; the trajectory keeps the logprobs of 3, 4 and 5 only, and the batch
-    places them where the engine's are."""
-    traj = Trajectory(
+def _two_turns() -> Trajectory:
+    """prompt [1, 2] | turn 0 [3, 4] | tool reply [9, 9] | turn 1 [5]"""
+    return Trajectory(
         prompt_index=0,
         prompt_ids=[1, 2],
         turns=[
@@ -157,6 +155,13 @@ def test_the_teacher_scores_the_model_tokens_of_a_multi_turn_episode():
         ],
         weight_version=0,
     )
+
+
+def test_the_teacher_scores_the_model_tokens_of_a_multi_turn_episode():
+    """prompt [1, 2] | turn 0 [3, 4] | tool reply [9, 9] | turn 1 [5]: the teacher sees the
+    whole sequence; the trajectory keeps the logprobs of 3, 4 and 5 only, and the batch
+    places them where the engine's are."""
+    traj = _two_turns()
     teacher = FakeTeacher()
     seconds = ask_teacher([traj], teacher=teacher, group_size=1, on_error="drop")
     assert seconds >= 0 and teacher.calls == [[[1, 2, 3, 4, 9, 9, 5]]]
@@ -171,15 +176,7 @@ def test_the_teacher_scores_the_model_tokens_of_a_multi_turn_episode():
 def test_the_teachers_top_k_of_a_multi_turn_episode_sit_at_the_model_tokens():
     """As above with algo.teacher_top_k=2: the top k of positions 2, 3 and 6 (the model's
     tokens) are kept, and the batch places them there, padding elsewhere."""
-    traj = Trajectory(
-        prompt_index=0,
-        prompt_ids=[1, 2],
-        turns=[
-            Turn(Completion([3, 4], [-0.1, -0.1], "stop"), observation_ids=[9, 9]),
-            Turn(Completion([5], [-0.1], "stop")),
-        ],
-        weight_version=0,
-    )
+    traj = _two_turns()
     plain = _traj([3], [-0.5])
     ask_teacher([traj], teacher=FakeTeacher(), group_size=1, on_error="drop", top_k=2)
     assert traj.teacher_logprobs == pytest.approx([-0.32, -0.43, -0.56])
