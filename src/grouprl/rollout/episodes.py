@@ -44,7 +44,7 @@ from grouprl.types import Completion, Trajectory, Turn
 
 logger = logging.getLogger(__name__)
 
-GroupDone = Callable[[int, list["Trajectory"]], None]
+GroupDone = Callable[[int, list[Trajectory]], None]
 """``on_group_done(first, group)``: the episodes ``first .. first + G - 1`` (one prompt's
 group) have all ended (``run_episodes``)."""
 

@@ -101,13 +101,15 @@ def make_rollout(
         from grouprl.rollout.gateway.agents import AgentRollout
 
         return AgentRollout(cfg, engine=engine, tokenizer=tokenizer, score=score)
-    correct = cfg.reward.correct_function
-
-    on_error = cfg.reward.on_error
+    correct, on_error = cfg.reward.correct_function, cfg.reward.on_error
     by_group = cfg.rollout.max_staleness >= 1 and isinstance(engine, ReplicaSet)
 
     def run(prompt_set: PromptSet, settings: SamplingSettings):
-        groups = GroupScoring(score=score, correct_function=correct, on_error=on_error)
+        groups = (
+            GroupScoring(score=score, correct_function=correct, on_error=on_error)
+            if by_group
+            else None
+        )
         try:
             trajectories = run_episodes(
                 engine=engine,
@@ -118,11 +120,11 @@ def make_rollout(
                 settings=settings,
                 max_turns=cfg.env.max_turns,
                 max_model_len=cfg.rollout.max_model_len,
-                on_group_done=groups.submit if by_group else None,
+                on_group_done=groups.submit if groups is not None else None,
             )
             scores = (
                 groups.result()
-                if by_group
+                if groups is not None
                 else score_trajectories(
                     trajectories,
                     score=score,
@@ -132,7 +134,8 @@ def make_rollout(
                 )
             )
         finally:
-            groups.close()
+            if groups is not None:
+                groups.close()
         zero_failed_episodes(trajectories, on_error=cfg.env.on_error)
         return trajectories, scores
 
