@@ -1,16 +1,17 @@
-"""The teacher's logprobs of the samples, asked per finished group (on-policy distillation,
-``algo/distill.py``).
+"""The teacher's logprobs of the samples, asked per group of a scored round (on-policy
+distillation, ``algo/distill.py``).
 
     a round's trajectories (P*G, prompt-major), scored ─► per group of G:
         teacher.token_logprobs(prompt + turns, starts=len(prompt)) ─► the model's tokens'
+        (teacher.top_logprobs with algo.teacher_top_k: the top k at each token too)
         ├─► Trajectory.teacher_logprobs (tool and environment tokens dropped)
         └─► the call raised, or gave a wrong count or a non-finite logprob:
             each sample it covers fails as reward_error (reward.on_error: dropped,
             trained as 0 without the teacher's term, or the run stops)
 
 Runs where a round is scored (``driver/rollouts.generate_round``): with
-``rollout.max_staleness >= 1`` on the stream's producer thread, as groups finish, before
-they reach a batch. A sample that failed already (its environment, its reward) is not
+``rollout.max_staleness >= 1`` on the stream's producer thread, before the groups reach a
+batch. A sample that failed already (its environment, its reward) is not
 sent: it trains on no teacher's term.
 """
 
