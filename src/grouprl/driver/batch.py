@@ -96,9 +96,10 @@ def _teacher_top(
                 f"a trajectory of prompt index {trajectories[b].prompt_index} has the "
                 f"teacher's top k at {len(ids)} positions for {len(columns)} generated tokens"
             )
-        for col, row_ids, row_lps in zip(columns, ids, lps, strict=True):
-            ids_BTK[b, col, : len(row_ids)] = torch.tensor(row_ids, dtype=torch.long)
-            lp_BTK[b, col, : len(row_lps)] = torch.tensor(row_lps, dtype=torch.float32)
+        if columns:  # one teacher call: k entries at every position
+            k = len(ids[0])
+            ids_BTK[b, columns, :k] = torch.tensor(ids, dtype=torch.long)
+            lp_BTK[b, columns, :k] = torch.tensor(lps, dtype=torch.float32)
     return ids_BTK, lp_BTK
 
 

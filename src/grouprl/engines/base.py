@@ -33,7 +33,7 @@ on engines that stream groups: ``streams_groups``)."""
 TopLogprobs = tuple[list[float], list[list[int]], list[list[float]]]
 """A teacher's answer for one sequence (``Teacher.top_logprobs``): from the start on, the
 logprob of each given token, and at each position the ids and logprobs of the k most
-likely tokens (most likely first)."""
+likely tokens (most likely first; no positions with k = 0)."""
 
 
 @dataclass(frozen=True)

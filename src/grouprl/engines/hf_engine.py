@@ -119,6 +119,9 @@ class HFEngine(TwoStepPush):
                 logp_NV = logits_BKV[b, K - 1 - n : K - 1].float().log_softmax(-1)
                 target_N = torch.tensor(seq[start:], device=self.device)
                 given = logp_NV.gather(1, target_N[:, None])[:, 0].tolist()
+                if k == 0:  # token_logprobs: no top k to build
+                    out.append((given, [], []))
+                    continue
                 top = logp_NV.topk(k, dim=-1)
                 out.append((given, top.indices.tolist(), top.values.tolist()))
         return out

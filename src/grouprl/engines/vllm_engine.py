@@ -281,7 +281,7 @@ class VLLMEngine(TwoStepPush):
             [TokensPrompt(prompt_token_ids=list(s)) for s in ids], params, use_tqdm=False
         )
         return [
-            _given_logprobs(out.prompt_logprobs, seq, start)
+            _given_logprobs(out.prompt_logprobs, seq, start, k=k)
             for out, seq, start in zip(outputs, ids, starts, strict=True)
         ]
 
@@ -356,10 +356,11 @@ def _completion(output, text: str) -> Completion:
     )
 
 
-def _given_logprobs(flat, seq: list[int], start: int) -> TopLogprobs:
-    """Position ``t``'s logprob of ``seq[t]`` for t >= ``start``, and the top k's ids and
-    logprobs there, from a request's ``FlatLogprobs`` prompt logprobs (position 0 has none;
-    each other position holds the given token first, then the top k, which may repeat it)."""
+def _given_logprobs(flat, seq: list[int], start: int, *, k: int) -> TopLogprobs:
+    """Position ``t``'s logprob of ``seq[t]`` for t >= ``start``, and the top ``k``'s ids
+    and logprobs there (none with k = 0), from a request's ``FlatLogprobs`` prompt logprobs
+    (position 0 has none; each other position holds the given token first, then the top
+    k, which may repeat it)."""
     if flat is None or len(flat.start_indices) != len(seq):
         got = None if flat is None else len(flat.start_indices)
         raise RuntimeError(f"vLLM returned prompt logprobs for {got} of {len(seq)} positions")
@@ -371,6 +372,7 @@ def _given_logprobs(flat, seq: list[int], start: int) -> TopLogprobs:
         if end <= i or flat.token_ids[i] != seq[t]:
             raise RuntimeError(f"vLLM's prompt logprobs at position {t} are not of token {seq[t]}")
         given.append(float(flat.logprobs[i]))
-        top_ids.append(list(flat.token_ids[i + 1 : end]))
-        top_lps.append([float(v) for v in flat.logprobs[i + 1 : end]])
+        if k > 0:
+            top_ids.append(list(flat.token_ids[i + 1 : end]))
+            top_lps.append([float(v) for v in flat.logprobs[i + 1 : end]])
     return given, top_ids, top_lps

@@ -73,10 +73,8 @@ def ask_teacher(
         if not asked:
             continue
         try:
-            ids, starts = (
-                [t.sequence_ids() for _, t in asked],
-                [len(t.prompt_ids) for _, t in asked],
-            )
+            ids = [t.sequence_ids() for _, t in asked]
+            starts = [len(t.prompt_ids) for _, t in asked]
             got = (
                 teacher.top_logprobs(ids, starts, top_k)
                 if top_k > 0
@@ -90,19 +88,23 @@ def ask_teacher(
             continue
         for (i, t), (logprobs, top_ids, top_lps) in zip(asked, got, strict=True):
             try:
-                t.teacher_logprobs = model_tokens(t, logprobs)
+                kept = model_tokens(t, [float(v) for v in logprobs])
+                if not all(math.isfinite(v) for v in kept):
+                    raise ValueError(
+                        "a non-finite logprob (the teacher gives a sampled token no mass)"
+                    )
+                t.teacher_logprobs = kept
                 if top_ids is not None and top_lps is not None:
-                    t.teacher_top_ids = model_tokens(t, top_ids, check=False)
-                    t.teacher_top_logprobs = model_tokens(t, top_lps, check=False)
+                    t.teacher_top_ids = model_tokens(t, top_ids)
+                    t.teacher_top_logprobs = model_tokens(t, top_lps)
             except ValueError as err:
                 fail(t, reason="reward_error", on_error=on_error, message=_said(err), sample=i)
     return time.perf_counter() - started
 
 
-def model_tokens(traj: Trajectory, values: list[V], *, check: bool = True) -> list[V]:
+def model_tokens(traj: Trajectory, values: list[V]) -> list[V]:
     """Of ``values`` (one per token after the prompt: the turns' and the observations'),
-    those of the model's tokens, turn after turn; ValueError for a wrong count or, with
-    ``check``, a non-finite logprob."""
+    those of the model's tokens, turn after turn; ValueError for a wrong count."""
     after_prompt = len(traj.sequence_ids()) - len(traj.prompt_ids)
     if len(values) != after_prompt:
         raise ValueError(f"{len(values)} logprobs for {after_prompt} tokens after the prompt")
@@ -112,8 +114,6 @@ def model_tokens(traj: Trajectory, values: list[V], *, check: bool = True) -> li
         end = start + len(turn.completion.token_ids)
         kept += values[start:end]
         start = end + len(turn.observation_ids)
-    if check and not all(math.isfinite(v) for v in kept):  # type: ignore[arg-type]
-        raise ValueError("a non-finite logprob (the teacher gives a sampled token no mass)")
     return kept
 
 
