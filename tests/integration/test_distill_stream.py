@@ -80,3 +80,6 @@ def test_a_streamed_distillation_saves_and_resumes_the_teacher_logprobs(tmp_path
         assert abs(x["distill/forward_kl"]) < 20  # the top k truncated: it may dip below 0
     # the teacher's seconds come with the rounds that finished before each step
     assert any(x.get("distill/teacher_seconds", 0) > 0 for x in steps.values())
+    for x in steps.values():  # asked on the thread that scores the groups as they finish
+        hidden = x.get("distill/teacher_hidden_s", 0.0)
+        assert 0 <= hidden <= x.get("distill/teacher_seconds", 0.0) + 1e-9

@@ -1,7 +1,8 @@
-"""Scoring as groups finish (rollout.max_staleness >= 1): each group is scored while the
-engine still generates the others, the scores come back in prompt order, and a failure
-is its group's alone. The engine here hands out a group only once the group before it
-has been scored, so a rollout that scored after the whole generation would never end."""
+"""Scoring as groups finish (rollout.max_staleness >= 1): each group is scored, and asked
+of the distillation teacher, while the engine still generates the others; the scores
+come back in prompt order, and a failure is its group's alone. The engine here hands out
+a group only once the group before it has been scored, so a rollout that scored after
+the whole generation would never end."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from grouprl.rewards.scores import RewardScores
 from grouprl.rollout.episode_scores import GroupScoring, TimedScore
 from grouprl.rollout.episodes import run_episodes
 from grouprl.rollout.reward import SampleFailed
+from grouprl.rollout.teacher_scores import TimedTeacher
 from grouprl.types import Completion
 
 WAIT_S = 10.0
@@ -72,8 +74,10 @@ class Scorer:
         pass
 
 
-def _rollout(engine: SteppedEngine, scorer, *, prompts: list[int], on_error="drop"):
-    groups = GroupScoring(score=scorer, correct_function="judge", on_error=on_error)
+def _rollout(engine: SteppedEngine, scorer, *, prompts: list[int], on_error="drop", teacher=None):
+    groups = GroupScoring(
+        score=scorer, correct_function="judge", on_error=on_error, teacher=teacher
+    )
     try:
         trajectories = run_episodes(
             engine=in_driver(engine),  # type: ignore[arg-type]
@@ -114,3 +118,40 @@ def test_a_failed_group_fails_alone_and_raise_stops_the_round():
     engine = SteppedEngine(9)
     with pytest.raises(SampleFailed):
         _rollout(engine, Scorer(engine), prompts=[6, 7, 8], on_error="raise")
+
+
+class Teacher:
+    """Logprob -0.1 x the prompt of every token after it; prompt 2's call fails. Records
+    the prompts of each call, and whether the group had been scored by then."""
+
+    def __init__(self, engine: SteppedEngine) -> None:
+        self.engine, self.calls = engine, []
+
+    def token_logprobs(self, ids, starts):
+        first = ids[0][0]
+        self.calls.append((first, self.engine.scored[first].is_set()))
+        if first == 2:
+            raise TimeoutError("the teacher did not answer")
+        return [[-0.1 * first] * (len(seq) - start) for seq, start in zip(ids, starts, strict=True)]
+
+
+def test_the_teacher_is_asked_for_each_group_as_it_is_scored_and_once():
+    """Each group is asked of the teacher on the scoring thread, after its scores and
+    before the engine finishes the next group; a teacher call that fails fails its group
+    alone (reward_error, with the samples' indices in the round); asking the round again
+    (as ``driver/rollouts`` does for what the stream did not hand out) asks nothing."""
+    engine = SteppedEngine(4)
+    teacher = TimedTeacher(Teacher(engine), on_error="drop", top_k=0)  # type: ignore[arg-type]
+    trajectories, _ = _rollout(engine, Scorer(engine), prompts=[0, 1, 2, 3], teacher=teacher)
+    assert engine.waits == [True] * 4
+    assert teacher.engines.calls == [(0, True), (1, True), (2, True), (3, True)]  # type: ignore[attr-defined]
+    assert [t.teacher_logprobs for t in trajectories[6:8]] == [pytest.approx([-0.3, -0.3])] * 2
+    assert [t.trains for t in trajectories] == [True] * 4 + [False] * 2 + [True] * 2
+    assert "the teacher did not answer" in (trajectories[5].reward_parts.error or "")
+    assert 0 <= teacher.hidden <= teacher.seconds
+    teacher(trajectories, group_size=2)
+    assert len(teacher.engines.calls) == 4  # type: ignore[attr-defined]
+    engine = SteppedEngine(4)
+    teacher = TimedTeacher(Teacher(engine), on_error="raise", top_k=0)  # type: ignore[arg-type]
+    with pytest.raises(SampleFailed, match=r"sample 4 \(prompt index 2\)"):
+        _rollout(engine, Scorer(engine), prompts=[0, 1, 2, 3], teacher=teacher)

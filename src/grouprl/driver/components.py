@@ -20,7 +20,7 @@ from grouprl.envs.base import Environment
 from grouprl.metrics.telemetry import Hardware
 from grouprl.rollout.episode_scores import TimedScore
 from grouprl.rollout.setup import PromptSet, RolloutFn
-from grouprl.rollout.teacher_scores import TokenScorer
+from grouprl.rollout.teacher_scores import TimedTeacher
 from grouprl.types import TrainingBatch
 from grouprl.workers.critic import CriticWorker
 from grouprl.workers.group import Role, WorkerGroup
@@ -90,7 +90,7 @@ class Components:
     rollouts: RolloutSource  # the batches: inline, or the stream (rollout.max_staleness >= 1)
     critic: Role[CriticWorker] | None = None  # with a critic: section
     env: Environment | None = None  # its worker processes close with the run
-    teacher: TokenScorer | None = None  # the distillation teacher (algo.teacher_coef > 0)
+    teacher: TimedTeacher | None = None  # the distillation teacher (algo.teacher_coef > 0)
 
     def checkpoint_state(self) -> dict[str, Any]:
         """``state`` as a checkpoint records it; with the stream, its buffer and rounds in

@@ -370,7 +370,7 @@ def one_step(c: Components, step: int) -> tuple[list[Trajectory], dict[str, floa
     trajectories, metrics = take_batch(c)
     t1 = time.perf_counter()
     # colocated engines (the teacher's too) sleep while training uses the GPU
-    with c.engine.released(), c.teacher.released() if c.teacher else nullcontext():
+    with c.engine.released(), c.teacher.engines.released() if c.teacher else nullcontext():
         metrics.update(train_step(c, trajectories, step))
     _watch_entropy(c, metrics, step)
     t2 = time.perf_counter()

@@ -17,7 +17,6 @@ from grouprl.rewards.scoring import RewardScores
 from grouprl.rewards.scoring import metrics as reward_metrics
 from grouprl.rollout.episodes import episode_metrics
 from grouprl.rollout.reward import record_parts
-from grouprl.rollout.teacher_scores import ask_teacher
 from grouprl.seeds import step_seed
 from grouprl.types import Trajectory
 
@@ -36,6 +35,8 @@ def generate_round(c: Components, rows: list[int], index: int, attempt: int = 0)
     cfg = c.cfg
     t0 = time.perf_counter()
     c.score.seconds = c.score.hidden = 0.0
+    if c.teacher is not None:
+        c.teacher.seconds = c.teacher.hidden = 0.0
     c.engine.drain_metrics()  # what validation generated is not this round's
     settings = SamplingSettings(
         group_size=cfg.rollout.n,
@@ -56,19 +57,24 @@ def generate_round(c: Components, rows: list[int], index: int, attempt: int = 0)
                 factor=cfg.algo.overlong_penalty,
             )
             record_parts(t, overlong=penalty)
-    teacher_s = 0.0
-    if c.teacher is not None:  # the teacher's logprobs, per group, before any batch
-        teacher_s = ask_teacher(
-            trajectories,
-            teacher=c.teacher,
-            group_size=cfg.rollout.n,
-            on_error=cfg.reward.on_error,
-            top_k=cfg.algo.teacher_top_k,
-        )
+    teacher_s = teacher_hidden_s = 0.0
+    if c.teacher is not None:  # its logprobs, per group, of the samples not asked yet
+        c.teacher(trajectories, group_size=cfg.rollout.n)  # (the stream asks as groups end)
+        teacher_s, teacher_hidden_s = c.teacher.seconds, c.teacher.hidden
     reward_s, hidden_s = c.score.seconds, c.score.hidden  # hidden: scored while generating
-    generate_s = time.perf_counter() - t0 - (reward_s - hidden_s) - teacher_s
+    held = (reward_s - hidden_s) + (teacher_s - teacher_hidden_s)  # the round waited for
+    generate_s = time.perf_counter() - t0 - held
     replicas = c.engine.drain_metrics()
-    stats = RoundStats(trajectories, [scores], generate_s, reward_s, replicas, teacher_s, hidden_s)
+    stats = RoundStats(
+        trajectories,
+        [scores],
+        generate_s,
+        reward_s,
+        replicas,
+        teacher_s=teacher_s,
+        reward_hidden_s=hidden_s,
+        teacher_hidden_s=teacher_hidden_s,
+    )
     n = cfg.rollout.n
     groups = [trajectories[i : i + n] for i in range(0, len(trajectories), n)]
     keep = [True] * len(groups)
@@ -126,6 +132,7 @@ def rollout_metrics(c: Components, rounds: list[RoundStats]) -> dict[str, float]
         metrics["reward/overlong"] = overlong / len(generated)
     if c.teacher is not None:
         metrics["distill/teacher_seconds"] = sum(r.teacher_s for r in rounds)
+        metrics["distill/teacher_hidden_s"] = sum(r.teacher_hidden_s for r in rounds)
     metrics.update(episode_metrics(generated))
     return metrics
 

@@ -57,6 +57,7 @@ class RoundStats:
     replicas: dict[str, float]
     teacher_s: float = 0.0  # asking the distillation teacher (not in generate_s)
     reward_hidden_s: float = 0.0  # of reward_s, scoring while the round still generated
+    teacher_hidden_s: float = 0.0  # of teacher_s, asked while the round still generated
 
 
 @dataclass

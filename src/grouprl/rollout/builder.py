@@ -49,7 +49,7 @@ from grouprl.rollout.setup import (
     make_rollout,
     start_engine,
 )
-from grouprl.rollout.teacher_scores import TokenScorer
+from grouprl.rollout.teacher_scores import TimedTeacher
 from grouprl.runtime import shared_cache
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class RolloutParts:
     engine: ReplicaSet  # one engine in this process, or replicas in Ray actors
     score: TimedScore  # the reward functions in their worker processes, timed
     rollout: RolloutFn  # episodes for a prompt set, scored (single-, multi-turn, agent)
-    teacher: TokenScorer | None = None  # the distillation teacher (algo.teacher_coef > 0)
+    teacher: TimedTeacher | None = None  # the distillation teacher (algo.teacher_coef > 0)
 
 
 class RolloutBuilder:
@@ -138,9 +138,10 @@ class RolloutBuilder:
         self, *, places: list[dict[str, Any]] | None = None, teacher: bool = False
     ) -> RolloutParts:
         """The engine (replicas on the training ranks' nodes at ``places``, or one here),
-        the scorer, and the function that runs and scores episodes, in that order; with
-        ``teacher`` (training) and a teacher term (``algo.teacher_coef`` > 0), the
-        teacher's engines last (``engines/teacher.make_teacher``)."""
+        the scorer, with ``teacher`` (training) and a teacher term (``algo.teacher_coef``
+        > 0) the teacher's engines (``engines/teacher.make_teacher``), in that order, and
+        the function that runs and scores episodes (which asks the teacher as groups
+        finish, with ``rollout.max_staleness >= 1``)."""
         cfg = self.cfg
         log_containment(cfg)
         engine = self.closing(
@@ -161,12 +162,7 @@ class RolloutBuilder:
             decode=partial(self.tokenizer.decode, skip_special_tokens=False),  # as rendered
         )
         score = self.closing(TimedScore(scorer))
-        rollout = self._closing_if_closeable(
-            make_rollout(cfg, engine=engine, tokenizer=self.tokenizer, score=score, env=self._env())
-        )
-        # every episode's outcome passes here: the environment's or agent's failure brake
-        rollout = with_episode_brake(cfg, rollout, env=self._env())
-        scorer_of_tokens = None
+        timed_teacher = None
         if teacher and cfg.algo.teacher_coef > 0:
             from grouprl.engines.teacher import make_teacher
 
@@ -178,10 +174,25 @@ class RolloutBuilder:
                 cfg.teacher.engine or cfg.rollout.engine,
                 cfg.algo.teacher_coef,
             )
-            scorer_of_tokens = self.closing(
+            engines = self.closing(
                 make_teacher(cfg, device=self.device, places=places, cache_dir=self.cache_dir)
             )
-        return RolloutParts(engine=engine, score=score, rollout=rollout, teacher=scorer_of_tokens)
+            timed_teacher = TimedTeacher(
+                engines, on_error=cfg.reward.on_error, top_k=cfg.algo.teacher_top_k
+            )
+        rollout = self._closing_if_closeable(
+            make_rollout(
+                cfg,
+                engine=engine,
+                tokenizer=self.tokenizer,
+                score=score,
+                env=self._env(),
+                teacher=timed_teacher,
+            )
+        )
+        # every episode's outcome passes here: the environment's or agent's failure brake
+        rollout = with_episode_brake(cfg, rollout, env=self._env())
+        return RolloutParts(engine=engine, score=score, rollout=rollout, teacher=timed_teacher)
 
     def _env(self) -> Environment:
         assert self.env is not None, "RolloutBuilder.environment() comes first"

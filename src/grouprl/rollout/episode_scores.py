@@ -20,6 +20,7 @@ from grouprl.config.containment import OnError
 from grouprl.rewards.declares import ReadsPrompts
 from grouprl.rewards.scoring import RewardScorer, RewardScores
 from grouprl.rollout.reward import fail, record_parts
+from grouprl.rollout.teacher_scores import TimedTeacher
 from grouprl.types import Trajectory, sequence_ids
 
 ScoreFn = Callable[..., RewardScores]
@@ -54,15 +55,24 @@ class TimedScore:
 class GroupScoring:
     """Groups scored as they finish (``submit``: ``run_episodes``' ``on_group_done``), one at
     a time on a thread of its own, while the round generates the others: each
-    ``score_trajectories`` of its group. ``result()`` waits for the last and returns the
-    scores in prompt order; an error of any (``reward.on_error=raise``) is raised there."""
+    ``score_trajectories`` of its group, then the distillation ``teacher``'s logprobs of
+    it, where there is one. ``result()`` waits for the last and returns the scores in
+    prompt order; an error of any (``reward.on_error=raise``) is raised there."""
 
-    def __init__(self, *, score: ScoreFn, correct_function: str | None, on_error: OnError) -> None:
+    def __init__(
+        self,
+        *,
+        score: ScoreFn,
+        correct_function: str | None,
+        on_error: OnError,
+        teacher: TimedTeacher | None = None,
+    ) -> None:
         self._score, self._correct = score, correct_function
         self._on_error: OnError = on_error
+        self._teacher = teacher
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="group-scores")
         self._futures: list[tuple[int, Future[RewardScores]]] = []
-        self._busy = 0.0
+        self._busy = self._teacher_busy = 0.0
 
     def submit(self, first: int, group: list[Trajectory]) -> None:
         self._futures.append((first, self._pool.submit(self._run, first, group)))
@@ -70,7 +80,7 @@ class GroupScoring:
     def _run(self, first: int, group: list[Trajectory]) -> RewardScores:
         t0 = time.perf_counter()
         try:
-            return score_trajectories(
+            scores = score_trajectories(
                 group,
                 score=self._score,
                 correct_function=self._correct,
@@ -80,10 +90,15 @@ class GroupScoring:
             )
         finally:
             self._busy += time.perf_counter() - t0
+        if self._teacher is not None:
+            self._teacher_busy += self._teacher(group, group_size=len(group), first=first)
+        return scores
 
     def result(self) -> RewardScores:
-        """Every group's scores, in prompt order, once the last is scored; the seconds of
-        scoring that did not hold the round up go to ``TimedScore.hidden``."""
+        """Every group's scores, in prompt order, once the last is scored. The seconds of
+        the thread's work that did not hold the round up (its work less the wait for it
+        here) go to ``TimedScore.hidden`` and ``TimedTeacher.hidden``, shared in
+        proportion to the seconds each took."""
         t0 = time.perf_counter()
         try:
             ordered = sorted(self._futures, key=lambda item: item[0])
@@ -91,8 +106,12 @@ class GroupScoring:
         finally:
             self._pool.shutdown(wait=True, cancel_futures=True)
         waited = time.perf_counter() - t0
-        if isinstance(self._score, TimedScore):
-            self._score.hidden += max(0.0, self._busy - waited)
+        busy = self._busy + self._teacher_busy
+        hidden = max(0.0, busy - waited)
+        if isinstance(self._score, TimedScore) and busy > 0:
+            self._score.hidden += hidden * self._busy / busy
+        if self._teacher is not None and busy > 0:
+            self._teacher.hidden += hidden * self._teacher_busy / busy
         return scores
 
     def close(self) -> None:

@@ -24,6 +24,7 @@ from grouprl.rewards.scoring import RewardScores
 from grouprl.rollout.episode_scores import GroupScoring, ScoreFn, score_trajectories
 from grouprl.rollout.episodes import run_episodes
 from grouprl.rollout.reward import fail
+from grouprl.rollout.teacher_scores import TimedTeacher
 from grouprl.types import Trajectory
 
 
@@ -88,6 +89,7 @@ def make_rollout(
     tokenizer,
     score: ScoreFn,
     env: Environment,
+    teacher: TimedTeacher | None = None,
 ) -> RolloutFn:
     """Episodes for a prompt set in ``env`` (the configured environment, ``make_env``),
     scored: the reward functions score each episode's last turn; a sample whose
@@ -95,8 +97,9 @@ def make_rollout(
     trained as 0 or raises, as ``env.on_error`` and ``reward.on_error`` say. With
     ``rollout.max_staleness`` >= 1 each group is scored as soon as its episodes end, on a
     thread of its own, while the engine generates the rest (``GroupScoring``): a slow
-    reward (a judge, a reward model) runs alongside generation; otherwise the round is
-    scored at once after its episodes, in one call."""
+    reward (a judge, a reward model) runs alongside generation, and so do the calls to
+    the distillation ``teacher``; otherwise the round is scored at once after its
+    episodes, in one call (and the teacher is asked by ``driver/rollouts``)."""
     if cfg.env.agent is not None:  # your own agent, through the gateway (docs/gateway.md)
         from grouprl.rollout.gateway.agents import AgentRollout
 
@@ -106,7 +109,7 @@ def make_rollout(
 
     def run(prompt_set: PromptSet, settings: SamplingSettings):
         groups = (
-            GroupScoring(score=score, correct_function=correct, on_error=on_error)
+            GroupScoring(score=score, correct_function=correct, on_error=on_error, teacher=teacher)
             if by_group
             else None
         )

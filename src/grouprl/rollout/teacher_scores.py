@@ -9,10 +9,13 @@ distillation, ``algo/distill.py``).
             each sample it covers fails as reward_error (reward.on_error: dropped,
             trained as 0 without the teacher's term, or the run stops)
 
-Runs where a round is scored (``driver/rollouts.generate_round``): with
-``rollout.max_staleness >= 1`` on the stream's producer thread, before the groups reach a
-batch. A sample that failed already (its environment, its reward) is not
-sent: it trains on no teacher's term.
+With ``rollout.max_staleness >= 1`` each group is asked as soon as its reward functions
+have scored it, on the thread that scores the groups as they finish
+(``episode_scores.GroupScoring``), while the engine generates the rest. Otherwise, and
+for the samples a rollout did not hand out group by group (an agent's), once the round
+is scored (``driver/rollouts.generate_round``). Either way before the groups reach a
+batch. A sample that failed already (its environment, its reward) is not sent: it
+trains on no teacher's term. A sample is asked once.
 """
 
 from __future__ import annotations
@@ -50,6 +53,30 @@ class TokenScorer(Protocol):
     def close(self) -> None: ...
 
 
+class TimedTeacher:
+    """The teacher's ``engines``, asked through ``__call__``, and the seconds the calls
+    took since the round began (``seconds``), of which ``hidden`` ran while the round
+    still generated (``GroupScoring`` sets it)."""
+
+    def __init__(self, engines: TokenScorer, *, on_error: OnError, top_k: int) -> None:
+        self.engines, self._top_k = engines, top_k
+        self._on_error: OnError = on_error
+        self.seconds = self.hidden = 0.0
+
+    def __call__(self, trajectories: list[Trajectory], *, group_size: int, first: int = 0) -> float:
+        """``ask_teacher`` with the run's settings; the seconds it took."""
+        spent = ask_teacher(
+            trajectories,
+            teacher=self.engines,
+            group_size=group_size,
+            on_error=self._on_error,
+            top_k=self._top_k,
+            first=first,
+        )
+        self.seconds += spent
+        return spent
+
+
 def ask_teacher(
     trajectories: list[Trajectory],
     *,
@@ -57,18 +84,23 @@ def ask_teacher(
     group_size: int,
     on_error: OnError,
     top_k: int = 0,
+    first: int = 0,
 ) -> float:
     """Sets ``teacher_logprobs`` (and with ``top_k`` > 0, ``algo.teacher_top_k``, the
     teacher's top k at each generated token) on each sample of ``trajectories`` that has
-    not failed, one teacher call per group of ``group_size``; the seconds the calls took. A
-    call that fails fails each sample it covers (``reward_error``, with ``on_error``); so
-    does a sample whose logprobs are not one finite float per generated token."""
+    not failed and has none yet, one teacher call per group of ``group_size``; the seconds
+    the calls took. A call that fails fails each sample it covers (``reward_error``, with
+    ``on_error``); so does a sample whose logprobs are not one finite float per generated
+    token. ``first``: the round's index of ``trajectories[0]`` (the samples' indices in
+    the failures' messages)."""
     started = time.perf_counter()
-    for first in range(0, len(trajectories), group_size):
+    for start in range(0, len(trajectories), group_size):
         asked = [
-            (first + k, t)
-            for k, t in enumerate(trajectories[first : first + group_size])
+            (first + start + k, t)
+            for k, t in enumerate(trajectories[start : start + group_size])
             if t.reward_parts.failure is None
+            and t.stop_reason != "env_error"  # failed once the round ends (zero_failed_episodes)
+            and t.teacher_logprobs is None
         ]
         if not asked:
             continue
