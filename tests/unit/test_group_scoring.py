@@ -139,7 +139,8 @@ def test_the_teacher_is_asked_for_each_group_as_it_is_scored_and_once():
     """Each group is asked of the teacher on the scoring thread, after its scores and
     before the engine finishes the next group; a teacher call that fails fails its group
     alone (reward_error, with the samples' indices in the round); asking the round again
-    (as ``driver/rollouts`` does for what the stream did not hand out) asks nothing."""
+    (as ``driver/rollouts`` does for what the stream did not hand out) asks nothing, and
+    nothing is asked while the teacher is held (validation)."""
     engine = SteppedEngine(4)
     teacher = TimedTeacher(Teacher(engine), on_error="drop", top_k=0)  # type: ignore[arg-type]
     trajectories, _ = _rollout(engine, Scorer(engine), prompts=[0, 1, 2, 3], teacher=teacher)
@@ -150,6 +151,10 @@ def test_the_teacher_is_asked_for_each_group_as_it_is_scored_and_once():
     assert "the teacher did not answer" in (trajectories[5].reward_parts.error or "")
     assert 0 <= teacher.hidden <= teacher.seconds
     teacher(trajectories, group_size=2)
+    assert len(teacher.engines.calls) == 4  # type: ignore[attr-defined]
+    trajectories[0].teacher_logprobs = None
+    with teacher.held():  # validation's episodes
+        assert teacher(trajectories, group_size=2) == 0.0
     assert len(teacher.engines.calls) == 4  # type: ignore[attr-defined]
     engine = SteppedEngine(4)
     teacher = TimedTeacher(Teacher(engine), on_error="raise", top_k=0)  # type: ignore[arg-type]

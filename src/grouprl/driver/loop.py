@@ -349,10 +349,10 @@ def sync_weights(c: Components, *, version: int) -> Staged:
 
 def run_validation(c: Components) -> dict[str, float]:
     """Held-out scores, while the rollout source is paused (no round in flight shares
-    the engine, and validation's samples are no round's)."""
+    the engine, and validation's samples are no round's, nor the teacher's)."""
     if c.eval_set is None or len(c.eval_set) == 0:
         return {}
-    with c.rollouts.paused():
+    with c.rollouts.paused(), c.teacher.held() if c.teacher else nullcontext():
         return validate(
             run=c.rollout,
             prompt_set=c.eval_set,

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol, TypeVar
 
 from grouprl.config.containment import OnError
@@ -62,9 +63,21 @@ class TimedTeacher:
         self.engines, self._top_k = engines, top_k
         self._on_error: OnError = on_error
         self.seconds = self.hidden = 0.0
+        self._asks = True
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """A block whose episodes are not asked (validation's: they train nothing)."""
+        self._asks = False
+        try:
+            yield
+        finally:
+            self._asks = True
 
     def __call__(self, trajectories: list[Trajectory], *, group_size: int, first: int = 0) -> float:
         """``ask_teacher`` with the run's settings; the seconds it took."""
+        if not self._asks:
+            return 0.0
         spent = ask_teacher(
             trajectories,
             teacher=self.engines,
