@@ -58,6 +58,12 @@ def allocate_forever() -> None:
         held.append(bytearray(100 * 1024 * 1024))
 
 
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 def sleep_then_pid(seconds: float) -> int:
     time.sleep(seconds)
     return os.getpid()
@@ -99,6 +105,14 @@ def test_value_and_error_keep_the_worker(pool):
     assert failure.message == "ValueError: bad input 7"
     assert [pool.generation(k) for k in range(2)] == before  # the worker lives on
     assert pool.submit(add, 1, 1, worker=0).result() == 2
+
+
+def test_torch_runs_on_one_thread_in_a_worker(pool, monkeypatch):
+    """The workers are the parallelism: a worker's torch takes one thread, whatever the
+    run set for its own (``train.num_threads`` sets OMP_NUM_THREADS, which they inherit)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    with WorkerPool(SandboxConfig(workers=1), name="threads") as fresh:
+        assert fresh.submit(torch_threads).result(timeout=60) == 1
 
 
 def test_async_function_is_awaited(pool):
