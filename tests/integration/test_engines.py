@@ -579,3 +579,58 @@ def test_a_run_trains_through_the_server(vllm_server, server_engine, model, tmp_
     steps = [x for x in map(json.loads, lines) if "engine_logprob_gap" in x]
     assert [x["weight_version"] for x in steps] == [1.0, 2.0, 3.0]
     assert all(x["engine_logprob_gap"] < 1e-4 for x in steps), steps
+
+
+@pytest.mark.slow
+def test_a_teacher_on_the_server_scores_given_tokens_as_the_forward_pass(
+    server_engine, model, prompts
+):
+    """``teacher.engine=server``: the server's prompt logprobs of given tokens and its top
+    k at each position are the model's own log_softmax (temperature 1), from ``start``."""
+    ids = [[*p, 11, 12, 13, 14] for p in prompts[:2]]
+    starts = [len(prompts[0]), 3]
+    scored = server_engine.top_logprobs(ids, starts, 3)
+    assert server_engine.token_logprobs(ids, starts) == [given for given, _, _ in scored]
+    for seq, start, (given, top_ids, top_lps) in zip(ids, starts, scored, strict=True):
+        with torch.no_grad():
+            want_TV = model(torch.tensor([seq])).logits[0, start - 1 : -1].float().log_softmax(-1)
+        assert len(given) == len(seq) - start
+        assert given == pytest.approx(
+            want_TV.gather(1, torch.tensor(seq[start:])[:, None])[:, 0].tolist(), abs=LOGPROB_TOL
+        )
+        top = want_TV.topk(3)
+        got_top = torch.tensor(top_lps)
+        assert (got_top - top.values).abs().max().item() < LOGPROB_TOL
+        assert [row[0] for row in top_ids] == top.indices[:, 0].tolist()
+
+
+@pytest.mark.slow
+def test_a_distillation_run_asks_its_teacher_on_the_server(vllm_server, tmp_path):
+    """A run whose teacher is the server (``teacher.engine=server``) of the student's own
+    model: the teacher's logprobs of the student's tokens are the student's, so the
+    reverse KL is ~0 (positions misread by one would make it large)."""
+    import json
+
+    from grouprl.config.loader import load_config
+    from grouprl.driver.run import train
+
+    overrides = [
+        "rollout.engine=hf",
+        f"teacher.path={ASSET_MODEL}",
+        "teacher.engine=server",
+        f"teacher.server_url={vllm_server}",
+        "data.eval=null",
+        "data.train.limit=64",
+        "data.batch_size=4",
+        "rollout.n=2",
+        "train.mini_batch_size=8",
+        "train.micro_batch_size=8",
+        "train.steps=1",
+        "metrics.progress=false",
+        f"trainer.run_dir={tmp_path / 'run'}",
+    ]
+    train(load_config("tiny-arith-distill", overrides))
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    [step] = [x for x in map(json.loads, lines) if "distill/reverse_kl" in x]
+    assert step["distill/teacher_seconds"] > 0
+    assert abs(step["distill/reverse_kl"]) < 1e-3, step

@@ -254,6 +254,61 @@ def test_a_missing_or_unused_teacher_or_a_server_teacher_is_refused(tmp_path):
     assert teacher_problems(load_config("tiny-arith", [*overrides, "teacher.engine=hf"])) == []
 
 
+def test_a_teacher_server_needs_its_url_and_a_server_that_answers(tmp_path):
+    """``teacher.engine=server``: the URL required, read only with it, one replica, and a
+    server that does not answer refused within the probe's 2 s, naming the key."""
+    import socket
+
+    [no_url] = _problems([*DISTILL, "teacher.engine=server"], through_preflight=True)
+    assert no_url.startswith("teacher.engine=server needs teacher.server_url")
+    assert "vllm serve 'builtin:tiny-arith'" in no_url
+    [unread] = _problems([*DISTILL, "teacher.engine=hf", "teacher.server_url=http://x:8000"])
+    assert unread.startswith("teacher.server_url='http://x:8000' is read only with")
+    with socket.socket() as sock:  # a port nothing listens on: refused at once
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server = [*DISTILL, "teacher.engine=server", f"teacher.server_url={url}"]
+    t0 = time.perf_counter()
+    problems = teacher_problems(load_config("tiny-arith", [*server, "teacher.replicas=2"]))
+    assert time.perf_counter() - t0 < 2.5
+    assert [p.split("=")[0] for p in problems] == ["teacher.replicas", "teacher.server_url"]
+    assert f"GET {url}/v1/models did not answer within 2s" in problems[1]
+    assert "ConnectionRefusedError" in problems[1] or "Connection refused" in problems[1]
+    assert teacher_problems(load_config("tiny-arith", server), missing_ok=True) == []
+    tcfg = teacher_run_config(load_config("tiny-arith", server))
+    assert (tcfg.rollout.engine, tcfg.rollout.server_url, tcfg.rollout.replicas) == (
+        "server",
+        url,
+        1,
+    )
+
+
+def test_prompt_logprobs_from_a_server_are_read_by_position():
+    """A vLLM server's ``prompt_logprobs``: None at 0, then {id: {logprob, rank}} with the
+    given token (ranked anywhere) and the top k; the top k come most likely first."""
+    from grouprl.engines.server_engine import ServerEngine, ServerError
+
+    engine = ServerEngine.__new__(ServerEngine)  # no server: the parsing alone
+    engine.url, engine.key = "http://t:8000", "teacher.server_url"
+    positions = [
+        None,
+        {
+            "5": {"logprob": -3.0, "rank": 4},
+            "9": {"logprob": -0.1, "rank": 1},
+            "2": {"logprob": -2.5, "rank": 2},
+        },
+        {"7": {"logprob": -0.2, "rank": 1}, "4": {"logprob": -1.9, "rank": 2}},
+    ]
+    given, ids, lps = engine._given(positions, [1, 5, 7], 1, k=2)
+    assert given == [-3.0, -0.2]
+    assert ids == [[9, 2], [7, 4]] and lps == [[-0.1, -2.5], [-0.2, -1.9]]
+    assert engine._given(positions, [1, 5, 7], 2, k=0) == ([-0.2], [], [])
+    with pytest.raises(ServerError, match="position 2 are not of token 8"):
+        engine._given(positions, [1, 5, 8], 1, k=0)
+    with pytest.raises(ServerError, match=r"teacher.server_url=http://t:8000: .* for None of 3"):
+        engine._given(None, [1, 5, 7], 1, k=0)
+
+
 def test_the_plan_shows_the_teachers_engines_only_with_a_teacher():
     from grouprl.config.checks import derive
     from grouprl.plan.render import plan_sections
@@ -270,6 +325,13 @@ def test_the_plan_shows_the_teachers_engines_only_with_a_teacher():
     rows = {q: (v, h) for q, v, h in dict(plan_sections(gpu, derive(gpu)))["teacher"]}
     assert "teacher.gpu_memory_utilization=0.2 x" in rows["engine memory per replica"][1]
     assert rows["replicas"][1] == "teacher.replicas=null: as many as the rollout's"
+    served = [*DISTILL, "teacher.engine=server", "teacher.server_url=http://t:8000"]
+    server = load_config("tiny-arith", served)
+    rows = {q: (v, h) for q, v, h in dict(plan_sections(server, derive(server)))["teacher"]}
+    assert (
+        rows["engine"][0] == "server" and "http://t:8000 (teacher.server_url)" in rows["engine"][1]
+    )
+    assert rows["replicas"][0] == "1" and "pushed" not in rows["replicas"][1]
     plain = load_config("tiny-arith", [])
     assert "teacher" not in dict(plan_sections(plain, derive(plain)))
 

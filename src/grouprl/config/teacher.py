@@ -22,10 +22,16 @@ class TeacherConfig(Section):
     """The teacher model: `builtin:tiny-arith-teacher` (shipped: tiny-arith after GRPO), a
     local directory, or a hub name. It must read the student's token ids as the student
     does (the same tokenizer) and end its answers with the student's end token."""
-    engine: Literal["vllm", "hf"] | None = None
-    """What computes the teacher's logprobs: `vllm` (prompt logprobs) or `hf` (one forward
-    pass of a transformers model); null: `rollout.engine` (with `rollout.engine=server`,
-    choose one here)."""
+    engine: Literal["vllm", "hf", "server"] | None = None
+    """What computes the teacher's logprobs: `vllm` (prompt logprobs), `hf` (one forward
+    pass of a transformers model) or `server` (a vLLM server of the teacher, at
+    `teacher.server_url`: prompt logprobs over HTTP); null: `rollout.engine` (with
+    `rollout.engine=server`, choose one here)."""
+    server_url: str | None = None
+    """With `engine: server`: the base URL of a vLLM server serving the teacher (e.g.
+    http://teacher-node:8000, from `vllm serve PATH`; nothing is pushed to it, so no dev
+    mode). `path` still names the model: its tokenizer files are checked against the
+    student's, and they must be the files the server loaded."""
     replicas: int | None = Field(default=None, ge=1)
     """Teacher engines, placed as rollout replicas would be (each call's sequences are split
     over them); null: as many as the rollout's."""

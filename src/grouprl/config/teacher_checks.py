@@ -1,8 +1,9 @@
 """The ``teacher`` section's checks before anything loads (``driver/preflight.py``): an
 engine it cannot use, a teacher no loss term reads, a path that is no model, and, from
 the two models' tokenizer files, another vocabulary or other end-of-answer tokens than the
-student's; a teacher whose context is shorter than a sample. No torch; reads small JSON
-files only. Also ``teacher_run_config``, the config the teacher's engines are built and
+student's; a teacher whose context is shorter than a sample; a teacher server that does not
+answer (``teacher.server_url``). No torch; reads small JSON files and asks a teacher server
+one GET. Also ``teacher_run_config``, the config the teacher's engines are built and
 planned from (``engines/teacher.py``, ``plan/``)."""
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from grouprl.assets import model_path_problem
 from grouprl.assets.tokenizers import end_token_ids, max_positions, vocab_difference
 from grouprl.config.errors import show
 from grouprl.config.schema import RunConfig
+from grouprl.config.served import PROBE_S, served_models
+from grouprl.config.teacher import TeacherConfig
 
 
 def teacher_problems(cfg: RunConfig, *, missing_ok: bool = False) -> list[str]:
@@ -26,10 +29,12 @@ def teacher_problems(cfg: RunConfig, *, missing_ok: bool = False) -> list[str]:
     problems = []
     if teacher.engine is None and cfg.rollout.engine == "server":
         problems.append(
-            "teacher.engine=null takes rollout.engine='server', which serves sampling only: "
-            "the teacher computes logprobs of given tokens in an engine of its own. Set "
-            "teacher.engine=vllm (prompt logprobs) or teacher.engine=hf."
+            "teacher.engine=null takes rollout.engine='server', whose server serves the "
+            "student: the teacher scores with an engine of its own. Set teacher.engine=vllm "
+            "(prompt logprobs), teacher.engine=hf, or teacher.engine=server with "
+            "teacher.server_url (a vLLM server of the teacher)."
         )
+    problems += _server_problems(teacher, missing_ok=missing_ok)
     if cfg.algo.teacher_coef == 0:
         fix = (
             "Set algo.teacher_coef > 0 (the distill preset's 1.0)"
@@ -69,6 +74,45 @@ def teacher_problems(cfg: RunConfig, *, missing_ok: bool = False) -> list[str]:
             "tokens would fail mid-run (vLLM refuses it; transformers would read positions "
             f"the teacher never learned). Fix: a teacher with a context of {need} tokens or "
             f"more, or rollout.max_model_len={positions - 1} or less."
+        )
+    return problems
+
+
+def _server_problems(teacher: TeacherConfig, *, missing_ok: bool) -> list[str]:
+    """``teacher.server_url`` without ``teacher.engine=server`` or the other way round,
+    more than one replica of a server, and a server that does not answer ``GET
+    {server_url}/v1/models`` within ``PROBE_S`` (not asked with ``missing_ok``: a job's
+    server is reached from its cluster)."""
+    url = teacher.server_url
+    if teacher.engine != "server":
+        if url is None:
+            return []
+        return [
+            f"teacher.server_url={show(url)} is read only with teacher.engine=server, and "
+            f"teacher.engine={show(teacher.engine)}. Fix: set teacher.engine=server to score "
+            "with that server, or teacher.server_url=null."
+        ]
+    if not url:
+        return [
+            "teacher.engine=server needs teacher.server_url: the base URL of a vLLM server "
+            "of the teacher (e.g. http://teacher-node:8000, from `vllm serve "
+            f"{show(teacher.path)}`). Fix: set teacher.server_url, or teacher.engine=vllm or "
+            "hf to start the teacher here."
+        ]
+    problems = []
+    if teacher.replicas not in (None, 1):
+        problems.append(
+            f"teacher.replicas={teacher.replicas} with teacher.engine=server: every score "
+            "is asked of the one server at teacher.server_url, so it allows 1 replica. Fix: "
+            "teacher.replicas=1 (or null)."
+        )
+    models = f"{url.rstrip('/')}/v1/models"
+    if not missing_ok and isinstance(served := served_models(models), str):
+        problems.append(
+            f"teacher.server_url={show(url)}: GET {models} did not answer within "
+            f"{PROBE_S:g}s as a vLLM server does ({served}). Allowed: the base URL of a "
+            f"running vLLM server of the teacher (no /v1). Fix: start it (`vllm serve "
+            f"{show(teacher.path)}`), or correct teacher.server_url."
         )
     return problems
 
@@ -115,4 +159,7 @@ def teacher_run_config(cfg: RunConfig) -> RunConfig:
     out.rollout.gpu_memory_utilization = teacher.gpu_memory_utilization
     out.rollout.max_model_len = cfg.rollout.max_model_len + 1
     out.rollout.partial_rollout_tokens = None
+    if engine == "server":  # scored in the driver, by the server at teacher.server_url
+        out.rollout.server_url = teacher.server_url
+        out.rollout.replicas = 1
     return out

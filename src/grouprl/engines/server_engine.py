@@ -4,6 +4,8 @@ the server's GPUs (tensor parallel there), weight pushes into its running worker
     generate ──► POST /v1/completions per prompt (token ids in, `return_token_ids`,
                  sampled-token logprobs, the prompt's seed and max_tokens) from a pool
                  of threads
+    top_logprobs ──► POST /v1/completions per sequence with `prompt_logprobs` (a
+                 distillation teacher on a server: ``teacher.engine=server``)
     stage_weights ──► safetensors in `rollout.server_weights_dir` (a path the server
                  reads: /dev/shm on its node, or a shared filesystem), while it generates
     apply_weights ──► POST /collective_rpc reload_weights (every server worker loads it
@@ -38,7 +40,14 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from grouprl.device import DtypeName, resolve_dtype
-from grouprl.engines.base import NamedTensors, PushLedger, SamplingSettings, TwoStepPush, replicate
+from grouprl.engines.base import (
+    NamedTensors,
+    PushLedger,
+    SamplingSettings,
+    TopLogprobs,
+    TwoStepPush,
+    replicate,
+)
 from grouprl.engines.weights import (
     add_tied_lm_head,
     check_complete,
@@ -81,8 +90,10 @@ class ServerEngine(TwoStepPush):
         weights_dir: str,
         timeout_s: float = 600.0,
         concurrency: int = 16,
+        key: str = "rollout.server_url",
     ) -> None:
-        self.url, self.timeout_s = url.rstrip("/"), timeout_s
+        """``key``: the config key that gave ``url``, which its errors name."""
+        self.url, self.timeout_s, self.key = url.rstrip("/"), timeout_s, key
         self.weights_dir = weights_dir
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="rollout-server")
         models = self._request("GET", "/v1/models")["data"]
@@ -125,6 +136,59 @@ class ServerEngine(TwoStepPush):
             return group if per_prompt == n else replicate(group[0], n)
 
         return list(self._pool.map(one, range(len(prompts))))
+
+    def token_logprobs(self, ids: list[list[int]], starts: list[int]) -> list[list[float]]:
+        """``teacher.Teacher.token_logprobs`` on the server: ``top_logprobs`` with k = 0."""
+        return [given for given, _, _ in self.top_logprobs(ids, starts, 0)]
+
+    def top_logprobs(self, ids: list[list[int]], starts: list[int], k: int) -> list[TopLogprobs]:
+        """``teacher.Teacher.top_logprobs`` on the server (``teacher.engine=server``): each
+        sequence as a prompt with vLLM's ``prompt_logprobs=k`` (each position's given token
+        and top k, from the raw logits at temperature 1, as the in-process engine's), one
+        greedy token generated and dropped; a request per sequence, from the pool."""
+
+        def one(i: int) -> TopLogprobs:
+            body = {
+                "model": self.model,
+                "prompt": list(ids[i]),
+                "max_tokens": 1,
+                "temperature": 0.0,
+                "prompt_logprobs": k,
+                **PLAIN_SAMPLING,
+            }
+            [choice] = self._request("POST", "/v1/completions", body)["choices"]
+            return self._given(choice.get("prompt_logprobs"), ids[i], starts[i], k=k)
+
+        return list(self._pool.map(one, range(len(ids))))
+
+    def _given(self, positions: Any, seq: list[int], start: int, *, k: int) -> TopLogprobs:
+        """From a choice's ``prompt_logprobs`` (per position: None at 0, else {token id:
+        {logprob, rank, ...}} holding the given token and the top k, ranked from 1), the
+        logprob of ``seq[t]`` for t >= ``start`` and the top k's ids and logprobs there."""
+        if not isinstance(positions, list) or len(positions) != len(seq):
+            got = len(positions) if isinstance(positions, list) else None
+            raise ServerError(
+                f"{self.key}={self.url}: the server returned prompt logprobs for {got} of "
+                f"{len(seq)} positions (a vLLM server answers `prompt_logprobs`; other "
+                "servers cannot score a teacher's tokens)"
+            )
+        given: list[float] = []
+        top_ids: list[list[int]] = []
+        top_lps: list[list[float]] = []
+        for t in range(start, len(seq)):
+            entries = positions[t] or {}
+            if str(seq[t]) not in entries:
+                raise ServerError(
+                    f"{self.key}={self.url}: the server's prompt logprobs at position {t} "
+                    f"are not of token {seq[t]}"
+                )
+            given.append(float(entries[str(seq[t])]["logprob"]))
+            if k > 0:
+                # most likely first; the given token is among them only when ranked in
+                ranked = sorted(entries.items(), key=lambda e: e[1]["rank"])[:k]
+                top_ids.append([int(token) for token, _ in ranked])
+                top_lps.append([float(e["logprob"]) for _, e in ranked])
+        return given, top_ids, top_lps
 
     def _stage(
         self, named_tensors: NamedTensors, *, version: int, last: bool, lora_scaling: float | None
@@ -199,7 +263,7 @@ class ServerEngine(TwoStepPush):
             tops.append(((choice.get("logprobs") or {}).get("top_logprobs") or [{}])[0])
         if not logprobs_follow_temperature(*tops):
             raise ServerError(
-                f"rollout.server_url={self.url}: the server's logprobs do not change with "
+                f"{self.key}={self.url}: the server's logprobs do not change with "
                 f"the temperature (top-{PROBE_TOP} logprobs of one token at temperatures "
                 f"{PROBE_TEMPERATURES[0]:g} and {PROBE_TEMPERATURES[1]:g}): it runs with "
                 "raw logprobs, while the trainer scores tokens at rollout.temperature. "
@@ -215,7 +279,7 @@ class ServerEngine(TwoStepPush):
                 return
             time.sleep(RESET_WAIT_S)
         raise ServerError(
-            f"rollout.server_url={self.url}: the server kept refusing to reset its prefix "
+            f"{self.key}={self.url}: the server kept refusing to reset its prefix "
             f"cache after a weight push ({RESET_TRIES} tries over "
             f"{RESET_TRIES * RESET_WAIT_S:.0f} s: requests held its KV blocks); stop other "
             "clients' requests during training or give the run a server of its own"
@@ -241,12 +305,11 @@ class ServerEngine(TwoStepPush):
                 else ""
             )
             raise ServerError(
-                f"rollout.server_url={self.url}: {method} {path} answered {err.code}: "
-                f"{detail}{hint}"
+                f"{self.key}={self.url}: {method} {path} answered {err.code}: {detail}{hint}"
             ) from None
         except (urllib.error.URLError, OSError) as err:
             raise ServerError(
-                f"rollout.server_url={self.url}: cannot reach the server ({err}); start it "
+                f"{self.key}={self.url}: cannot reach the server ({err}); start it "
                 f"({SERVE_HINT}) or fix the URL"
             ) from None
         return json.loads(text) if text else None

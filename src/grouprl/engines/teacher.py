@@ -1,9 +1,10 @@
 """The distillation teacher: a frozen second set of engines that scores given tokens.
 
     student's samples (prompt + completion ids) ─► split by work over the teacher's
-        replicas ─► each: vLLM prompt logprobs (``VLLMEngine.token_logprobs``) or one
-        forward pass (``HFEngine.token_logprobs``) ─► the teacher's logprob of every
-        completion token, joined in order
+        replicas ─► each: vLLM prompt logprobs (``VLLMEngine.token_logprobs``), one
+        forward pass (``HFEngine.token_logprobs``) or a vLLM server's prompt logprobs
+        (``ServerEngine.token_logprobs``, ``teacher.server_url``) ─► the teacher's logprob
+        of every completion token, joined in order
 
 The replicas are built by the rollout's own code (``placement.start_replicas`` in Ray
 actors, or ``build.make_engine`` in the driver) from the run config with the ``teacher``
@@ -130,10 +131,11 @@ def make_teacher(
     cache_dir: str | Path | None = None,
 ) -> Teacher:
     """Starts the engines of ``cfg.teacher`` (vLLM or hf, ``teacher.engine``) where the
-    rollout's would run (``teacher_run_config``) and waits for them. ``device``: the
-    training ranks' (default: ``train.device`` for one rank, else the cluster's GPUs or
-    CPU); ``places``: the training ranks' nodes and GPUs (``start_replicas``; none: this
-    process's); ``cache_dir``: vLLM's and inductor's caches."""
+    rollout's would run (``teacher_run_config``) and waits for them, or connects to its
+    server (``teacher.engine=server``). ``device``: the training ranks' (default:
+    ``train.device`` for one rank, else the cluster's GPUs or CPU); ``places``: the
+    training ranks' nodes and GPUs (``start_replicas``; none: this process's);
+    ``cache_dir``: vLLM's and inductor's caches."""
     tcfg = teacher_run_config(cfg)
     if device is None:
         one_rank = cfg.world_size == 1
@@ -157,6 +159,18 @@ def make_teacher(
         for engine, name in zip(replicas.engines, replicas.names, strict=True):
             engine.name = name  # type: ignore[attr-defined]  # ActorEngine: its messages' name
         return Teacher(replicas)
+    if tcfg.rollout.engine == "server":  # teacher.server_url: asked from the driver
+        from grouprl.engines.server_engine import ServerEngine
+
+        assert tcfg.rollout.server_url is not None  # teacher_problems refused it otherwise
+        server = ServerEngine(
+            tcfg.rollout.server_url,
+            model_dir=str(model_dir),
+            dtype=tcfg.model.dtype,
+            weights_dir=tcfg.rollout.server_weights_dir,
+            key="teacher.server_url",
+        )
+        return Teacher(in_driver(server, name=f"teacher server at {server.url}"))
     from transformers import AutoTokenizer
 
     from grouprl.engines.build import make_engine

@@ -36,6 +36,13 @@ def teacher_rows(cfg: RunConfig, target: Target) -> list[Row]:
             "scores the student's samples, one prefill per sample, and never takes a push",
         )
     ]
+    if teacher.engine == "server":  # the rollout's server rows speak of weight pushes
+        where = f"a vLLM server of the teacher at {teacher.server_url} (teacher.server_url)"
+        return [
+            *rows,
+            ("engine", "server", f"{where}: prompt logprobs of given tokens, nothing pushed"),
+            ("replicas", "1", "the server (teacher.engine=server); no memory of this run's"),
+        ]
     for quantity, value, how in rollout_rows(tcfg, target):
         if quantity == "replica call limit":  # the rollout's generation bound: not a teacher's
             continue

@@ -19,21 +19,16 @@ fix. A hub name that is not downloaded cannot be read here: its workers' first c
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from typing import TYPE_CHECKING
 
 from grouprl.assets import BUILTIN_PREFIX, ModelPathError, model_path_problem, resolve_model_path
+from grouprl.config.served import PROBE_S, served_models
 from grouprl.data.peek import source_columns
 from grouprl.rewards.args import with_args
 from grouprl.rewards.judge import SAMPLE_FIELDS, LLMJudge, template_fields
 
 if TYPE_CHECKING:
     from grouprl.config.schema import RunConfig
-
-PROBE_S = 2.0
-"""Seconds a judge server has to answer ``GET {url}/models`` at config time."""
 
 
 def judge_problems(cfg: RunConfig, *, missing_ok: bool = False) -> list[str]:
@@ -105,14 +100,11 @@ def _where_problems(judge: LLMJudge, cfg: RunConfig, *, key: str, missing_ok: bo
 def _probe(judge: LLMJudge, *, key: str) -> list[str]:
     """``GET {url}/models`` within ``PROBE_S``: refused when it fails or lacks ``model``."""
     url = f"{(judge.url or '').rstrip('/')}/models"
-    try:
-        with urllib.request.urlopen(url, timeout=PROBE_S) as response:
-            served = [m.get("id") for m in json.loads(response.read()).get("data", [])]
-    except (urllib.error.URLError, OSError, ValueError, AttributeError) as err:
-        reason = err.reason if isinstance(err, urllib.error.URLError) else err
+    served = served_models(url)
+    if isinstance(served, str):
         return [
             f"{key}.url={judge.url!r}: GET {url} did not answer within {PROBE_S:g}s as an "
-            f"OpenAI-compatible server does ({type(err).__name__}: {reason}). Allowed: the "
+            f"OpenAI-compatible server does ({served}). Allowed: the "
             "base URL of a running OpenAI-compatible server (ending in /v1). Fix: start "
             f"the judge server (`vllm serve MODEL`), or correct {key}.url"
         ]
