@@ -376,3 +376,78 @@ def test_hf_scoring_batches_bound_the_logits_by_hand(monkeypatch):
     assert hf_engine._score_batches(ids, starts, vocab=1, max_rows=3) == [slice(0, 3), slice(3, 4)]
     assert hf_engine._score_batches([[0] * 50], [1], vocab=10, max_rows=8) == [slice(0, 1)]
     assert hf_engine._score_batches([], [], vocab=10, max_rows=8) == []
+
+
+class _TeacherServer:
+    """A server on 127.0.0.1 that lists a model and answers scoring requests as asked:
+    ``hang`` (never in time) or ``garbage`` (choices without prompt logprobs)."""
+
+    def __init__(self, behaviour: str) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        release = self.release = threading.Event()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def _send(self, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self._send({"data": [{"id": "teacher"}]})
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                if behaviour == "hang":
+                    release.wait(30)
+                self._send({"choices": [{"index": 0, "text": "?"}]})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.parametrize("behaviour", ["hang", "garbage"])
+def test_a_teacher_server_that_hangs_or_answers_garbage_fails_the_call_in_time(
+    behaviour, sequences
+):
+    """``teacher.timeout_s`` bounds a request; an answer without prompt logprobs is an
+    error naming the key (the samples asked about then fail as reward errors:
+    rollout/teacher_scores.py), never logprobs made up."""
+    from grouprl.engines.server_engine import ServerEngine, ServerError
+
+    ids, starts = sequences
+    server = _TeacherServer(behaviour)
+    try:
+        engine = ServerEngine(
+            server.url,
+            model_dir=str(ASSETS_DIR / "tiny-arith"),
+            dtype="float32",
+            weights_dir="/dev/shm",
+            timeout_s=0.5,
+            key="teacher.server_url",
+        )
+        t0 = time.monotonic()
+        with pytest.raises(ServerError) as caught:
+            engine.token_logprobs(ids, starts)
+        assert time.monotonic() - t0 < 3
+        said = str(caught.value)
+        assert said.startswith(f"teacher.server_url={server.url}: ")
+        if behaviour == "hang":
+            assert "timed out" in said
+        else:
+            assert "prompt logprobs for None of" in said
+        engine.close()
+    finally:
+        server.close()

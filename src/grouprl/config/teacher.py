@@ -32,6 +32,9 @@ class TeacherConfig(Section):
     http://teacher-node:8000, from `vllm serve PATH`; nothing is pushed to it, so no dev
     mode). `path` still names the model: its tokenizer files are checked against the
     student's, and they must be the files the server loaded."""
+    timeout_s: float = Field(default=60.0, gt=0)
+    """With `engine: server`: seconds one scoring request may take; past it (a server that
+    hangs) the samples it was asked about fail as reward errors, never a 0."""
     replicas: int | None = Field(default=None, ge=1)
     """Teacher engines, placed as rollout replicas would be (each call's sequences are split
     over them); null: as many as the rollout's."""

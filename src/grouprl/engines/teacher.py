@@ -162,12 +162,13 @@ def make_teacher(
     if tcfg.rollout.engine == "server":  # teacher.server_url: asked from the driver
         from grouprl.engines.server_engine import ServerEngine
 
-        assert tcfg.rollout.server_url is not None  # teacher_problems refused it otherwise
+        assert cfg.teacher is not None and tcfg.rollout.server_url is not None  # (checked)
         server = ServerEngine(
             tcfg.rollout.server_url,
             model_dir=str(model_dir),
             dtype=tcfg.model.dtype,
             weights_dir=tcfg.rollout.server_weights_dir,
+            timeout_s=cfg.teacher.timeout_s,
             key="teacher.server_url",
         )
         return Teacher(in_driver(server, name=f"teacher server at {server.url}"))
